@@ -1,0 +1,26 @@
+"""speccond: spectral conditioning of attention (Saratchandran and Lucey, NeurIPS 2025).
+
+    SpecA(X) = softmax(X (W_Q + C_Q)(W_K + C_K)^T X^T) X (W_V + C_V)
+
+    import speccond
+    report = speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+    speccond.remove(model, merge=True)
+"""
+from speccond.api import apply, describe, is_conditioned, refresh, remove
+from speccond.config import SpectralConfig
+from speccond.layout import ProjectionLayout
+from speccond.report import ReportRow, SpectralReport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ProjectionLayout",
+    "ReportRow",
+    "SpectralConfig",
+    "SpectralReport",
+    "apply",
+    "describe",
+    "is_conditioned",
+    "refresh",
+    "remove",
+]

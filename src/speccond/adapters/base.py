@@ -1,0 +1,53 @@
+"""What an adapter is: it answers "is this module mine?" and "where are its q, k, v, in which layout?".
+
+Adapters never copy or patch model code; they only describe where the projection weights live.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from torch import nn
+
+from speccond.layout import ProjectionLayout
+
+
+@dataclass(frozen=True)
+class ProjectionSpec:
+    """One projection parameter inside an attention module, as an adapter describes it.
+
+    Attributes:
+        owner: path of the module that holds the parameter, relative to the attention module ("" = itself).
+        param_name: the parameter's attribute name on ``owner`` ("weight", "in_proj_weight", ...).
+        layout: where q, k, v sit in it.
+        activation_ok: True when the owner is Linear-like and the attention calls it as a module, so the
+            activation backend can add x C^T to its output. False when the attention reads the weight
+            directly (nn.MultiheadAttention, F.linear(x, self.qkv.weight)).
+        notes: caveats to report (for example q/k normalisation that cancels part of the correction).
+    """
+
+    owner: str
+    param_name: str
+    layout: ProjectionLayout
+    activation_ok: bool
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Adapter(Protocol):
+    """An adapter for one family of attention modules."""
+
+    name: str
+
+    def matches(self, module: nn.Module) -> bool:
+        """Is this module an attention module of this family?"""
+
+    def projections(self, module: nn.Module) -> list[ProjectionSpec]:
+        """Its q, k, v projection parameters and their layouts."""
+
+
+def class_path(module: nn.Module) -> str:
+    """``package.module.ClassName`` of a module's class (before any parametrization swap)."""
+    cls = type(module)
+    if getattr(cls, "__name__", "").startswith("Parametrized") and len(cls.__bases__) == 1:
+        cls = cls.__bases__[0]
+    return f"{cls.__module__}.{cls.__qualname__}"

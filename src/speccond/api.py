@@ -1,0 +1,140 @@
+"""The public verbs: apply, refresh, remove, is_conditioned, describe.
+
+    SpecA(X) = softmax(X (W_Q + C_Q)(W_K + C_K)^T X^T) X (W_V + C_V)     (Saratchandran and Lucey, 2025)
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Optional
+
+from torch import nn
+from torch.nn.utils import parametrize
+
+from speccond.adapters import ProjectionSite, attention_modules, find_projections
+from speccond.backends import attach, attachments, detach
+from speccond.config import SpectralConfig
+from speccond.correction import SpectralCorrection
+from speccond.report import SpectralReport, rows_for
+
+log = logging.getLogger(__name__)
+
+
+def apply(model: nn.Module, config: Optional[SpectralConfig] = None) -> SpectralReport:
+    """Condition the q, k, v projections of ``model`` in place and report what changed.
+
+    Every projection that the adapters (or ``config.layouts``) find and ``config.targets`` selects gets
+    its fixed correction C: lam * I_k per q/k/v block (Theorem 3.8) or sigma_max U V^T (Theorem 3.5).
+    Nothing is attached when every lam is 0, so the model stays bit for bit unchanged.
+
+    Raises:
+        TypeError: ``model`` is not an nn.Module or ``config`` not a SpectralConfig.
+        ValueError: the model is already conditioned; targets select nothing; a weight does not fit
+            its layout; the activation backend was asked for a projection that reads its weight directly.
+    """
+    config = SpectralConfig() if config is None else config
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"speccond.apply expects a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(config, SpectralConfig):
+        raise TypeError(f"speccond.apply expects a speccond.SpectralConfig, got {type(config).__name__}")
+    if is_conditioned(model):
+        raise ValueError(
+            "this model is already spectrally conditioned; call speccond.remove(model) before applying again"
+        )
+    sites = find_projections(model, config)
+    if not sites:
+        raise ValueError(_nothing_selected_message(model, config))
+    _check_sites(sites, config)
+    report = SpectralReport(config=config.to_dict(), init=config.init)
+    if config.is_noop():
+        log.info("every lam is 0: nothing attached")
+        return report
+    for site in sites:
+        scales = {role: config.scale(role) for role in site.layout.roles}
+        if all(s == 0 for s in scales.values()):
+            continue
+        for note in site.notes:
+            warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
+        weight = getattr(site.module, site.param_name)
+        correction = SpectralCorrection(
+            site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight, notes=site.notes
+        )
+        attach(site.module, site.param_name, correction, config.backend, config.init)
+    report.rows = describe(model).rows
+    log.info("conditioned %d projections", len(report.rows))
+    return report
+
+
+def describe(model: nn.Module) -> SpectralReport:
+    """The report of a conditioned model as it stands now (kappa of W and W + C recomputed)."""
+    return SpectralReport(rows=[row for found in attachments(model) for row in rows_for(found)])
+
+
+def refresh(model: nn.Module) -> int:
+    """Recompute every SVD correction from the current stored weights W; return how many were recomputed.
+
+    The identity correction is fixed and is left as it is. Refreshing moves W + C (the paper's correction is
+    set once; PAPER.md section 5 makes periodic refresh an option).
+    """
+    count = 0
+    for found in attachments(model):
+        if found.correction.kind == "svd":
+            found.correction.recompute(found.stored_weight())
+            count += 1
+    return count
+
+
+def remove(model: nn.Module, merge: bool = True) -> nn.Module:
+    """Take every correction off ``model`` and return it.
+
+    ``merge=True`` bakes W + C into the parameters: plain modules (class restored), same outputs, zero
+    overhead. ``merge=False`` drops C and leaves the stored W (bit for bit the original weight if the model
+    was not trained since ``init="add"``). The Parameter objects stay the same, so optimisers keep working.
+    """
+    found = list(attachments(model))
+    if not found:
+        raise ValueError("this model is not spectrally conditioned; nothing to remove")
+    for item in found:
+        detach(item, merge)
+    return model
+
+
+def is_conditioned(model: nn.Module) -> bool:
+    """True when any module of ``model`` carries a spectral correction."""
+    return next(attachments(model), None) is not None
+
+
+def _check_sites(sites: list[ProjectionSite], config: SpectralConfig) -> None:
+    """Validate every site before touching any, so a bad one leaves the model untouched."""
+    for site in sites:
+        weight = getattr(site.module, site.param_name)
+        site.layout.check_shape(weight.shape, site.qualified_name)
+        if config.backend == "activation" and not site.activation_ok:
+            raise ValueError(
+                f"{site.qualified_name} ({site.source}) is read directly by its attention module, so the "
+                "activation backend cannot reach it; use SpectralConfig(backend='weight')"
+            )
+        if parametrize.is_parametrized(site.module, site.param_name):
+            raise ValueError(
+                f"{site.qualified_name} already has a parametrization; remove it first or choose "
+                "SpectralConfig(backend='activation') if the module is Linear-like"
+            )
+
+
+def _nothing_selected_message(model: nn.Module, config: SpectralConfig) -> str:
+    found = attention_modules(model)
+    listing = "\n".join(f"  {name or '<root>'}  ({adapter.name})" for name, _, adapter in found[:20])
+    if len(found) > 20:
+        listing += f"\n  ... and {len(found) - 20} more"
+    targets = [p.pattern for p in config.targets] if config.targets else None
+    exclude = [p.pattern for p in config.exclude] if config.exclude else None
+    if not found:
+        return (
+            f"no attention projections found in {type(model).__name__} (targets={targets}, exclude={exclude}). "
+            "Declare the layout of your projection, e.g. SpectralConfig(layouts={r'attn\\.qkv\\.weight$': "
+            "ProjectionLayout(roles='qkv', num_heads=8)})"
+        )
+    return (
+        f"targets={targets} / exclude={exclude} selected none of the attention modules found in "
+        f"{type(model).__name__}:\n{listing}\nPatterns are re.search()ed against these names."
+    )

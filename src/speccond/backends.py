@@ -1,0 +1,122 @@
+"""Attaching a SpectralCorrection to a parameter, finding it again, and taking it off.
+
+Two backends give the same map:
+
+- "weight": ``torch.nn.utils.parametrize``; ``module.<name>`` reads W + C, the trainable tensor moves to
+  ``module.parametrizations.<name>.original`` (the same Parameter object, so optimisers built before
+  attaching keep working). Works for any code that reads the weight, including nn.MultiheadAttention.
+- "activation": the correction becomes the child ``module.spectral_correction`` and a forward hook adds
+  x C^T to the module's output. The parameter stays where it was; only a Linear-like module called as
+  a module (y = x W^T + b on the last axis) can carry it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from speccond.correction import SpectralCorrection
+
+CHILD_NAME = "spectral_correction"
+
+
+class AddCorrectionHook:
+    """Forward hook of the activation backend: returns y + x C^T. A plain class so models pickle."""
+
+    def __call__(self, module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        correction: SpectralCorrection = getattr(module, CHILD_NAME)
+        return correction.add_to_output(args[0], output)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One correction found on a model."""
+
+    module_name: str
+    module: nn.Module
+    param_name: str
+    correction: SpectralCorrection
+    backend: str
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.module_name}.{self.param_name}" if self.module_name else self.param_name
+
+    def stored_weight(self) -> torch.Tensor:
+        """The trainable tensor W (without C)."""
+        if self.backend == "weight":
+            return self.module.parametrizations[self.param_name].original
+        return getattr(self.module, self.param_name)
+
+    def effective_weight(self) -> torch.Tensor:
+        """W + C in the stored orientation, as the model uses it."""
+        if self.backend == "weight":
+            return getattr(self.module, self.param_name)
+        stored = self.stored_weight()
+        return stored + self.correction.dense(stored.dtype)
+
+
+def attach(module: nn.Module, param_name: str, correction: SpectralCorrection, backend: str, init: str) -> None:
+    """Attach ``correction`` to ``module.<param_name>``; ``init="preserve"`` stores W - C."""
+    weight = getattr(module, param_name)
+    correction.to(device=weight.device)
+    if backend == "weight":
+        saved = weight.detach().clone() if init == "add" else None
+        # right_inverse stores W - C at registration, which is "preserve"; "add" puts W back bit for bit.
+        parametrize.register_parametrization(module, param_name, correction)
+        if saved is not None:
+            with torch.no_grad():
+                module.parametrizations[param_name].original.copy_(saved)
+        return
+    module.add_module(CHILD_NAME, correction)
+    module.register_forward_hook(AddCorrectionHook())
+    if init == "preserve":
+        with torch.no_grad():
+            weight.sub_(correction.dense(weight.dtype))
+
+
+def attachments(model: nn.Module) -> Iterator[Attachment]:
+    """Every SpectralCorrection on ``model``, in module order."""
+    for name, module in model.named_modules():
+        if isinstance(module, SpectralCorrection) or isinstance(module, parametrize.ParametrizationList):
+            continue
+        if parametrize.is_parametrized(module):
+            for param_name, plist in module.parametrizations.items():
+                for entry in plist:
+                    if isinstance(entry, SpectralCorrection):
+                        yield Attachment(name, module, param_name, entry, "weight")
+        child = module._modules.get(CHILD_NAME)
+        if isinstance(child, SpectralCorrection):
+            yield Attachment(name, module, "weight", child, "activation")
+
+
+def detach(found: Attachment, merge: bool) -> None:
+    """Remove a correction: ``merge=True`` bakes W + C into the parameter, ``merge=False`` restores W."""
+    module, name = found.module, found.param_name
+    if found.backend == "weight":
+        _give_own_class(module)
+        parametrize.remove_parametrizations(module, name, leave_parametrized=merge)
+        return
+    for key, hook in list(module._forward_hooks.items()):
+        if isinstance(hook, AddCorrectionHook):
+            del module._forward_hooks[key]
+    weight = getattr(module, name)
+    if merge:
+        with torch.no_grad():
+            weight.add_(found.correction.dense(weight.dtype))
+    delattr(module, CHILD_NAME)
+
+
+def _give_own_class(module: nn.Module) -> None:
+    """Give a parametrized module a private copy of its generated class.
+
+    ``copy.deepcopy`` of a parametrized module shares the generated ``Parametrized<Class>`` between the
+    original and the copy, and ``remove_parametrizations`` deletes the property from that class, which
+    would break the other model. A private copy makes removal affect this module alone.
+    """
+    cls = module.__class__
+    namespace = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    module.__class__ = type(cls.__name__, cls.__bases__, namespace)

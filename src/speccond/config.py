@@ -1,0 +1,176 @@
+"""SpectralConfig: what correction to attach, where, and how.
+
+The paper (Saratchandran and Lucey, NeurIPS 2025) adds a fixed matrix C to each of W_Q, W_K, W_V:
+
+    SpecA(X) = softmax(X (W_Q + C_Q)(W_K + C_K)^T X^T) X (W_V + C_V)
+
+with C = lam * I_k (Theorem 3.8, the "identity" correction) or C = sigma_max(W) U V^T from the thin
+SVD W = U S V^T (Theorem 3.5, the "svd" correction, which gives kappa(W + C) <= 2).
+"""
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Optional, Sequence, Union
+
+from speccond.layout import ProjectionLayout
+
+Correction = Literal["identity", "svd"]
+Granularity = Literal["head", "projection"]
+Backend = Literal["weight", "activation"]
+Init = Literal["add", "preserve"]
+Patterns = Union[str, Sequence[str], None]
+
+ROLES = ("q", "k", "v")
+_CORRECTIONS = ("identity", "svd")
+_GRANULARITIES = ("head", "projection")
+_BACKENDS = ("weight", "activation")
+_INITS = ("add", "preserve")
+
+
+@dataclass(frozen=True)
+class SpectralConfig:
+    """Configuration of spectral conditioning; validated once, on construction.
+
+    Attributes:
+        lam: scale of the identity correction C = lam * I_k (paper default 10.0).
+        lam_q, lam_k, lam_v: per-projection overrides of ``lam``; 0 leaves that projection untouched.
+            For ``correction="svd"`` only zero versus non-zero matters (the SVD correction has its own
+            scale, sigma_max of the weight).
+        correction: "identity" (Theorem 3.8) or "svd" (Theorem 3.5).
+        granularity: for "svd" only: "head" makes every head's own block have kappa <= 2,
+            "projection" does so for the whole q (k, v) block.
+        backend: "weight" (a torch parametrization: ``module.weight`` reads W + C) or "activation"
+            (a forward hook adds x C^T to the projection's output; needs an nn.Linear-like module).
+        init: "add" (W_eff = W + C, the paper) or "preserve" (stored W becomes W - C, so the model's
+            outputs are unchanged at the moment of attaching: for fine-tuning pretrained models).
+        targets: regular expressions (``re.search``) on module names; only attention modules or
+            projections whose name matches one are conditioned. None: every one found.
+        exclude: regular expressions on module names that are never conditioned (wins over targets).
+        layouts: declared layouts for projections no adapter knows: maps a regular expression on the
+            parameter's qualified name (``re.search``, e.g. ``r"attn\\.to_qkv\\.weight$"``) to its
+            :class:`ProjectionLayout`. Declared layouts take precedence over adapters.
+    """
+
+    lam: float = 10.0
+    lam_q: Optional[float] = None
+    lam_k: Optional[float] = None
+    lam_v: Optional[float] = None
+    correction: Correction = "identity"
+    granularity: Granularity = "head"
+    backend: Backend = "weight"
+    init: Init = "add"
+    targets: Patterns = None
+    exclude: Patterns = None
+    layouts: Mapping[str, ProjectionLayout] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("lam", "lam_q", "lam_k", "lam_v"):
+            value = getattr(self, name)
+            if value is None and name != "lam":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"SpectralConfig.{name} must be a number, got {type(value).__name__} {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"SpectralConfig.{name} must be finite and >= 0 (0 leaves the projection untouched), "
+                    f"got {value!r}"
+                )
+        _check_choice("correction", self.correction, _CORRECTIONS)
+        _check_choice("granularity", self.granularity, _GRANULARITIES)
+        _check_choice("backend", self.backend, _BACKENDS)
+        _check_choice("init", self.init, _INITS)
+        object.__setattr__(self, "targets", _compile_patterns("targets", self.targets))
+        object.__setattr__(self, "exclude", _compile_patterns("exclude", self.exclude))
+        if not isinstance(self.layouts, Mapping):
+            raise TypeError(
+                f"SpectralConfig.layouts must map a parameter-name regex to a ProjectionLayout, "
+                f"got {type(self.layouts).__name__}"
+            )
+        for pattern, layout in self.layouts.items():
+            _compile_patterns("layouts key", pattern)
+            if not isinstance(layout, ProjectionLayout):
+                raise TypeError(
+                    f"SpectralConfig.layouts[{pattern!r}] must be a speccond.ProjectionLayout, "
+                    f"got {type(layout).__name__}"
+                )
+        object.__setattr__(self, "layouts", dict(self.layouts))
+        if self.correction == "identity":
+            small = {r: s for r, s in self.role_scales().items() if 0 < s <= 2}
+            if small:
+                warnings.warn(
+                    f"identity correction with lam {small} in (0, 2]: Theorem 3.8 states "
+                    "kappa(W + lam I_k) < kappa(W) only for lam >= 2 (under conditions), and the Weyl "
+                    "bound kappa <= (lam + sigma_max) / (lam - sigma_max) needs lam > sigma_max(W)",
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+    def scale(self, role: str) -> float:
+        """The lam of projection ``role`` ("q", "k" or "v"), after per-projection overrides."""
+        override = getattr(self, f"lam_{role}")
+        return float(self.lam if override is None else override)
+
+    def role_scales(self) -> dict[str, float]:
+        return {role: self.scale(role) for role in ROLES}
+
+    def is_noop(self) -> bool:
+        """True when every projection's lam is 0: applying changes nothing."""
+        return all(s == 0 for s in self.role_scales().values())
+
+    def selects(self, name: str) -> bool:
+        """Whether a module or parameter named ``name`` passes ``targets`` and ``exclude``."""
+        if self.exclude and any(p.search(name) for p in self.exclude):
+            return False
+        return not self.targets or any(p.search(name) for p in self.targets)
+
+    def declared_layout(self, parameter_name: str) -> Optional[ProjectionLayout]:
+        """The user-declared layout whose regex matches ``parameter_name``, if any."""
+        for pattern, layout in self.layouts.items():
+            if re.search(pattern, parameter_name):
+                return layout
+        return None
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable view (patterns as strings, layouts as dicts)."""
+        return {
+            "lam": self.lam,
+            "lam_q": self.lam_q,
+            "lam_k": self.lam_k,
+            "lam_v": self.lam_v,
+            "correction": self.correction,
+            "granularity": self.granularity,
+            "backend": self.backend,
+            "init": self.init,
+            "targets": [p.pattern for p in self.targets] if self.targets else None,
+            "exclude": [p.pattern for p in self.exclude] if self.exclude else None,
+            "layouts": {k: v.to_dict() for k, v in self.layouts.items()},
+        }
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"SpectralConfig.{name} must be one of {choices}, got {value!r}")
+
+
+def _compile_patterns(name: str, patterns: Patterns) -> Optional[tuple[re.Pattern, ...]]:
+    if patterns is None:
+        return None
+    if isinstance(patterns, re.Pattern):
+        return (patterns,)
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    compiled = []
+    for pattern in patterns:
+        if isinstance(pattern, re.Pattern):
+            compiled.append(pattern)
+            continue
+        if not isinstance(pattern, str):
+            raise TypeError(f"SpectralConfig.{name} must be regular expressions (str), got {pattern!r}")
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as err:
+            raise ValueError(f"SpectralConfig.{name}: {pattern!r} is not a valid regular expression: {err}")
+    return tuple(compiled)

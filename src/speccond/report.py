@@ -1,0 +1,118 @@
+"""SpectralReport: what was conditioned and what it did to the condition numbers.
+
+One row per conditioned projection (q, k or v block). kappa is computed in float64 on the logical
+(out_block, in) block: ``kappa_w`` of the stored trainable weight W, ``kappa_eff`` of W + C, and
+``head_kappa_eff_max`` the largest kappa of W + C over the block's heads.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Optional
+
+from speccond.backends import Attachment
+from speccond.spectral import spectrum
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    module: str
+    parameter: str
+    role: str
+    layout: str
+    shape: tuple[int, ...]
+    block_shape: tuple[int, int]
+    heads: int
+    correction: str
+    scale: float
+    backend: str
+    kappa_w: float
+    kappa_eff: float
+    head_kappa_eff_max: float
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class SpectralReport:
+    """Rows describing every conditioned projection, and the config that made them."""
+
+    rows: list[ReportRow] = field(default_factory=list)
+    config: Optional[dict] = None
+    init: Optional[str] = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[ReportRow]:
+        return iter(self.rows)
+
+    def to_dict(self) -> dict:
+        return {"config": self.config, "rows": [_finite(asdict(r)) for r in self.rows]}
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __str__(self) -> str:
+        if not self.rows:
+            return "SpectralReport: nothing conditioned"
+        header = ("module", "param", "qkv", "layout", "block", "heads", "correction", "backend", "kappa W", "kappa W+C", "max head")
+        lines = [
+            (r.module, r.parameter, r.role, r.layout, "x".join(map(str, r.block_shape)), str(r.heads),
+             r.correction, r.backend, _fmt(r.kappa_w), _fmt(r.kappa_eff), _fmt(r.head_kappa_eff_max))
+            for r in self.rows
+        ]
+        widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+        render = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        out = [render(header), render(["-" * w for w in widths]), *map(render, lines)]
+        notes = sorted({n for r in self.rows for n in r.notes})
+        out += [f"note: {n}" for n in notes]
+        return "\n".join(out)
+
+
+def rows_for(found: Attachment) -> list[ReportRow]:
+    """One row per corrected role of an attachment."""
+    correction = found.correction
+    layout = correction.layout
+    stored = layout.out_in(found.stored_weight().detach())  # (out, in)
+    effective = layout.out_in(found.effective_weight().detach())  # (out, in)
+    head_out = correction.block_out // layout.num_heads
+    rows = []
+    for role, lam in correction.scales.items():
+        if lam == 0:
+            continue
+        index = layout.block_rows(role, correction.out_features).to(stored.device)
+        eff_block = effective[index]  # (block_out, in)
+        heads = [spectrum(eff_block[h * head_out : (h + 1) * head_out]).kappa for h in range(layout.num_heads)]
+        if correction.kind == "svd":
+            name, scale = f"svd/{correction.granularity}", spectrum(stored[index]).sigma_max
+        else:
+            name, scale = f"identity lam={lam:g}", lam
+        rows.append(
+            ReportRow(
+                module=found.module_name,
+                parameter=found.param_name,
+                role=role,
+                layout=layout.describe(),
+                shape=tuple(found.stored_weight().shape),
+                block_shape=(correction.block_out, correction.in_features),
+                heads=layout.num_heads,
+                correction=name,
+                scale=float(scale),
+                backend=found.backend,
+                kappa_w=spectrum(stored[index]).kappa,
+                kappa_eff=spectrum(eff_block).kappa,
+                head_kappa_eff_max=max(heads),
+                notes=correction.notes,
+            )
+        )
+    return rows
+
+
+def _fmt(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.3g}"
+
+
+def _finite(row: dict) -> dict:
+    """JSON has no inf: write it as the string "inf"."""
+    return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v) for k, v in row.items()}

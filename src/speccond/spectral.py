@@ -1,0 +1,78 @@
+"""The correction math: condition numbers, the rectangular identity, the SVD correction.
+
+Pure functions on matrices; nothing here knows about modules. All spectra are computed in float64.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# A singular value at or below this fraction of sigma_max (times the matrix size) counts as zero.
+_RELATIVE_ZERO = torch.finfo(torch.float64).eps
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """Extreme singular values of a matrix and its condition number kappa = sigma_max / sigma_min.
+
+    ``sigma_min`` is the min(rows, cols)-th singular value. ``singular`` is True when it is numerically
+    zero (then ``kappa`` is ``inf``).
+    """
+
+    sigma_min: float
+    sigma_max: float
+    kappa: float
+    singular: bool
+
+
+def spectrum(matrix: torch.Tensor) -> Spectrum:
+    """sigma_min, sigma_max and kappa of a 2-D matrix, computed in float64."""
+    if matrix.dim() != 2:
+        raise ValueError(f"spectrum() expects a 2-D matrix, got shape {tuple(matrix.shape)}")
+    values = torch.linalg.svdvals(matrix.detach().to(torch.float64))  # (min(rows, cols),) descending
+    sigma_max = float(values[0]) if values.numel() else 0.0
+    sigma_min = float(values[-1]) if values.numel() else 0.0
+    singular = sigma_min <= _RELATIVE_ZERO * max(matrix.shape) * sigma_max or sigma_max == 0.0
+    kappa = float("inf") if singular else sigma_max / sigma_min
+    return Spectrum(sigma_min=sigma_min, sigma_max=sigma_max, kappa=kappa, singular=singular)
+
+
+def kappa(matrix: torch.Tensor) -> float:
+    """Condition number sigma_max / sigma_min (min(rows, cols)-th singular value), float64; inf if singular."""
+    return spectrum(matrix).kappa
+
+
+def rectangular_identity(rows: int, cols: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """I_k of shape (rows, cols): ones at (i, i) for i < min(rows, cols) (Theorem 3.8)."""
+    return torch.eye(rows, cols, dtype=dtype)
+
+
+def svd_correction(matrix: torch.Tensor) -> torch.Tensor:
+    """C = sigma_max(W) U V^T from the thin SVD W = U S V^T (Theorem 3.5), in float64.
+
+    Then W + C = U (S + sigma_max I) V^T, so kappa(W + C) = 2 sigma_max / (sigma_max + sigma_min) <= 2.
+    The correction of W^T is the transpose of the correction of W, so it can be computed in either
+    storage orientation.
+    """
+    w = matrix.detach().to(torch.float64)
+    u, s, vh = torch.linalg.svd(w, full_matrices=False)  # u (r, k), s (k,), vh (k, c)
+    if s.numel() == 0:
+        return torch.zeros_like(w)
+    return s[0] * (u @ vh)
+
+
+def svd_corrected_kappa(sigma_max: float, sigma_min: float) -> float:
+    """Theorem 3.5's value of kappa(W + C): 2 sigma_max / (sigma_max + sigma_min)."""
+    return 2.0 * sigma_max / (sigma_max + sigma_min)
+
+
+def weyl_identity_bound(lam: float, sigma_max: float) -> float:
+    """Weyl bound kappa(W + lam I_k) <= (lam + sigma_max) / (lam - sigma_max), valid when lam > sigma_max(W).
+
+    Every singular value of W + lam I_k lies within sigma_max(W) of lam, because the singular values of
+    lam I_k are all lam and singular values are 1-Lipschitz under additive perturbation.
+    """
+    if lam <= sigma_max:
+        raise ValueError(f"the Weyl bound needs lam > sigma_max(W); got lam={lam}, sigma_max={sigma_max}")
+    return (lam + sigma_max) / (lam - sigma_max)
