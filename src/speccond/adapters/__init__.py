@@ -65,6 +65,9 @@ def find_projections(
 ) -> list[ProjectionSite]:
     """The projection parameters ``config`` selects, declared layouts first, then adapter-found ones.
 
+    A declared layout's pattern may also match the projection's bias; 1-D tensors are skipped (biases are
+    never corrected), any other non-2-D tensor is an error when the site is checked.
+
     ``targets`` and ``exclude`` are matched against the attention module's name and the name of the
     module that holds the parameter; a site is kept when neither is excluded and either is targeted.
     """
@@ -76,6 +79,8 @@ def find_projections(
             layout = config.declared_layout(qualified)
             if layout is None or not _selected(config, module_name, qualified):
                 continue
+            if getattr(module, param_name).dim() == 1:
+                continue  # a bias the pattern also matched: biases are never corrected
             activation_ok = param_name == "weight" and (
                 (isinstance(module, nn.Linear) and layout.storage == "out_in")
                 or (_is_conv1d(module) and layout.storage == "in_out")

@@ -1,0 +1,168 @@
+"""Bad input gets a clear error (issue 2, item 8); targets select; the report prints and serialises."""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import speccond
+from tests.models import CASES, InterleavedAttention, timm_vit
+
+BAD_CONFIGS = [
+    ({"lam": -1.0}, ValueError, r"lam must be finite and >= 0"),
+    ({"lam": float("inf")}, ValueError, r"lam must be finite"),
+    ({"lam": float("nan")}, ValueError, r"lam must be finite"),
+    ({"lam_v": -0.5}, ValueError, r"lam_v must be finite"),
+    ({"lam": "10"}, TypeError, r"lam must be a number"),
+    ({"correction": "qr"}, ValueError, r"correction must be one of \('identity', 'svd'\), got 'qr'"),
+    ({"backend": "hook"}, ValueError, r"backend must be one of \('weight', 'activation'\)"),
+    ({"init": "shift"}, ValueError, r"init must be one of"),
+    ({"granularity": "layer"}, ValueError, r"granularity must be one of"),
+    ({"targets": "blocks.(0"}, ValueError, r"not a valid regular expression"),
+    ({"targets": [3]}, TypeError, r"regular expressions"),
+    ({"layouts": {"qkv": "qkv"}}, TypeError, r"must be a speccond.ProjectionLayout"),
+]
+
+
+@pytest.mark.parametrize("fields, error, message", BAD_CONFIGS, ids=[str(f) for f, _, _ in BAD_CONFIGS])
+def test_bad_config_is_a_clear_error(fields, error, message):
+    with pytest.raises(error, match=message):
+        speccond.SpectralConfig(**fields)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"roles": "qkq"}, "distinct letters"),
+        ({"roles": "xyz"}, "distinct letters"),
+        ({"num_heads": 0}, "positive int"),
+        ({"storage": "row"}, "'out_in' or 'in_out'"),
+        ({"arrangement": "mixed"}, "'blocked' or 'per_head'"),
+    ],
+)
+def test_bad_layout_is_a_clear_error(fields, message):
+    with pytest.raises(ValueError, match=message):
+        speccond.ProjectionLayout(**fields)
+
+
+@pytest.mark.parametrize("lam", [0.5, 2.0])
+def test_small_lam_warns_citing_the_theorem(lam):
+    with pytest.warns(UserWarning, match=r"Theorem 3.8.*lam >= 2.*Weyl"):
+        speccond.SpectralConfig(lam=lam)
+
+
+def test_lam_above_two_or_svd_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        speccond.SpectralConfig(lam=10.0)
+        speccond.SpectralConfig(lam=1.0, correction="svd")
+
+
+def test_targets_matching_nothing_lists_the_attention_modules():
+    with pytest.raises(ValueError, match=r"(?s)selected none.*blocks\.0\.attn.*timm Attention.*blocks\.1\.attn"):
+        speccond.apply(timm_vit(), speccond.SpectralConfig(targets=r"^decoder\."))
+
+
+def test_model_without_attention_says_how_to_declare_a_layout():
+    with pytest.raises(ValueError, match=r"no attention projections found.*ProjectionLayout"):
+        speccond.apply(nn.Sequential(nn.Linear(4, 4)), speccond.SpectralConfig())
+
+
+def test_non_module_and_non_config_are_type_errors():
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        speccond.apply("model", speccond.SpectralConfig())
+    with pytest.raises(TypeError, match="SpectralConfig"):
+        speccond.apply(timm_vit(), {"lam": 10})
+
+
+class ThreeDimensional(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Parameter(torch.randn(3, 8, 8))
+
+
+def test_non_2d_weight_is_a_clear_error():
+    config = speccond.SpectralConfig(layouts={"qkv": speccond.ProjectionLayout("qkv")})
+    with pytest.raises(ValueError, match=r"qkv: expected a 2-D projection weight, got shape \(3, 8, 8\)"):
+        speccond.apply(ThreeDimensional(), config)
+
+
+def test_block_count_that_does_not_divide_is_a_clear_error():
+    model = nn.Sequential(nn.Linear(8, 10))
+    config = speccond.SpectralConfig(layouts={r"0\.weight": speccond.ProjectionLayout("qkv")})
+    with pytest.raises(ValueError, match=r"0\.weight: 3 blocks \(qkv\) do not divide the output dimension 10"):
+        speccond.apply(model, config)
+
+
+def test_head_count_that_does_not_divide_is_a_clear_error():
+    config = speccond.SpectralConfig(layouts={"to_qkv": speccond.ProjectionLayout("qkv", num_heads=5)})
+    with pytest.raises(ValueError, match=r"5 heads do not divide the block width 24"):
+        speccond.apply(InterleavedAttention(dim=24, heads=3), config)
+
+
+def test_a_failing_site_leaves_the_model_untouched():
+    model = nn.ModuleDict({"good": InterleavedAttention(), "bad": nn.Linear(8, 10)})
+    layouts = {
+        r"good\.to_qkv": speccond.ProjectionLayout("qkv", 3, arrangement="per_head"),
+        r"bad\.weight": speccond.ProjectionLayout("qkv"),
+    }
+    with pytest.raises(ValueError, match="do not divide"):
+        speccond.apply(model, speccond.SpectralConfig(layouts=layouts))
+    assert not speccond.is_conditioned(model)
+
+
+def test_targets_and_exclude_select_attention_modules():
+    model = timm_vit()
+    report = speccond.apply(model, speccond.SpectralConfig(targets=r"blocks\.\d\.attn", exclude=r"blocks\.1\."))
+    assert {row.module for row in report} == {"blocks.0.attn.qkv"}
+    assert not hasattr(model.blocks[1].attn.qkv, "parametrizations")
+
+
+def test_report_rows_print_and_serialise():
+    report = speccond.apply(timm_vit(), speccond.SpectralConfig(lam=10.0))
+    assert len(report) == 6  # 2 blocks x (q, k, v)
+    assert [r.role for r in report][:3] == ["q", "k", "v"]
+    row = report.rows[0]
+    assert row.shape == (192, 64) and row.block_shape == (64, 64) and row.heads == 4
+    assert row.correction == "identity lam=10" and row.scale == 10.0
+    assert row.kappa_eff < row.kappa_w  # lam = 10 >> sigma_max at init conditions the block
+    text = str(report)
+    assert "blocks.0.attn.qkv" in text and "fused qkv, blocked, (out, in)" in text
+    data = json.loads(report.to_json())
+    assert data["config"]["lam"] == 10.0 and len(data["rows"]) == 6
+    assert math.isclose(data["rows"][0]["kappa_eff"], row.kappa_eff)
+
+
+def test_report_kappa_is_computed_from_the_effective_weight_in_float64():
+    model = timm_vit()
+    w = model.blocks[0].attn.qkv.weight.detach().clone()
+    report = speccond.apply(model, speccond.SpectralConfig(lam=3.0, lam_k=0.0, lam_v=0.0))
+    q_eff = (w[:64] + 3.0 * torch.eye(64)).double()
+    s = torch.linalg.svdvals(q_eff)
+    assert math.isclose(report.rows[0].kappa_eff, float(s[0] / s[-1]), rel_tol=1e-6)
+    assert [r.role for r in report] == ["q", "q"]  # k and v untouched in both blocks
+
+
+def test_qk_norm_is_reported_and_warned():
+    import timm
+
+    model = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2,
+        qk_norm=True,
+    )
+    with pytest.warns(UserWarning, match="q/k normalisation"):
+        report = speccond.apply(model, speccond.SpectralConfig())
+    assert "q/k normalisation" in str(report)
+
+
+def test_is_conditioned_tracks_apply_and_remove():
+    model = CASES[2].build()
+    assert not speccond.is_conditioned(model)
+    speccond.apply(model, speccond.SpectralConfig())
+    assert speccond.is_conditioned(model)
+    speccond.remove(model)
+    assert not speccond.is_conditioned(model)
