@@ -10,6 +10,7 @@ from speccond.api import apply, describe, is_conditioned, refresh, remove
 from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
 from speccond.report import ReportRow, SpectralReport
+from speccond.verify import VerificationError, verify
 
 __version__ = "0.1.0"
 
@@ -18,9 +19,11 @@ __all__ = [
     "ReportRow",
     "SpectralConfig",
     "SpectralReport",
+    "VerificationError",
     "apply",
     "describe",
     "is_conditioned",
     "refresh",
     "remove",
+    "verify",
 ]
