@@ -25,3 +25,16 @@ def test_ci_runs_the_readme_test_command():
     assert command, "README must show the test command ./run test"
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^exec \./run test$", ci, flags=re.M)
+
+
+def test_supported_models_table_lists_exactly_the_test_cases():
+    from tests.adapter_models import CASES as ADAPTER_CASES
+    from tests.models import CASES as CORE_CASES
+
+    section = README.split("## Supported models", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M)
+    assert len(listed) == len(set(listed))
+    assert set(listed) == {c.name for c in ADAPTER_CASES} | {c.name for c in CORE_CASES}
+    for case in [*ADAPTER_CASES, *CORE_CASES]:  # the backends column says what the tests exercise
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{case.name}` |"))
+        assert ("activation" in row.split("|")[-2]) == case.activation_ok, case.name

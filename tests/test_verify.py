@@ -38,8 +38,8 @@ def test_separate_mha_projections_pair_up_across_parameters():
 @pytest.mark.parametrize(
     "layout, message",
     [
-        (speccond.ProjectionLayout("qkv", 3, arrangement="blocked"), "declared as v.*not linear"),
-        (speccond.ProjectionLayout("vkq", 3, arrangement="per_head"), "declared as v.*not linear"),
+        (speccond.ProjectionLayout("qkv", 3, arrangement="blocked"), "act as v.*not linear"),
+        (speccond.ProjectionLayout("vkq", 3, arrangement="per_head"), "act as v.*not linear"),
         (speccond.ProjectionLayout("qkv", 1, arrangement="per_head"), "not linear|do not pair"),
     ],
     ids=["blocked-instead-of-per-head", "wrong-role-order", "wrong-head-count"],
@@ -77,3 +77,17 @@ def test_verify_catches_an_activation_hook_that_never_runs():
 def test_verify_needs_a_conditioned_model():
     with pytest.raises(ValueError, match="not spectrally conditioned"):
         verify(InterleavedAttention(), torch.randn(1, 3, 24))
+
+
+def test_apply_with_verify_undoes_a_wrong_layout():
+    model = InterleavedAttention(dim=24, heads=3).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    wrong = speccond.SpectralConfig(layouts={r"to_qkv\.weight": speccond.ProjectionLayout("qkv", 3)})
+    with pytest.raises(VerificationError):
+        speccond.apply(model, wrong, verify_with=(torch.randn(2, 7, 24),))
+    assert not speccond.is_conditioned(model)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    right = speccond.SpectralConfig(
+        layouts={r"to_qkv\.weight": speccond.ProjectionLayout("qkv", 3, arrangement="per_head")}
+    )
+    assert len(speccond.apply(model, right, verify_with=(torch.randn(2, 7, 24),))) == 3

@@ -11,7 +11,13 @@ from typing import Optional
 from torch import nn
 from torch.nn.utils import parametrize
 
-from speccond.adapters import ProjectionSite, attention_modules, find_projections
+from speccond.adapters import (
+    ProjectionSite,
+    attention_modules,
+    find_projections,
+    unrecognised_attention,
+    unrecognised_message,
+)
 from speccond.backends import attach, attachments, detach
 from speccond.config import SpectralConfig
 from speccond.correction import SpectralCorrection
@@ -20,8 +26,14 @@ from speccond.report import SpectralReport, rows_for
 log = logging.getLogger(__name__)
 
 
-def apply(model: nn.Module, config: Optional[SpectralConfig] = None) -> SpectralReport:
+def apply(
+    model: nn.Module, config: Optional[SpectralConfig] = None, *, verify_with: Optional[tuple] = None
+) -> SpectralReport:
     """Condition the q, k, v projections of ``model`` in place and report what changed.
+
+    ``verify_with``: example inputs of ``model`` (a tuple of positional arguments). When given,
+    :func:`speccond.verify` probes every conditioned attention module after attaching; if it fails, the
+    corrections are taken off again (the model is as before) and the VerificationError is raised.
 
     Every projection that the adapters (or ``config.layouts``) find and ``config.targets`` selects gets
     its fixed correction C: lam * I_k per q/k/v block (Theorem 3.8) or sigma_max U V^T (Theorem 3.5).
@@ -29,8 +41,10 @@ def apply(model: nn.Module, config: Optional[SpectralConfig] = None) -> Spectral
 
     Raises:
         TypeError: ``model`` is not an nn.Module or ``config`` not a SpectralConfig.
-        ValueError: the model is already conditioned; targets select nothing; a weight does not fit
-            its layout; the activation backend was asked for a projection that reads its weight directly.
+        ValueError: the model is already conditioned; a selected module looks like attention but no
+            adapter or declared layout covers it (the message shows the declaration that would); targets
+            select nothing; a weight does not fit its layout; the activation backend was asked for a
+            projection that reads its weight directly.
     """
     config = SpectralConfig() if config is None else config
     if not isinstance(model, nn.Module):
@@ -42,6 +56,9 @@ def apply(model: nn.Module, config: Optional[SpectralConfig] = None) -> Spectral
             "this model is already spectrally conditioned; call speccond.remove(model) before applying again"
         )
     sites = find_projections(model, config)
+    unknown = unrecognised_attention(model, config, sites)
+    if unknown:
+        raise ValueError(unrecognised_message(unknown))
     if not sites:
         raise ValueError(_nothing_selected_message(model, config))
     _check_sites(sites, config)
@@ -59,10 +76,26 @@ def apply(model: nn.Module, config: Optional[SpectralConfig] = None) -> Spectral
         correction = SpectralCorrection(
             site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight, notes=site.notes
         )
+        correction.acts_as = site.acts_as or site.layout.roles  # what verify probes for
+        correction.probe_skip = site.probe_skip
         attach(site.module, site.param_name, correction, config.backend, config.init)
+    if verify_with is not None:
+        _verify_or_undo(model, config, verify_with)
     report.rows = describe(model).rows
     log.info("conditioned %d projections", len(report.rows))
     return report
+
+
+def _verify_or_undo(model: nn.Module, config: SpectralConfig, example_inputs: tuple) -> None:
+    from speccond.verify import verify
+
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    try:
+        verify(model, *example_inputs)
+    except Exception:
+        remove(model, merge=config.init == "preserve")  # "preserve" stored W - C: merging gives W back
+        raise
 
 
 def describe(model: nn.Module) -> SpectralReport:

@@ -28,10 +28,12 @@ class SpectralCorrection(nn.Module):
     Args:
         layout: where the q, k, v blocks sit in the parameter.
         shape: the parameter's stored shape.
-        scales: lam per role present in ``layout.roles`` (0 leaves a block untouched).
+        scales: lam per role present in ``layout.roles`` (0 leaves a block untouched). For "svd" only zero
+            versus non-zero matters: the SVD correction's scale is sigma_max of the weight.
         kind: "identity" or "svd".
         granularity: for "svd": "head" or "projection".
-        weight: the stored weight C is computed from (needed for "svd" only).
+        weight: the stored weight: C is computed from it ("svd") and takes its dtype (both kinds; without
+            it the identity values are float64, so no lam is rounded before it meets the weight).
         notes: caveats the adapter reported (shown in reports).
     """
 
@@ -47,6 +49,8 @@ class SpectralCorrection(nn.Module):
     ) -> None:
         super().__init__()
         self.notes = tuple(notes)
+        self.acts_as = layout.roles  # the paper's role of each block, when an adapter says otherwise
+        self.probe_skip = ""  # why speccond.verify cannot probe the owning attention ("" = it can)
         self.layout = layout
         self.kind = kind
         self.granularity = granularity
@@ -54,7 +58,7 @@ class SpectralCorrection(nn.Module):
         self.block_out, self.in_features = layout.check_shape(shape, "SpectralCorrection")
         self.out_features = self.block_out * len(layout.roles)
         if kind == "identity":
-            out_index, in_index, values = self._identity_entries()
+            out_index, in_index, values = self._identity_entries(torch.float64 if weight is None else weight.dtype)
             self.register_buffer("out_index", out_index, persistent=False)  # (n,)
             self.register_buffer("in_index", in_index, persistent=False)  # (n,)
             self.register_buffer("values", values, persistent=False)  # (n,)
@@ -66,7 +70,7 @@ class SpectralCorrection(nn.Module):
             raise ValueError(f"unknown correction kind {kind!r}; expected 'identity' or 'svd'")
 
     # -- construction -------------------------------------------------------------------------------
-    def _identity_entries(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _identity_entries(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         diagonal = min(self.block_out, self.in_features)
         outs, ins, vals = [], [], []
         for role, lam in self.scales.items():
@@ -75,10 +79,10 @@ class SpectralCorrection(nn.Module):
             rows = self.layout.block_rows(role, self.out_features)  # (block_out,) logical order
             outs.append(rows[:diagonal])
             ins.append(torch.arange(diagonal))
-            vals.append(torch.full((diagonal,), lam))
+            vals.append(torch.full((diagonal,), lam, dtype=dtype))
         if not outs:
             empty = torch.zeros(0, dtype=torch.long)
-            return empty, empty.clone(), torch.zeros(0)
+            return empty, empty.clone(), torch.zeros(0, dtype=dtype)
         return torch.cat(outs), torch.cat(ins), torch.cat(vals)
 
     def _svd_matrix(self, weight: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 import torch
 
-# A singular value at or below this fraction of sigma_max (times the matrix size) counts as zero.
-_RELATIVE_ZERO = torch.finfo(torch.float64).eps
 
 
 @dataclass(frozen=True)
@@ -17,7 +15,8 @@ class Spectrum:
     """Extreme singular values of a matrix and its condition number kappa = sigma_max / sigma_min.
 
     ``sigma_min`` is the min(rows, cols)-th singular value. ``singular`` is True when it is numerically
-    zero (then ``kappa`` is ``inf``).
+    zero: at most eps * max(rows, cols) * sigma_max, with eps of the matrix's own dtype (float32 weights
+    carry float32 rounding even though the SVD runs in float64). Then ``kappa`` is ``inf``.
     """
 
     sigma_min: float
@@ -33,7 +32,8 @@ def spectrum(matrix: torch.Tensor) -> Spectrum:
     values = torch.linalg.svdvals(matrix.detach().to(torch.float64))  # (min(rows, cols),) descending
     sigma_max = float(values[0]) if values.numel() else 0.0
     sigma_min = float(values[-1]) if values.numel() else 0.0
-    singular = sigma_min <= _RELATIVE_ZERO * max(matrix.shape) * sigma_max or sigma_max == 0.0
+    eps = torch.finfo(matrix.dtype if matrix.is_floating_point() else torch.float64).eps
+    singular = sigma_min <= eps * max(matrix.shape) * sigma_max or sigma_max == 0.0
     kappa = float("inf") if singular else sigma_max / sigma_min
     return Spectrum(sigma_min=sigma_min, sigma_max=sigma_max, kappa=kappa, singular=singular)
 
@@ -63,7 +63,9 @@ def svd_correction(matrix: torch.Tensor) -> torch.Tensor:
 
 
 def svd_corrected_kappa(sigma_max: float, sigma_min: float) -> float:
-    """Theorem 3.5's value of kappa(W + C): 2 sigma_max / (sigma_max + sigma_min)."""
+    """Theorem 3.5's value of kappa(W + C): 2 sigma_max / (sigma_max + sigma_min); inf for W = 0 (C = 0)."""
+    if sigma_max == 0.0:
+        return float("inf")
     return 2.0 * sigma_max / (sigma_max + sigma_min)
 
 

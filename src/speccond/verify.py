@@ -49,9 +49,13 @@ class _Block:
     """The rows of one role in one attachment of the probe copy."""
 
     attachment: Attachment
-    role: str
+    name: str  # qualified name of the parameter in the user's model
+    role: str  # the role this block plays in the attention (q, k or v)
     rows: torch.Tensor  # (block_out,) output-axis indices, heads in order
     heads: int
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.attachment.correction.layout.describe()})"
 
     def head_rows(self, head: int) -> torch.Tensor:
         width = self.rows.numel() // self.heads
@@ -160,28 +164,33 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
         twin = probe_found[(relative, item.param_name)]
         names.append(item.qualified_name)
         layout = twin.correction.layout
-        for role in layout.roles:
-            rows = layout.block_rows(role, twin.correction.out_features)
-            blocks[role] = _Block(twin, role, rows, layout.num_heads)
+        for stored_role, acts_as in zip(layout.roles, twin.correction.acts_as):
+            rows = layout.block_rows(stored_role, twin.correction.out_features)
+            blocks[acts_as] = _Block(twin, item.qualified_name, acts_as, rows, layout.num_heads)
     result = VerifiedAttention(path, names)
     args, kwargs = _to_double(args), _to_double(kwargs)
     run = lambda: _first_tensor(probe(*args, **kwargs))  # noqa: E731
     with torch.no_grad():
-        _check_correction_takes_effect(probe_found.values(), run, result)
+        _check_correction_takes_effect(probe_found.values(), names, run, result)
+        skip = next((b.attachment.correction.probe_skip for b in blocks.values() if b.attachment.correction.probe_skip), "")
+        if skip:
+            result.skipped.append(f"role and head signatures: {skip}")
+            return result
         _zero_qk_biases(blocks, result)
         _check_values_are_linear(blocks, run, result)
         _check_head_pairing(blocks, run, result)
     return result
 
 
-def _check_correction_takes_effect(found: Iterator[Attachment], run, result: VerifiedAttention) -> None:
+def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str], run, result: VerifiedAttention) -> None:
     for item in found:
         reference = run()
         with _correction_zeroed(item):
             without = run()
         if _same(reference, without):
+            name = next((n for n in names if n.endswith(item.qualified_name)), item.qualified_name)
             raise VerificationError(
-                f"{item.qualified_name}: the correction does not change the attention output; the module "
+                f"{name}: the correction does not change the attention output; the module "
                 f"probably reads the weight directly past the {item.backend} backend: use backend='weight'"
             )
     result.checks.append("correction takes effect")
@@ -198,7 +207,7 @@ def _check_values_are_linear(blocks: dict[str, _Block], run, result: VerifiedAtt
         change = (outputs[1] - outputs[0]).abs().max()
         curvature = (outputs[2] - 2 * outputs[1] + outputs[0]).abs().max()
         affine = bool(curvature <= 1e-7 * (change + 1e-12))
-        where = f"{block.attachment.qualified_name} rows declared as {role} ({block.attachment.correction.layout.describe()})"
+        where = f"rows of {block.describe()} expected to act as {role}"
         if role == "v" and (not affine or change <= 1e-9):
             raise VerificationError(
                 f"{where}: the output is not linear in them, so they are not the values; check the layout's "
@@ -244,8 +253,8 @@ def _check_head_pairing(blocks: dict[str, _Block], run, result: VerifiedAttentio
         paired = run()
         if _same(paired, baseline) or not _same(crossed, baseline):
             raise VerificationError(
-                f"{q.attachment.qualified_name}: q rows of head {head} do not pair with k rows of head {head} "
-                f"(layout {q.attachment.correction.layout.describe()}); check num_heads and arrangement"
+                f"{q.describe()}: q rows of head {head} do not pair with the k rows of head {head} in "
+                f"{k.describe()}; check num_heads and arrangement"
             )
         if "v" in blocks:
             _check_value_head(blocks["v"], saved["v"], head, other, run, zero_qk, lambda h: (restore(q, h), restore(k, h)))
@@ -267,8 +276,8 @@ def _check_value_head(v: _Block, saved_v: torch.Tensor, head: int, other: int, r
         attended = run()
         if _same(attended, uniform) == should_change:
             raise VerificationError(
-                f"{v.attachment.qualified_name}: v rows of head {values_head} do not belong to head "
-                f"{values_head} (layout {v.attachment.correction.layout.describe()}); check num_heads and arrangement"
+                f"{v.describe()}: v rows of head {values_head} do not belong to head {values_head}; "
+                "check num_heads and arrangement"
             )
     _set_effective_rows(v.attachment, v.rows, saved_v)
 
@@ -312,7 +321,7 @@ def _zero_qk_biases(blocks: dict[str, _Block], result: VerifiedAttention) -> Non
         block = blocks[role]
         bias = _bias_rows(block)
         if bias is None:
-            result.skipped.append(f"no {role} bias found on {block.attachment.qualified_name}; assumed none")
+            result.skipped.append(f"no {role} bias found on {block.name}; assumed none")
             continue
         bias.zero_()
 

@@ -1,7 +1,9 @@
 """Finding the q, k, v projections of a model: declared layouts first, then adapters in order.
 
 The first adapter whose ``matches`` accepts a module wins. A parameter is claimed once: a declared
-layout for it takes precedence over any adapter.
+layout for it takes precedence over any adapter. Adapters match on class paths (strings) and
+attributes, so neither timm nor transformers is imported here. A module that looks like attention but
+that nothing claims is reported by :func:`unrecognised_attention`.
 """
 from __future__ import annotations
 
@@ -11,15 +13,48 @@ from typing import Sequence
 from torch import nn
 from torch.nn.utils import parametrize
 
-from speccond.adapters.base import Adapter, ProjectionSpec, class_path
-from speccond.adapters.timm_attention import TimmAttentionAdapter
+from speccond.adapters.base import Adapter, ProjectionSpec, is_conv1d
+from speccond.adapters.hf_gpt2 import HFGPT2AttentionAdapter
+from speccond.adapters.hf_separate_qkv import HF_BERT, HF_DISTILBERT, HF_QKV_PROJ
+from speccond.adapters.timm_attention import TIMM_ATTENTION
+from speccond.adapters.timm_attention_pool import TimmAttentionPoolAdapter
+from speccond.adapters.timm_davit import TIMM_DAVIT_CHANNEL, TIMM_DAVIT_CHANNEL_V2, TIMM_DAVIT_WINDOW
+from speccond.adapters.timm_swin import TIMM_SWIN
+from speccond.adapters.timm_xcit import TIMM_XCA, TimmClassAttnAdapter
 from speccond.adapters.torch_mha import TorchMultiheadAttentionAdapter
+from speccond.adapters.unrecognised import UnrecognisedAttention, find_unrecognised, unrecognised_message
 from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
 
-ADAPTERS: tuple[Adapter, ...] = (TorchMultiheadAttentionAdapter(), TimmAttentionAdapter())
+# First match wins. The timm and transformers entries match disjoint class paths; the transformers
+# entries also require their q/k/v attribute names, so their order does not matter either.
+ADAPTERS: tuple[Adapter, ...] = (
+    TorchMultiheadAttentionAdapter(),
+    TIMM_ATTENTION,
+    TIMM_SWIN,
+    TIMM_DAVIT_WINDOW,
+    TIMM_DAVIT_CHANNEL,
+    TIMM_DAVIT_CHANNEL_V2,
+    TIMM_XCA,
+    TimmClassAttnAdapter(),
+    TimmAttentionPoolAdapter(),
+    HF_BERT,
+    HF_DISTILBERT,
+    HF_QKV_PROJ,
+    HFGPT2AttentionAdapter(),
+)
 
-__all__ = ["ADAPTERS", "Adapter", "ProjectionSite", "ProjectionSpec", "attention_modules", "find_projections"]
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "ProjectionSite",
+    "ProjectionSpec",
+    "UnrecognisedAttention",
+    "attention_modules",
+    "find_projections",
+    "unrecognised_attention",
+    "unrecognised_message",
+]
 
 
 @dataclass(frozen=True)
@@ -31,7 +66,7 @@ class ProjectionSite:
         module_name: path of the module holding the parameter.
         module: that module.
         param_name: the parameter's attribute name.
-        layout, activation_ok, notes: as in :class:`ProjectionSpec`.
+        layout, activation_ok, notes, acts_as, probe_skip: as in :class:`ProjectionSpec`.
         source: the adapter's name, or "declared".
     """
 
@@ -43,6 +78,8 @@ class ProjectionSite:
     activation_ok: bool
     notes: tuple[str, ...]
     source: str
+    acts_as: str = ""
+    probe_skip: str = ""
 
     @property
     def qualified_name(self) -> str:
@@ -83,7 +120,7 @@ def find_projections(
                 continue  # a bias the pattern also matched: biases are never corrected
             activation_ok = param_name == "weight" and (
                 (isinstance(module, nn.Linear) and layout.storage == "out_in")
-                or (_is_conv1d(module) and layout.storage == "in_out")
+                or (is_conv1d(module) and layout.storage == "in_out")
             )
             sites.append(ProjectionSite("", module_name, module, param_name, layout, activation_ok, (), "declared"))
             claimed.add((id(module), param_name))
@@ -97,10 +134,37 @@ def find_projections(
             sites.append(
                 ProjectionSite(
                     attention_name, owner_name, owner, spec.param_name, spec.layout, spec.activation_ok,
-                    spec.notes, adapter.name,
+                    spec.notes, adapter.name, spec.acts_as, spec.probe_skip,
                 )
             )
     return sites
+
+
+def unrecognised_attention(
+    model: nn.Module,
+    config: SpectralConfig,
+    sites: Sequence[ProjectionSite] = (),
+    adapters: Sequence[Adapter] = ADAPTERS,
+) -> list[UnrecognisedAttention]:
+    """Modules that look like attention, that ``config`` selects, and whose q/k/v-like projections no
+    adapter, no declared layout and none of ``sites`` claims (see speccond.adapters.unrecognised).
+
+    Recognition does not depend on targets/exclude: a module an adapter knows is never reported, and a
+    module that targets/exclude leave out is not reported either.
+    """
+    claimed = {(id(site.module), site.param_name) for site in sites}
+    recognised = set()
+    for _, attention, adapter in attention_modules(model, adapters):
+        recognised.add(id(attention))
+        for spec in adapter.projections(attention):
+            owner = attention.get_submodule(spec.owner) if spec.owner else attention
+            claimed.add((id(owner), spec.param_name))
+    for module_name, module in model.named_modules():
+        for param_name in _direct_tensor_names(module):
+            qualified = f"{module_name}.{param_name}" if module_name else param_name
+            if config.declared_layout(qualified) is not None:
+                claimed.add((id(module), param_name))
+    return find_unrecognised(model, claimed, recognised, lambda *names: _selected(config, *names))
 
 
 def _selected(config: SpectralConfig, *names: str) -> bool:
@@ -114,8 +178,3 @@ def _direct_tensor_names(module: nn.Module) -> list[str]:
     if parametrize.is_parametrized(module):
         names += [n for n in module.parametrizations.keys() if n not in names]
     return names
-
-
-def _is_conv1d(module: nn.Module) -> bool:
-    """transformers' Conv1D (GPT-2): y = x @ W + b with W stored (in, out)."""
-    return class_path(module).endswith(".Conv1D") and hasattr(module, "nf")

@@ -11,6 +11,11 @@ from torch import nn
 
 from speccond.layout import ProjectionLayout
 
+QK_NORM_NOTE = (
+    "q/k normalisation after the projection (qk_norm) rescales each head's q and k, so part of the "
+    "Q/K correction is cancelled; V is unaffected"
+)
+
 
 @dataclass(frozen=True)
 class ProjectionSpec:
@@ -24,6 +29,9 @@ class ProjectionSpec:
             activation backend can add x C^T to its output. False when the attention reads the weight
             directly (nn.MultiheadAttention, F.linear(x, self.qkv.weight)).
         notes: caveats to report (for example q/k normalisation that cancels part of the correction).
+        acts_as: the paper's role (q, k or v) each block plays in the attention, in block order, when it
+            differs from the module's own names ("" = same as ``layout.roles``). Used by ``verify``.
+        probe_skip: why ``verify`` cannot read attention signatures off this module's output ("" = it can).
     """
 
     owner: str
@@ -31,6 +39,8 @@ class ProjectionSpec:
     layout: ProjectionLayout
     activation_ok: bool
     notes: tuple[str, ...] = field(default_factory=tuple)
+    acts_as: str = ""
+    probe_skip: str = ""
 
 
 class Adapter(Protocol):
@@ -51,3 +61,8 @@ def class_path(module: nn.Module) -> str:
     if getattr(cls, "__name__", "").startswith("Parametrized") and len(cls.__bases__) == 1:
         cls = cls.__bases__[0]
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def is_conv1d(module: object) -> bool:
+    """transformers' Conv1D (GPT-2): y = x @ W + b with W stored (in, out)."""
+    return isinstance(module, nn.Module) and class_path(module).endswith(".Conv1D") and hasattr(module, "nf")

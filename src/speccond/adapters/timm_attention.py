@@ -1,34 +1,57 @@
-"""timm's ``Attention`` (ViT, DeiT and the many models built on timm.layers.Attention).
+"""timm attention modules with one fused ``qkv`` nn.Linear, and the ViT/DeiT ``Attention``.
 
-``qkv`` is an nn.Linear of shape (3 * num_heads * head_dim, dim), blocks q, k, v, heads contiguous inside
-each block, (out, in). timm calls ``self.qkv(x)``, so both backends apply.
+All of them store ``qkv.weight`` as (3 * A, D), (out, in): blocks q, k, v along the output axis, heads
+contiguous inside each block (their forward does ``self.qkv(x).reshape(B, N, 3, H, A // H)``), and call
+``self.qkv(x)`` as a module, so both backends apply. A (the attention width) may differ from D: the
+blocks are then rectangular and C = lam * I_k is the rectangular identity of each (A, D) block.
+
+One adapter class serves every such module; the families (ViT/DeiT here, Swin, DaViT, XCiT in their
+own files) differ only in the class path, the attribute holding the head count, and caveats to report.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
-from speccond.adapters.base import ProjectionSpec, class_path
+from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path
 from speccond.layout import ProjectionLayout
 
-QK_NORM_NOTE = (
-    "q/k normalisation after the projection (qk_norm) rescales each head's q and k, so part of the "
-    "Q/K correction is cancelled; V is unaffected"
-)
 
+@dataclass(frozen=True)
+class TimmFusedQkvAdapter:
+    """A timm module whose ``qkv`` Linear holds q, k, v blocked, heads contiguous, (out, in).
 
-class TimmAttentionAdapter:
-    name = "timm Attention"
+    Attributes:
+        name: shown in reports and errors.
+        class_paths: ``module.Class`` paths this adapter claims (seen through parametrization swaps).
+        heads_attr: the module attribute holding the head count ("num_heads"; DaViT V2 uses "groups").
+        notes: caveats reported and warned for every projection of this family.
+        acts_as: the paper's roles of timm's q, k, v blocks when they differ (DaViT v1 channel attention).
+    """
+
+    name: str
+    class_paths: tuple[str, ...]
+    heads_attr: str = "num_heads"
+    notes: tuple[str, ...] = ()
+    acts_as: str = ""
 
     def matches(self, module: nn.Module) -> bool:
+        heads = getattr(module, self.heads_attr, None)
         return (
-            class_path(module) == "timm.layers.attention.Attention"
+            class_path(module) in self.class_paths
             and isinstance(getattr(module, "qkv", None), nn.Linear)
-            and isinstance(getattr(module, "num_heads", None), int)
+            and isinstance(heads, int)
+            and not isinstance(heads, bool)
         )
 
     def projections(self, module: nn.Module) -> list[ProjectionSpec]:
-        layout = ProjectionLayout(roles="qkv", num_heads=module.num_heads)
-        notes = ()
+        layout = ProjectionLayout(roles="qkv", num_heads=getattr(module, self.heads_attr))
+        notes = self.notes
         if not isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity):
-            notes = (QK_NORM_NOTE,)
-        return [ProjectionSpec("qkv", "weight", layout, activation_ok=True, notes=notes)]
+            notes = notes + (QK_NORM_NOTE,)
+        return [ProjectionSpec("qkv", "weight", layout, activation_ok=True, notes=notes, acts_as=self.acts_as)]
+
+
+# timm.layers.Attention: ViT, DeiT and the many models built on it (``qk_norm`` is reported).
+TIMM_ATTENTION = TimmFusedQkvAdapter("timm Attention", ("timm.layers.attention.Attention",))

@@ -1,0 +1,36 @@
+"""timm ``AttentionPoolLatent``: the attention-pooling head of ViTs built with ``global_pool="map"``.
+
+A learned latent query attends over the tokens. ``q`` is nn.Linear(latent_dim, embed_dim) applied to
+the latent (nn.Identity when built with ``q_proj=False``: then there is no q weight to correct), and
+``kv`` is nn.Linear(embed_dim, 2 * embed_dim): blocks k, v, heads contiguous
+(``reshape(B, N, 2, H, dh)``). Both are (out, in) and called as modules: both backends apply.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.layout import ProjectionLayout
+
+
+PROBE_SKIP = "the module's output passes through its own MLP, so output signatures cannot isolate the attention"
+
+
+class TimmAttentionPoolAdapter:
+    name = "timm AttentionPoolLatent"
+
+    def matches(self, module: nn.Module) -> bool:
+        return (
+            class_path(module) == "timm.layers.attention_pool.AttentionPoolLatent"
+            and isinstance(getattr(module, "kv", None), nn.Linear)
+            and isinstance(getattr(module, "num_heads", None), int)
+        )
+
+    def projections(self, module: nn.Module) -> list[ProjectionSpec]:
+        heads = module.num_heads
+        notes = () if isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity) else (QK_NORM_NOTE,)
+        specs = []
+        if isinstance(module.q, nn.Linear):
+            specs.append(ProjectionSpec("q", "weight", ProjectionLayout("q", heads), activation_ok=True, notes=notes, probe_skip=PROBE_SKIP))
+        specs.append(ProjectionSpec("kv", "weight", ProjectionLayout("kv", heads), activation_ok=True, notes=notes, probe_skip=PROBE_SKIP))
+        return specs

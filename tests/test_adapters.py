@@ -1,0 +1,430 @@
+"""Issue 3 acceptance: every architecture of the paper (and the wider ecosystem) in one call.
+
+Table-driven over tiny real models built from config (tests/adapter_models.py): timm ViT, DeiT, Swin,
+XCiT, DaViT and a ViT with attention pooling; Hugging Face BERT, Nystromformer, RoBERTa, ViT,
+DistilBERT and GPT-2; nn.TransformerEncoder. Each case lists by hand the projection weights the adapters
+must find and their layouts. Equivalences are checked in float64 (see the ``float64_default`` fixture).
+"""
+from __future__ import annotations
+
+import copy
+import re
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import speccond
+from tests.adapter_models import CASE_IDS, CASES, case
+from tests.conftest import assert_close
+from tests.models import Case, expected_identity, plain_at
+
+LAM = {"q": 10.0, "k": 10.0, "v": 10.0}
+pytestmark = pytest.mark.usefixtures("float64_default")
+ACTIVATION_CASES = [c for c in CASES if c.activation_ok]
+WEIGHT_ONLY_CASES = [c for c in CASES if not c.activation_ok]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models gain nothing from threads. With 2 threads on this 2-core machine, every parallel op
+    waits for a busy core: a float64 depthwise conv (DaViT, XCiT) was seen to take 0.25 s, against 0.2 ms
+    with one thread, and this file ran 10x slower."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _config(case: Case, **fields) -> speccond.SpectralConfig:
+    return speccond.SpectralConfig(**{**case.config, **fields})
+
+
+def _build(case: Case, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return case.build().eval()
+
+
+def _inputs(case: Case) -> tuple:
+    torch.manual_seed(1)
+    return case.inputs()
+
+
+def _stored(model: nn.Module, case: Case) -> dict[str, torch.Tensor]:
+    return {name: model.get_parameter(name).detach().clone() for name in case.params}
+
+
+def _reference(model: nn.Module, case: Case) -> nn.Module:
+    """A plain copy of ``model`` with every listed weight set to W + C by hand."""
+    weights = _stored(model, case)
+    return plain_at(model, {n: w + expected_identity(w, case.params[n], LAM) for n, w in weights.items()})
+
+
+def _skip_refused(case: Case, backend: str) -> None:
+    if backend == "activation" and not case.activation_ok:
+        pytest.skip("activation backend refused for this module (tested below)")
+
+
+def _quiet_apply(model: nn.Module, config: speccond.SpectralConfig) -> speccond.SpectralReport:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # notes (XCiT) are tested on their own below
+        return speccond.apply(model, config)
+
+
+def _run(model: nn.Module, inputs: tuple) -> torch.Tensor:
+    with torch.no_grad():
+        return model(*inputs)
+
+
+# 1. all lam = 0 ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_all_lam_zero_leaves_outputs_bit_for_bit(case):
+    model, inputs = _build(case), _inputs(case)
+    expected = _run(model, inputs)
+    report = speccond.apply(model, _config(case, lam=0.0))
+    assert len(report) == 0 and not speccond.is_conditioned(model)
+    assert torch.equal(_run(model, inputs), expected)
+
+
+# 2. found where expected, W + C per block, and the same function as a plain model at W + C ----------------
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_adapters_find_exactly_the_listed_projections_and_add_lam_identity_per_block(case, backend):
+    _skip_refused(case, backend)
+    model = _build(case)
+    before = _stored(model, case)
+    report = _quiet_apply(model, _config(case, backend=backend))
+    found = {a.qualified_name: a for a in speccond.backends.attachments(model)}
+    assert set(found) == set(case.params)  # nothing missed, nothing extra (output projections stay plain)
+    assert len(report) == sum(len(layout.roles) for layout in case.params.values())
+    for name, layout in case.params.items():
+        correction = found[name].correction
+        assert (correction.layout.roles, correction.layout.storage) == (layout.roles, layout.storage), name
+        assert correction.layout.num_heads == layout.num_heads, name
+        eff = found[name].effective_weight().detach()
+        assert torch.equal(eff - before[name], expected_identity(before[name], layout, LAM)), name
+
+
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_output_equals_plain_model_evaluated_at_w_plus_c(case, backend):
+    _skip_refused(case, backend)
+    model, inputs = _build(case), _inputs(case)
+    reference = _reference(model, case)
+    _quiet_apply(model, _config(case, backend=backend))
+    assert_close(_run(model, inputs), _run(reference, inputs))
+
+
+def test_swin_window_attention_by_hand_with_rectangular_blocks():
+    """attn_dim = 2 heads x 16 = 32 while dim = 24: each q/k/v block is (32, 24) and gets 10 * eye(32, 24)."""
+    from timm.models.swin_transformer import WindowAttention
+
+    torch.manual_seed(0)
+    attn = WindowAttention(dim=24, num_heads=2, head_dim=16, window_size=2).eval()
+    x = torch.randn(3, 4, 24)  # (B * windows, N, D)
+    w, b = attn.qkv.weight.detach().clone(), attn.qkv.bias.detach()  # (96, 24), (96,)
+    speccond.apply(attn, speccond.SpectralConfig(lam=10.0))
+
+    w_eff = w + torch.cat([10.0 * torch.eye(32, 24)] * 3)  # (96, 24)
+    q, k, v = (x @ w_eff.T + b).reshape(3, 4, 3, 2, 16).permute(2, 0, 3, 1, 4)  # each (B, H, N, dh)
+    logits = q @ k.transpose(-2, -1) * 16**-0.5 + attn._get_rel_pos_bias()  # (B, H, N, N)
+    expected = attn.proj((logits.softmax(-1) @ v).transpose(1, 2).reshape(3, 4, 32))  # (B, N, D)
+    assert_close(_run(attn, (x,)), expected)
+
+
+def test_xcit_xca_by_hand():
+    """Channel attention: per head q, k are (dh, N), L2-normalised over tokens, logits times temperature."""
+    from timm.models.xcit import XCA
+
+    torch.manual_seed(0)
+    attn = XCA(dim=32, num_heads=4, qkv_bias=True).eval()
+    with torch.no_grad():
+        attn.temperature.copy_(torch.linspace(0.5, 2.0, 4).view(4, 1, 1))
+    x = torch.randn(2, 9, 32)  # (B, N, D)
+    w, b = attn.qkv.weight.detach().clone(), attn.qkv.bias.detach()
+    with pytest.warns(UserWarning, match="XCA L2-normalises"):
+        speccond.apply(attn, speccond.SpectralConfig(lam=10.0))
+
+    w_eff = w + torch.cat([10.0 * torch.eye(32)] * 3)  # (96, 32)
+    q, k, v = (x @ w_eff.T + b).reshape(2, 9, 3, 4, 8).permute(2, 0, 3, 4, 1)  # each (B, H, dh, N)
+    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    probs = (q @ k.transpose(-2, -1) * attn.temperature).softmax(-1)  # (B, H, dh, dh)
+    expected = attn.proj((probs @ v).permute(0, 3, 1, 2).reshape(2, 9, 32))  # (B, N, D)
+    assert_close(_run(attn, (x,)), expected)
+
+
+def test_davit_channel_attention_by_hand():
+    """DaViT v1 mixes q with softmax(k^T v): timm's q block is the one being mixed (PAPER.md's V role)."""
+    from timm.models.davit import ChannelAttention
+
+    torch.manual_seed(0)
+    attn = ChannelAttention(dim=16, num_heads=2, qkv_bias=True).eval()
+    x = torch.randn(2, 5, 16)  # (B, N, D)
+    w, b = attn.qkv.weight.detach().clone(), attn.qkv.bias.detach()
+    speccond.apply(attn, speccond.SpectralConfig(lam=10.0, lam_k=3.0, lam_v=0.0))
+
+    w_eff = w + torch.cat([10.0 * torch.eye(16), 3.0 * torch.eye(16), torch.zeros(16, 16)])  # (48, 16)
+    q, k, v = (x @ w_eff.T + b).reshape(2, 5, 3, 2, 8).permute(2, 0, 3, 1, 4)  # each (B, H, N, dh)
+    probs = ((k * 8**-0.5).transpose(-1, -2) @ v).softmax(-1)  # (B, H, dh, dh)
+    mixed = (probs @ q.transpose(-1, -2)).transpose(-1, -2)  # (B, H, N, dh)
+    expected = attn.proj(mixed.transpose(1, 2).reshape(2, 5, 16))
+    assert_close(_run(attn, (x,)), expected)
+
+
+def test_gpt2_cross_attention_by_hand():
+    """Cross-attention GPT2Attention: q_attn (D, D) is q, c_attn (D, 2D) holds k | v, both Conv1D (in, out)."""
+    import transformers
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    config = transformers.GPT2Config(n_embd=16, n_head=2, attn_pdrop=0.0, resid_pdrop=0.0)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    attn = GPT2Attention(config, is_cross_attention=True, layer_idx=0).eval()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)  # (B, N, D), (B, M, D)
+    wq, bq = attn.q_attn.weight.detach().clone(), attn.q_attn.bias.detach()  # (16, 16)
+    wkv, bkv = attn.c_attn.weight.detach().clone(), attn.c_attn.bias.detach()  # (16, 32) = (in, out)
+    report = speccond.apply(attn, speccond.SpectralConfig(lam=10.0, lam_k=2.5))
+    assert [(r.module, r.role) for r in report] == [("c_attn", "k"), ("c_attn", "v"), ("q_attn", "q")]
+
+    q = x @ (wq + 10.0 * torch.eye(16)) + bq  # (B, N, D)
+    k, v = (memory @ (wkv + torch.cat([2.5 * torch.eye(16), 10.0 * torch.eye(16)], dim=1)) + bkv).split(16, -1)
+    heads = lambda t: t.reshape(2, -1, 2, 8).transpose(1, 2)  # noqa: E731  (B, H, *, dh)
+    probs = (heads(q) @ heads(k).transpose(-2, -1) * 8**-0.5).softmax(-1)  # (B, H, N, M)
+    expected = attn.c_proj((probs @ heads(v)).transpose(1, 2).reshape(2, 3, 16))
+    with torch.no_grad():
+        assert_close(attn(x, encoder_hidden_states=memory)[0], expected)
+
+
+# 3. preserve ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_preserve_leaves_outputs_unchanged_at_attach_time(case, backend):
+    _skip_refused(case, backend)
+    model, inputs = _build(case), _inputs(case)
+    expected = _run(model, inputs)
+    _quiet_apply(model, _config(case, init="preserve", backend=backend))
+    assert_close(_run(model, inputs), expected)  # (W - C) + C: equal up to an ulp of lam
+
+
+# 4. remove ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_remove_merge_keeps_outputs_and_unmerge_restores_weights(case, backend):
+    _skip_refused(case, backend)
+    model, inputs = _build(case), _inputs(case)
+    weights = _stored(model, case)
+    classes = [type(m) for m in model.modules()]
+    keys = set(model.state_dict())
+    _quiet_apply(model, _config(case, backend=backend))
+    conditioned = _run(model, inputs)
+
+    merged = speccond.remove(copy.deepcopy(model), merge=True)
+    assert [type(m) for m in merged.modules()] == classes and set(merged.state_dict()) == keys
+    assert_close(_run(merged, inputs), conditioned)
+
+    speccond.remove(model, merge=False)
+    assert [type(m) for m in model.modules()] == classes
+    assert all(torch.equal(model.get_parameter(n), w) for n, w in weights.items())
+
+
+# 5. parameters and gradients --------------------------------------------------------------------------------
+def _grads(model: nn.Module, inputs: tuple, names: dict[int, str]) -> dict[str, torch.Tensor | None]:
+    """Gradient of each parameter, keyed by its name in the vanilla model."""
+    model.zero_grad(set_to_none=True)
+    model(*inputs).square().mean().backward()
+    return {names[id(p)]: p.grad for p in model.parameters()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_parameter_count_unchanged_and_every_parameter_gets_a_gradient(case):
+    """The HF wrappers feed the pooler into the output, so every parameter of every case is reached."""
+    model, inputs = _build(case), _inputs(case)
+    names = {id(p): n for n, p in model.named_parameters()}
+    count = sum(p.numel() for p in model.parameters())
+    _quiet_apply(model, _config(case))
+
+    assert sum(p.numel() for p in model.parameters()) == count
+    assert {id(p) for p in model.parameters()} == set(names)  # the same Parameter objects
+    assert all(not b.requires_grad for b in model.buffers())
+    grads = _grads(model, inputs, names)
+    assert [n for n, g in grads.items() if g is None] == []
+    assert all(torch.isfinite(g).all() for g in grads.values()), case.name
+
+
+# 6. state_dict round trip ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("correction", ["identity", "svd"])
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_state_dict_reloads_into_a_freshly_conditioned_model(case, backend, correction):
+    _skip_refused(case, backend)
+    config = _config(case, backend=backend, correction=correction)
+    trained = _build(case)
+    _quiet_apply(trained, config)
+    optimizer = torch.optim.SGD(trained.parameters(), lr=0.1)
+    trained(*_inputs(case)).square().mean().backward()
+    optimizer.step()  # the weights move, so a freshly computed SVD correction would differ from the saved one
+    fresh = _build(case, seed=123)
+    _quiet_apply(fresh, config)
+    fresh.load_state_dict(trained.state_dict())
+    inputs = _inputs(case)
+    assert torch.equal(_run(fresh, inputs), _run(trained, inputs))
+
+
+# 7. backends ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ACTIVATION_CASES, ids=[c.name for c in ACTIVATION_CASES])
+def test_weight_and_activation_backends_agree_on_outputs_and_gradients(case):
+    inputs = _inputs(case)
+    outputs, grads = {}, {}
+    for backend in ("weight", "activation"):
+        model = _build(case)
+        names = {id(p): n for n, p in model.named_parameters()}
+        _quiet_apply(model, _config(case, backend=backend))
+        outputs[backend] = _run(model, inputs)
+        grads[backend] = _grads(model, inputs, names)
+    assert_close(outputs["activation"], outputs["weight"])
+    assert grads["weight"].keys() == grads["activation"].keys()
+    for name, grad in grads["weight"].items():
+        if grad is None:
+            assert grads["activation"][name] is None, name
+        else:
+            assert_close(grads["activation"][name], grad)
+
+
+@pytest.mark.parametrize("case", WEIGHT_ONLY_CASES, ids=[c.name for c in WEIGHT_ONLY_CASES])
+def test_activation_backend_is_refused_where_the_weight_is_read_directly(case):
+    model = _build(case)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"read directly.*backend='weight'"):
+        speccond.apply(model, _config(case, backend="activation"))
+    assert not speccond.is_conditioned(model)
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+# notes ------------------------------------------------------------------------------------------------------
+def test_xcit_normalisation_is_reported_and_warned_only_for_xca():
+    model = _build(case("timm-xcit"))
+    expected = r"blocks\.0\.attn\.qkv\.weight: XCA L2-normalises.*magnitude of the Q/K correction"
+    with pytest.warns(UserWarning, match=expected):
+        report = speccond.apply(model, speccond.SpectralConfig())
+    noted = {row.module for row in report if row.notes}
+    assert noted == {"blocks.0.attn.qkv"}  # ClassAttn has no normalisation
+    assert "note: XCA L2-normalises" in str(report)
+
+
+# 8. unrecognised attention -----------------------------------------------------------------------------------
+class HandWrittenAttention(nn.Module):
+    """A user's attention no adapter knows: fused to_qkv (blocks q, k, v, heads contiguous)."""
+
+    def __init__(self, dim: int = 16, num_heads: int = 4) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.to_qkv = nn.Linear(dim, 3 * dim)
+        self.to_out = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.to_qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, N, dh)
+        return self.to_out(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, d))
+
+
+class SeparateProjections(nn.Module):
+    """No "Attention" in the class name, but q, k, v Linears: still looks like attention."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.wq, self.wk, self.wv = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(self.wq(x), self.wk(x), self.wv(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, attn: nn.Module) -> None:
+        super().__init__()
+        self.attn, self.mlp = attn, nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(x)
+        return x + self.mlp(x)
+
+
+def _declaration(message: str) -> speccond.SpectralConfig:
+    """Evaluate the ``SpectralConfig(layouts={...})`` the error message shows, exactly as printed."""
+    text = re.search(r"SpectralConfig\(layouts=\{.*?\n\s*\}\)", message, re.S).group(0)
+    return eval(text, {"SpectralConfig": speccond.SpectralConfig, "ProjectionLayout": speccond.ProjectionLayout})
+
+
+def test_unrecognised_attention_is_named_and_the_declaration_shown_conditions_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(Layer(HandWrittenAttention()), Layer(HandWrittenAttention()))
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError) as error:
+        speccond.apply(model, speccond.SpectralConfig())
+    message = str(error.value)
+    assert "0.attn (tests.test_adapters.HandWrittenAttention): 0.attn.to_qkv.weight (48, 16)" in message
+    assert "1.attn (tests.test_adapters.HandWrittenAttention)" in message
+    assert r'r"^\d+\.attn\.to_qkv\.weight$": ProjectionLayout(roles="qkv", num_heads=4),' in message
+    assert r'exclude=[r"^\d+\.attn$"]' in message
+    assert not speccond.is_conditioned(model)  # raised before anything was attached
+
+    config = _declaration(message)
+    weights = {f"{i}.attn.to_qkv.weight": model[i].attn.to_qkv.weight.detach().clone() for i in range(2)}
+    layout = speccond.ProjectionLayout("qkv", 4)
+    reference = plain_at(model, {n: w + expected_identity(w, layout, LAM) for n, w in weights.items()})
+    report = speccond.apply(model, config)
+    assert {row.module for row in report} == {"0.attn.to_qkv", "1.attn.to_qkv"}
+    assert_close(_run(model, (x,)), _run(reference, (x,)))
+
+
+def test_unrecognised_separate_projections_without_attention_in_the_class_name():
+    model = Layer(SeparateProjections())
+    with pytest.raises(ValueError, match=r"(?s)attn \(tests.test_adapters.SeparateProjections\).*"
+                       r'"\^attn\\.wq\\.weight\$": ProjectionLayout\(roles="q", num_heads=1\),  # set num_heads'):
+        speccond.apply(model, speccond.SpectralConfig())
+
+
+def test_excluded_unrecognised_attention_is_not_an_error():
+    model = nn.ModuleDict({"vit": _build(case("timm-vit")), "extra": HandWrittenAttention()})
+    with pytest.raises(ValueError, match=r"extra \(tests.test_adapters.HandWrittenAttention\)"):
+        speccond.apply(model, speccond.SpectralConfig())
+    report = speccond.apply(model, speccond.SpectralConfig(exclude=r"^extra$"))
+    assert {row.module for row in report} == {f"vit.blocks.{i}.attn.qkv" for i in range(2)}
+    assert not hasattr(model["extra"].to_qkv, "parametrizations")
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)), id="mlp"),
+    pytest.param(lambda: nn.ModuleDict({"value": nn.Linear(8, 1), "policy": nn.Linear(8, 4)}), id="value-head"),
+])
+def test_modules_that_do_not_look_like_attention_are_not_flagged(model):
+    from speccond.adapters import unrecognised_attention
+
+    assert unrecognised_attention(model(), speccond.SpectralConfig()) == []
+
+
+def test_containers_of_recognised_attention_are_not_flagged():
+    """HF BertAttention holds BertSelfAttention + output; timm Block holds .attn: neither is flagged."""
+    from speccond.adapters import find_projections, unrecognised_attention
+
+    for name in ("hf-bert", "timm-swin", "hf-gpt2"):
+        model, config = _build(case(name)), speccond.SpectralConfig()
+        assert unrecognised_attention(model, config, find_projections(model, config)) == [], name
+
+
+# 8. verify ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_verify_passes_on_every_architecture(case, backend):
+    """The probe confirms each adapter's layout against what the module computes (mis-declared layouts
+    failing it: tests/test_verify.py)."""
+    _skip_refused(case, backend)
+    model = _build(case)
+    _quiet_apply(model, _config(case, backend=backend))
+    results = speccond.verify(model, *_inputs(case))
+    assert {name for r in results for name in r.parameters} == set(case.params)
+    for result in results:
+        assert "correction takes effect" in result.checks
+        if not any("signatures" in s for s in result.skipped):
+            assert "values linear, queries and keys not" in result.checks, result
