@@ -1,0 +1,15 @@
+"""Diagnostics: see the conditioning the paper talks about.
+
+    from speccond import diagnostics as dx
+    dx.projection_spectra(model)          # sigma_min, sigma_max, kappa of W_Q, W_K, W_V per layer/head
+    dx.attention_entropy(model, inputs)   # mean attention entropy per layer and head, vs log(N)
+    tracker = dx.Tracker(model, probe, every=200, path="run/metrics.jsonl")
+
+Every function returns Records: rows that print as a table and save as JSON. Only torch is imported.
+"""
+from speccond.diagnostics.entropy import attention_entropy
+from speccond.diagnostics.records import Records
+from speccond.diagnostics.spectra import projection_spectra
+from speccond.diagnostics.tracker import Tracker, read_metrics
+
+__all__ = ["Records", "Tracker", "attention_entropy", "projection_spectra", "read_metrics"]

@@ -1,0 +1,35 @@
+"""Attention entropy per layer and head: H = -sum_j p_ij log p_ij, averaged over queries and the batch.
+
+log(N) is the entropy of uniform attention; values near 0 mean one-hot attention, the collapse that
+sigmaReparam guards against and the risk of lam = 10 at initialisation (PAPER.md section 3).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from speccond.diagnostics.heads import head_cases, layer_count
+from speccond.diagnostics.records import Records
+
+
+def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
+    """Rows: layer, head, entropy (mean nats over queries and batch), min_entropy, log_n."""
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    rows = []
+    for layer in range(layer_count(model)):
+        for head, case in enumerate(head_cases(model, inputs, layer)):
+            with torch.no_grad():
+                probs = case.double().probabilities()  # (B, N, N)
+            entropy = -(probs * probs.clamp_min(1e-300).log()).sum(-1)  # (B, N)
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "entropy": float(entropy.mean()),
+                    "min_entropy": float(entropy.min()),
+                    "log_n": math.log(probs.shape[-1]),
+                }
+            )
+    return Records(rows, "attention entropy (nats)")

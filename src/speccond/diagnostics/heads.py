@@ -1,0 +1,256 @@
+"""One head of a real attention layer, as the model computes it, rebuilt from its captured input.
+
+For layer ``l`` and head ``h`` this captures the attention module's real input X with a forward pre-hook,
+slices that head's effective weights W_Q, W_K, W_V (paper layout (D, dh), so q = X W_Q + b_Q) and
+biases, and records the module's own scale, q/k normalisation, mask and causality. ``HeadCase`` then
+recomputes the head with an explicit softmax (fused kernels break forward-mode AD), which the entropy
+and Jacobian diagnostics differentiate. Supported: softmax attention over tokens (timm Attention,
+nn.MultiheadAttention self-attention, transformers BERT/RoBERTa/ViT/DistilBERT-style and GPT-2).
+Channel attention (XCiT XCA, DaViT), windowed attention with position bias (Swin) and Nystromformer
+are refused with a clear error.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from speccond.layers import AttentionLayer, Projection, attention_layers
+
+
+@dataclass
+class HeadCase:
+    """Everything needed to recompute one head: A(X) = softmax(scale * q k^T + bias) v."""
+
+    x: torch.Tensor  # (B, N, D) the attention module's input
+    w_q: torch.Tensor  # (D, dh) effective weights, paper layout
+    w_k: torch.Tensor
+    w_v: torch.Tensor
+    b_q: Optional[torch.Tensor]  # (dh,)
+    b_k: Optional[torch.Tensor]
+    b_v: Optional[torch.Tensor]
+    scale: float
+    q_norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None  # per-head normalisation of q
+    k_norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+    logit_bias: Optional[torch.Tensor] = None  # broadcastable to (B, N, N): additive mask
+    causal: bool = False
+
+    def logits(self, x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
+        q = _affine(x, w_q, self.b_q)  # (B, N, dh)
+        k = _affine(x, w_k, self.b_k)  # (B, N, dh)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        scores = self.scale * q @ k.transpose(-2, -1)  # (B, N, N)
+        if self.logit_bias is not None:
+            scores = scores + self.logit_bias
+        if self.causal:
+            n = scores.shape[-1]
+            future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)  # (N, N)
+            scores = scores.masked_fill(future, float("-inf"))
+        return scores
+
+    def probabilities(self, x: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The attention matrix P = softmax(logits): (B, N, N), explicit softmax."""
+        x = self.x if x is None else x
+        return torch.softmax(self.logits(x, self.w_q, self.w_k), dim=-1)
+
+    def output(self, x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
+        """A(X) = P (X W_V + b_V): (B, N, dh), differentiable in x and the weights."""
+        probs = torch.softmax(self.logits(x, w_q, w_k), dim=-1)  # (B, N, N)
+        return probs @ _affine(x, w_v, self.b_v)
+
+    def double(self) -> "HeadCase":
+        cast = lambda t: None if t is None else t.double()  # noqa: E731
+        return HeadCase(
+            cast(self.x), cast(self.w_q), cast(self.w_k), cast(self.w_v), cast(self.b_q), cast(self.b_k),
+            cast(self.b_v), self.scale, _double_norm(self.q_norm), _double_norm(self.k_norm),
+            cast(self.logit_bias), self.causal,
+        )
+
+
+def _affine(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+    out = x @ w  # (B, N, dh)
+    return out if b is None else out + b
+
+
+def _double_norm(norm):
+    if norm is None or not isinstance(norm, nn.Module):
+        return norm
+    import copy
+
+    return copy.deepcopy(norm).double()
+
+
+# -- building a HeadCase from a real model ------------------------------------------------------------------
+def head_cases(model: nn.Module, inputs: tuple, layer: int, heads: Optional[list[int]] = None) -> list[HeadCase]:
+    """HeadCases of ``layer`` for ``heads`` (default all) on the probe batch ``inputs``."""
+    layers = attention_layers(model)
+    if not 0 <= layer < len(layers):
+        raise ValueError(f"layer must be in [0, {len(layers)}): the model has {len(layers)} attention layers")
+    target = layers[layer]
+    form = _form_of(target)
+    args, kwargs = capture_input(model, target.module, inputs)
+    x, bias, causal = form(target.module, args, kwargs)
+    q_proj, q_role = target.block("q")
+    k_proj, k_role = target.block("k")
+    v_proj, v_role = target.block("v")
+    count = q_proj.layout.num_heads
+    cases = []
+    for head in range(count) if heads is None else heads:
+        if not 0 <= head < count:
+            raise ValueError(f"head must be in [0, {count}) for layer {layer} ({target.name}), got {head}")
+        w_q, b_q = _head_weight(q_proj, q_role, head)
+        w_k, b_k = _head_weight(k_proj, k_role, head)
+        w_v, b_v = _head_weight(v_proj, v_role, head)
+        q_norm, k_norm = _qk_norms(target.module)
+        cases.append(HeadCase(x, w_q, w_k, w_v, b_q, b_k, b_v, _scale(target.module, w_q.shape[1]), q_norm, k_norm, bias, causal))
+    return cases
+
+
+def layer_count(model: nn.Module) -> int:
+    return len(attention_layers(model))
+
+
+def capture_input(model: nn.Module, module: nn.Module, inputs: tuple) -> tuple[tuple, dict]:
+    """The args and kwargs ``module`` is called with when ``model(*inputs)`` runs (eval, no grad)."""
+    captured: list[tuple[tuple, dict]] = []
+
+    def hook(_module, args, kwargs):
+        if not captured:
+            captured.append((args, kwargs))
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        handle.remove()
+        model.train(was_training)
+    if not captured:
+        raise ValueError("the probe input never reached this attention layer; pass an input the model runs on")
+    return captured[0]
+
+
+def _head_weight(projection: Projection, role: str, head: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    rows = projection.rows(role, head)
+    weight = projection.effective()[rows].t().contiguous()  # (D, dh) paper layout
+    bias = projection_bias(projection)
+    return weight, (None if bias is None else bias[rows].detach().clone())
+
+
+def projection_bias(projection: Projection) -> Optional[torch.Tensor]:
+    """The bias vector over the projection's output features, or None."""
+    module, name = projection.module, projection.param_name
+    out_features = projection.layout.out_in(getattr(module, name)).shape[0]
+    bias = getattr(module, name.replace("weight", "bias"), None)
+    if isinstance(bias, torch.Tensor) and bias.numel() == out_features:
+        return bias.detach()
+    shared = getattr(module, "in_proj_bias", None)  # nn.MultiheadAttention with separate q/k/v weights
+    if isinstance(shared, torch.Tensor) and shared.numel() == 3 * out_features:
+        role = projection.layout.roles[0]
+        start = "qkv".index(role) * out_features
+        return shared.detach()[start : start + out_features]
+    return None
+
+
+def _qk_norms(module: nn.Module):
+    q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+    if isinstance(q_norm, nn.Module) and not isinstance(q_norm, nn.Identity):
+        return q_norm, k_norm
+    return None, None
+
+
+def _scale(module: nn.Module, head_dim: int) -> float:
+    for name in ("scale", "scaling"):
+        value = getattr(module, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    if getattr(module, "scale_attn_weights", True) is False:  # GPT-2 option
+        return 1.0
+    return 1.0 / math.sqrt(head_dim)
+
+
+# -- per-family input forms -------------------------------------------------------------------------------
+Form = Callable[[nn.Module, tuple, dict], tuple[torch.Tensor, Optional[torch.Tensor], bool]]
+
+
+def _first(args: tuple, kwargs: dict, *names: str) -> Any:
+    if args:
+        return args[0]
+    for name in names:
+        if kwargs.get(name) is not None:
+            return kwargs[name]
+    raise ValueError(f"could not find the attention input among the captured arguments ({', '.join(names)})")
+
+
+def _additive(mask: Any) -> Optional[torch.Tensor]:
+    """An attention mask as an additive bias broadcastable to (B, N, N)."""
+    if mask is None:
+        return None
+    if mask.dim() == 4:  # (B, 1, N or 1, N): one mask shared by the heads
+        if mask.shape[1] != 1:
+            raise ValueError(f"per-head attention masks are not supported, got shape {tuple(mask.shape)}")
+        mask = mask[:, 0]
+    if mask.dtype == torch.bool:  # True = attend
+        return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    return mask.detach().float()
+
+
+def _timm_form(module, args, kwargs):
+    if kwargs.get("attn_mask") is not None or kwargs.get("is_causal"):
+        raise ValueError("attention masks of timm Attention are not supported by the head diagnostics")
+    return _first(args, kwargs, "x").detach(), None, False
+
+
+def _mha_form(module, args, kwargs):
+    query = _first(args, kwargs, "query")
+    key = args[1] if len(args) > 1 else kwargs.get("key")
+    value = args[2] if len(args) > 2 else kwargs.get("value")
+    if not (torch.equal(query, key) and torch.equal(query, value)):
+        raise ValueError("head diagnostics of nn.MultiheadAttention need self-attention (query = key = value)")
+    if any(kwargs.get(k) is not None for k in ("key_padding_mask", "attn_mask")) or kwargs.get("is_causal"):
+        raise ValueError("masks of nn.MultiheadAttention are not supported by the head diagnostics")
+    x = query.detach()
+    return (x if module.batch_first else x.transpose(0, 1)), None, False  # (B, N, D)
+
+
+def _hf_form(module, args, kwargs):
+    if kwargs.get("encoder_hidden_states") is not None:
+        raise ValueError("head diagnostics of cross-attention are not supported")
+    x = _first(args, kwargs, "hidden_states").detach()
+    return x, _additive(kwargs.get("attention_mask")), bool(getattr(module, "is_causal", False))
+
+
+def _gpt2_form(module, args, kwargs):
+    if getattr(module, "is_cross_attention", False):
+        raise ValueError("head diagnostics of GPT-2 cross-attention are not supported")
+    if getattr(module, "scale_attn_by_inverse_layer_idx", False):
+        raise ValueError("GPT-2 scale_attn_by_inverse_layer_idx is not supported by the head diagnostics")
+    return _first(args, kwargs, "hidden_states").detach(), _additive(kwargs.get("attention_mask")), True
+
+
+_FORMS: dict[str, Form] = {
+    "timm Attention": _timm_form,
+    "torch.nn.MultiheadAttention": _mha_form,
+    "transformers query/key/value (BERT style)": _hf_form,
+    "transformers q_lin/k_lin/v_lin (DistilBERT)": _hf_form,
+    "transformers q_proj/k_proj/v_proj": _hf_form,
+    "transformers GPT-2 c_attn (Conv1D, in-out)": _gpt2_form,
+}
+_UNSUPPORTED_CLASSES = ("Nystromformer",)
+
+
+def _form_of(layer: AttentionLayer) -> Form:
+    form = _FORMS.get(layer.adapter_name)
+    if form is None or any(c in type(layer.module).__name__ for c in _UNSUPPORTED_CLASSES):
+        supported = ", ".join(_FORMS)
+        raise ValueError(
+            f"layer {layer.index} ({layer.name}, {layer.adapter_name}) is not plain softmax attention over tokens "
+            f"that the head diagnostics can rebuild; supported: {supported}. projection_spectra works for it."
+        )
+    return form

@@ -1,0 +1,88 @@
+"""Tracker: conditioning diagnostics over training, appended to metrics.jsonl as they are taken.
+
+    tracker = speccond.diagnostics.Tracker(model, probe, every=200, path=run_dir / "metrics.jsonl")
+    for step in range(steps):
+        ...
+        tracker.step(step)
+
+Each measurement appends one JSON line per row, tagged with ``step`` and ``kind`` ("spectra",
+"entropy", and "jacobian" when ``jacobian_heads`` is given). Projection spectra are per projection
+(whole q, k, v blocks) to keep it cheap; entropy is per head on the probe batch.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from torch import nn
+
+from speccond.diagnostics.entropy import attention_entropy
+from speccond.diagnostics.records import Records, _jsonable
+from speccond.diagnostics.spectra import projection_spectra
+
+log = logging.getLogger(__name__)
+
+
+class Tracker:
+    """Measures ``model`` on a fixed ``probe`` batch every ``every`` steps and appends rows to ``path``.
+
+    Args:
+        model: the model being trained (conditioned or not).
+        probe: a tuple of model inputs (a small fixed batch).
+        every: measure when ``step % every == 0``.
+        path: the metrics.jsonl to append to (created with its folder if missing).
+        entropy: also measure attention entropy (needs a model the head diagnostics support).
+        extra: optional callables (model, probe) -> Records to run at the same times, e.g. a Jacobian.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        probe: tuple,
+        every: int = 200,
+        path: str | Path = "metrics.jsonl",
+        entropy: bool = True,
+        extra: Sequence[Callable[[nn.Module, tuple], Records]] = (),
+    ) -> None:
+        if every < 1:
+            raise ValueError(f"Tracker.every must be >= 1, got {every}")
+        self.model = model
+        self.probe = probe if isinstance(probe, tuple) else (probe,)
+        self.every = every
+        self.path = Path(path)
+        self.entropy = entropy
+        self.extra = tuple(extra)
+
+    def step(self, step: int) -> Optional[list[dict]]:
+        """Measure and append when ``step`` is due; return the rows written (None when not due)."""
+        if step % self.every:
+            return None
+        return self.measure(step)
+
+    def measure(self, step: int) -> list[dict]:
+        rows = [dict(row, kind="spectra") for row in projection_spectra(self.model, per_head=False)]
+        if self.entropy:
+            rows += [dict(row, kind="entropy") for row in attention_entropy(self.model, self.probe)]
+        for measure in self.extra:
+            rows += [dict(row, kind=measure.__name__) for row in measure(self.model, self.probe)]
+        rows = [dict(row, step=step) for row in rows]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            for row in rows:
+                handle.write(json.dumps(_jsonable(row)) + "\n")
+        log.debug("tracked %d rows at step %d", len(rows), step)
+        return rows
+
+
+def read_metrics(path: str | Path, kind: Optional[str] = None) -> list[dict]:
+    """Rows of a metrics.jsonl, optionally only those of one ``kind``; "inf" strings become floats."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if kind is None or row.get("kind") == kind:
+            rows.append({k: (float(v) if v in ("inf", "-inf", "nan") else v) for k, v in row.items()})
+    return rows

@@ -1,0 +1,99 @@
+"""Attention layers of a model and their q, k, v projections, conditioned or not.
+
+``layer`` numbers the attention modules in the order the adapters find them (module order). Each
+projection can read its stored weight W and its effective weight W + C (equal when not conditioned)
+as (out, in) matrices, and the rows of each role and head.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import nn
+
+from speccond.adapters import attention_modules, find_projections
+from speccond.backends import Attachment, attachments
+from speccond.config import SpectralConfig
+from speccond.layout import ProjectionLayout
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One projection parameter of an attention layer."""
+
+    qualified_name: str
+    module: nn.Module
+    param_name: str
+    layout: ProjectionLayout
+    acts_as: str  # the paper's role of each block, in block order
+    attachment: Optional[Attachment]  # None when not conditioned
+
+    def stored(self) -> torch.Tensor:
+        """W as (out, in), detached."""
+        weight = self.attachment.stored_weight() if self.attachment else getattr(self.module, self.param_name)
+        return self.layout.out_in(weight.detach())
+
+    def effective(self) -> torch.Tensor:
+        """W + C as (out, in), detached (W when not conditioned)."""
+        weight = self.attachment.effective_weight() if self.attachment else getattr(self.module, self.param_name)
+        return self.layout.out_in(weight.detach())
+
+    def rows(self, role: str, head: Optional[int] = None) -> torch.Tensor:
+        """Output-axis indices of block ``role`` (the module's name for it), of one head if given."""
+        out_features = self.layout.out_in(getattr(self.module, self.param_name)).shape[0]
+        rows = self.layout.block_rows(role, out_features)
+        if head is None:
+            return rows
+        width = rows.numel() // self.layout.num_heads
+        return rows[head * width : (head + 1) * width]
+
+
+@dataclass
+class AttentionLayer:
+    index: int
+    name: str
+    module: nn.Module
+    adapter_name: str
+    projections: list[Projection] = field(default_factory=list)
+
+    def block(self, role: str) -> tuple[Projection, str]:
+        """The projection holding the block that acts as ``role`` in the attention, and its stored name."""
+        for projection in self.projections:
+            for stored_role, acts_as in zip(projection.layout.roles, projection.acts_as):
+                if acts_as == role:
+                    return projection, stored_role
+        raise ValueError(f"attention layer {self.index} ({self.name}) has no {role} projection")
+
+
+def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) -> list[AttentionLayer]:
+    """Every attention layer with its projections; attached corrections are used when present.
+
+    ``config`` supplies declared layouts for modules no adapter knows (only its ``layouts``,
+    ``targets`` and ``exclude`` matter here).
+    """
+    config = config or SpectralConfig(lam=0.0)
+    found = {(a.module_name, a.param_name): a for a in attachments(model)}
+    layers = [AttentionLayer(i, name, module, adapter.name) for i, (name, module, adapter) in enumerate(attention_modules(model))]
+    by_name = {layer.name: layer for layer in layers}
+    for site in find_projections(model, config):
+        attachment = found.get((site.module_name, site.param_name))
+        acts_as = attachment.correction.acts_as if attachment else (site.acts_as or site.layout.roles)
+        projection = Projection(site.qualified_name, site.module, site.param_name, site.layout, acts_as, attachment)
+        owner = by_name.get(site.attention_name) or _declared_layer(layers, by_name, site.module_name, model)
+        owner.projections.append(projection)
+    order = {name: position for position, (name, _) in enumerate(model.named_modules())}
+    kept = sorted((layer for layer in layers if layer.projections), key=lambda layer: order[layer.name])
+    for index, layer in enumerate(kept):
+        layer.index = index
+    return kept
+
+
+def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: str, model: nn.Module) -> AttentionLayer:
+    """A declared projection belongs to its parent module (the user's attention)."""
+    parent = module_name.rpartition(".")[0]
+    if parent not in by_name:
+        layer = AttentionLayer(len(layers), parent, model.get_submodule(parent), "declared")
+        layers.append(layer)
+        by_name[parent] = layer
+    return by_name[parent]

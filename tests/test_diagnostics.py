@@ -1,0 +1,149 @@
+"""Diagnostics (issue 4): projection spectra, attention entropy, the tracker."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import speccond
+from speccond import diagnostics as dx
+from speccond.diagnostics.heads import head_cases
+from tests.models import timm_vit, transformer_encoder
+
+
+def _vit() -> nn.Module:
+    torch.manual_seed(0)
+    return timm_vit().eval()
+
+
+def _images() -> torch.Tensor:
+    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+# spectra ------------------------------------------------------------------------------------------------
+def test_projection_spectra_match_svd_of_each_block_and_head():
+    model = _vit()
+    rows = dx.projection_spectra(model)
+    qkv = model.blocks[1].attn.qkv.weight.detach().double()  # (3 * 64, 64): q, k, v blocks
+    for role, start in (("q", 0), ("k", 64), ("v", 128)):
+        whole = rows.where(layer=1, projection=role, head=None)[0]
+        s = torch.linalg.svdvals(qkv[start : start + 64])
+        assert math.isclose(whole["kappa"], float(s[0] / s[-1]), rel_tol=1e-9)
+        head2 = rows.where(layer=1, projection=role, head=2)[0]
+        s2 = torch.linalg.svdvals(qkv[start + 32 : start + 48])  # head 2: rows 32..48 of the block
+        assert math.isclose(head2["sigma_min"], float(s2[-1]), rel_tol=1e-9)
+    assert len(rows) == 2 * 3 * (1 + 4)  # layers x (q, k, v) x (whole + 4 heads)
+
+
+@pytest.mark.parametrize("correction", ["identity", "svd"])
+def test_spectra_of_a_conditioned_vit_at_init(correction):
+    """Issue 4, item 4: kappa of W_Q, W_K, W_V drops with lam = 10 and is <= 2 with the SVD correction."""
+    model = _vit()
+    plain = dx.projection_spectra(model)
+    speccond.apply(model, speccond.SpectralConfig(correction=correction))
+    conditioned = dx.projection_spectra(model)
+    for before, after in zip(plain, conditioned):
+        assert math.isclose(after["kappa_w"], before["kappa"], rel_tol=1e-9)  # the stored W is untouched
+        assert after["kappa"] < before["kappa"]
+        if correction == "svd" and after["head"] is not None:
+            assert after["kappa"] <= 2 + 1e-6
+        if correction == "identity":
+            assert after["kappa"] < 1.2  # Weyl: (10 + 0.35) / (10 - 0.35) at this init
+
+
+def test_records_print_and_save(tmp_path):
+    rows = dx.projection_spectra(_vit(), per_head=False)
+    text = str(rows)
+    assert "kappa" in text.splitlines()[1] and "blocks.0.attn" in text
+    rows.save(tmp_path / "spectra.json")
+    loaded = json.loads((tmp_path / "spectra.json").read_text())
+    assert len(loaded) == 6 and loaded[0]["projection"] == "q"
+
+
+# entropy ------------------------------------------------------------------------------------------------
+def test_head_probabilities_equal_the_models_own_attention_timm():
+    model = _vit()
+    attn = model.blocks[0].attn
+    attn.fused_attn = False  # timm's explicit path exposes the probabilities to a hook on attn_drop
+    seen = {}
+    handle = attn.attn_drop.register_forward_hook(lambda _m, _a, out: seen.setdefault("probs", out))
+    images = _images()
+    with torch.no_grad():
+        model(images)
+    handle.remove()
+    for head, case in enumerate(head_cases(model, (images,), layer=0)):
+        torch.testing.assert_close(case.probabilities(), seen["probs"][:, head], rtol=1e-5, atol=1e-6)
+
+
+def test_head_probabilities_equal_the_models_own_attention_mha():
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    speccond.apply(mha, speccond.SpectralConfig(lam=3.0))
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        _, weights = mha(x, x, x, need_weights=True, average_attn_weights=False)  # (B, H, N, N)
+    for head, case in enumerate(head_cases(mha, (x, x, x), layer=0)):
+        torch.testing.assert_close(case.probabilities(), weights[:, head], rtol=1e-5, atol=1e-6)
+
+
+def test_head_probabilities_equal_the_models_own_attention_bert():
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        attn_implementation="eager",
+    )
+    model = BertModel(config).eval()
+    ids = torch.randint(0, 50, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0  # padding: the additive mask must reach the head diagnostics
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask, output_attentions=True).attentions[0]  # (B, H, N, N)
+    for head, case in enumerate(head_cases(model, (ids, mask), layer=0)):
+        torch.testing.assert_close(case.probabilities(), expected[:, head], rtol=1e-5, atol=1e-6)
+
+
+def test_lam_ten_collapses_attention_entropy_at_init():
+    """PAPER.md section 3b: with LayerNorm'd inputs and lam = 10, attention starts nearly one-hot."""
+    images = _images()
+    baseline = dx.attention_entropy(_vit(), (images,))
+    model = _vit()
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+    conditioned = dx.attention_entropy(model, (images,))
+    assert all(r["entropy"] > 0.95 * r["log_n"] for r in baseline)
+    assert all(r["entropy"] < 0.5 for r in conditioned)
+    assert len(conditioned) == 2 * 4 and conditioned[0]["log_n"] == pytest.approx(math.log(17))
+
+
+def test_entropy_refuses_channel_attention_with_a_clear_error():
+    import timm
+
+    model = timm.create_model(
+        "xcit_nano_12_p8_224", pretrained=False, img_size=32, embed_dim=32, depth=1, num_heads=4, cls_attn_layers=1
+    )
+    with pytest.raises(ValueError, match=r"not plain softmax attention.*projection_spectra works"):
+        dx.attention_entropy(model, (_images(),))
+
+
+# tracker ------------------------------------------------------------------------------------------------
+def test_tracker_appends_rows_when_due(tmp_path):
+    model = transformer_encoder().eval()
+    speccond.apply(model, speccond.SpectralConfig())
+    probe = (torch.randn(2, 6, 32),)
+    tracker = dx.Tracker(model, probe, every=5, path=tmp_path / "run" / "metrics.jsonl")
+    written = [tracker.step(step) for step in range(11)]
+    assert [step for step, rows in enumerate(written) if rows is not None] == [0, 5, 10]
+    spectra = dx.read_metrics(tmp_path / "run" / "metrics.jsonl", kind="spectra")
+    entropy = dx.read_metrics(tmp_path / "run" / "metrics.jsonl", kind="entropy")
+    assert len(spectra) == 3 * 2 * 3 and len(entropy) == 3 * 2 * 4  # steps x layers x (q,k,v) / heads
+    assert {r["step"] for r in spectra} == {0, 5, 10}
+    assert all(r["kappa"] < 2 for r in spectra)
+
+
+def test_tracker_rejects_a_bad_interval():
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        dx.Tracker(nn.Linear(2, 2), (torch.zeros(1, 2),), every=0)
