@@ -147,3 +147,42 @@ def test_tracker_appends_rows_when_due(tmp_path):
 def test_tracker_rejects_a_bad_interval():
     with pytest.raises(ValueError, match="every must be >= 1"):
         dx.Tracker(nn.Linear(2, 2), (torch.zeros(1, 2),), every=0)
+
+
+# plot ---------------------------------------------------------------------------------------------------
+def _tracked_run(run_dir, lam: float, steps: int = 4) -> None:
+    model = _vit().train()
+    if lam:
+        speccond.apply(model, speccond.SpectralConfig(lam=lam))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tracker = dx.Tracker(model, (_images(),), every=2, path=run_dir / "metrics.jsonl")
+    generator = torch.Generator().manual_seed(0)
+    for step in range(steps + 1):
+        tracker.step(step)
+        images, labels = torch.randn(4, 3, 32, 32, generator=generator), torch.randint(0, 5, (4,), generator=generator)
+        loss = nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def test_plot_writes_readable_pngs_from_tracked_runs(tmp_path):
+    from PIL import Image
+
+    from speccond.diagnostics.plot import plot_runs
+
+    _tracked_run(tmp_path / "baseline", lam=0.0)
+    _tracked_run(tmp_path / "spectral", lam=10.0)
+    written = plot_runs([tmp_path / "baseline", tmp_path / "spectral"], tmp_path / "plots")
+    assert {p.name for p in written} == {"projection_conditioning.png", "attention_entropy.png"}
+    for path in written:
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.width >= 600 and image.height >= 400
+            assert len(image.convert("L").getcolors(maxcolors=65536)) > 20  # not a blank canvas
+
+
+def test_plot_refuses_a_folder_without_metrics(tmp_path):
+    from speccond.diagnostics.plot import plot_runs
+
+    with pytest.raises(ValueError, match="no metrics.jsonl"):
+        plot_runs([tmp_path], tmp_path / "plots")
