@@ -1,4 +1,4 @@
-"""Command line: ``speccond demo`` (more commands come with the harness)."""
+"""Command line: ``speccond demo | inspect | plot``."""
 from __future__ import annotations
 
 import argparse
@@ -9,18 +9,68 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="speccond", description="Spectral conditioning of attention.")
     commands = parser.add_subparsers(dest="command", required=True)
+
     demo = commands.add_parser("demo", help="condition a real timm ViT and print what changed")
     demo.add_argument("--lam", type=float, default=10.0, help="scale of the identity correction (default 10)")
     demo.add_argument("--correction", choices=("identity", "svd"), default="identity")
     demo.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from speccond.demo import run_demo
 
-        started = time.perf_counter()
-        run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
-        print(f"\ndone in {time.perf_counter() - started:.1f} s")
+    inspect = commands.add_parser("inspect", help="per-layer conditioning table of a named model")
+    inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download)")
+    inspect.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
+    inspect.add_argument("--plain", action="store_true", help="do not condition; inspect the model as built")
+    inspect.add_argument("--lam", type=float, default=10.0)
+    inspect.add_argument("--correction", choices=("identity", "svd"), default="identity")
+    inspect.add_argument("--checkpoint", help="a safetensors state_dict to load after conditioning")
+    inspect.add_argument("--per-head", action="store_true", help="one row per head as well")
+    inspect.add_argument("--entropy", action="store_true", help="attention entropy on a random probe batch")
+    inspect.add_argument("--json", help="also write the rows to this JSON file")
+
+    plot = commands.add_parser("plot", help="conditioning figures from tracked runs")
+    plot.add_argument("runs", nargs="+", help="run directories holding metrics.jsonl")
+    plot.add_argument("--out", default="plots", help="folder for the PNGs (default ./plots)")
+
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        if args.command == "demo":
+            from speccond.demo import run_demo
+
+            run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
+        elif args.command == "inspect":
+            _inspect(args)
+        elif args.command == "plot":
+            from speccond.diagnostics.plot import plot_runs
+
+            for path in plot_runs(args.runs, args.out):
+                print(path)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        print(f"speccond {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    print(f"\ndone in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    import speccond
+    from speccond import diagnostics as dx
+    from speccond.models import build_named_model, example_inputs, parse_overrides
+
+    model = build_named_model(args.model, parse_overrides(args.set))
+    if not args.plain:
+        report = speccond.apply(model, speccond.SpectralConfig(lam=args.lam, correction=args.correction))
+        print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
+    if args.checkpoint:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(args.checkpoint))
+    rows = dx.projection_spectra(model, per_head=args.per_head)
+    print(rows)
+    if args.entropy:
+        print()
+        print(dx.attention_entropy(model, example_inputs(model)))
+    if args.json:
+        rows.save(args.json)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
                     "layer": layer,
                     "head": head,
                     "entropy": float(entropy.mean()),
-                    "min_entropy": float(entropy.min()),
+                    "min_entropy": float(entropy.min()) + 0.0,  # -0.0 for one-hot rows prints as -0
                     "log_n": math.log(probs.shape[-1]),
                 }
             )

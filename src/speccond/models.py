@@ -1,0 +1,61 @@
+"""Building named models from config (never downloading weights), for the command line.
+
+``timm:<name>`` builds ``timm.create_model(name, pretrained=False, **overrides)``; ``hf:<model_type>``
+builds ``transformers.AutoModel.from_config(AutoConfig.for_model(model_type, **overrides))``.
+Overrides are ``key=value`` strings parsed as Python literals when they look like one.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict:
+    """["img_size=32", "depth=2"] -> {"img_size": 32, "depth": 2}."""
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected key=value, got {pair!r}")
+        try:
+            overrides[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[key] = value
+    return overrides
+
+
+def build_named_model(name: str, overrides: dict) -> nn.Module:
+    """A model from ``timm:<name>`` or ``hf:<model_type>``, randomly initialised, in eval mode."""
+    family, sep, model_name = name.partition(":")
+    if not sep or family not in ("timm", "hf"):
+        raise ValueError(f"model names look like timm:vit_tiny_patch16_224 or hf:bert, got {name!r}")
+    if family == "timm":
+        import timm
+
+        return timm.create_model(model_name, pretrained=False, **overrides).eval()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoConfig, AutoModel
+
+    return AutoModel.from_config(AutoConfig.for_model(model_name, **overrides)).eval()
+
+
+def example_inputs(model: nn.Module, batch: int = 2, seed: int = 0) -> tuple:
+    """A random input batch the model accepts: images for vision models, token ids for text models."""
+    generator = torch.Generator().manual_seed(seed)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "vocab_size") and not hasattr(config, "image_size"):
+        length = min(getattr(config, "max_position_embeddings", 128), 32)
+        return (torch.randint(0, config.vocab_size, (batch, length), generator=generator),)
+    if config is not None and hasattr(config, "image_size"):
+        size = config.image_size
+        channels = getattr(config, "num_channels", 3)
+    else:
+        cfg = getattr(model, "pretrained_cfg", {}) or {}
+        channels, *size = cfg.get("input_size", (3, 224, 224))
+        size = getattr(getattr(model, "patch_embed", None), "img_size", size)
+    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    return (torch.randn(batch, channels, height, width, generator=generator),)

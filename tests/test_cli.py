@@ -1,0 +1,38 @@
+"""The command line: inspect and plot on real models and tracked runs; errors exit 2 with a message."""
+from __future__ import annotations
+
+import json
+
+from speccond.cli import main
+from tests.test_diagnostics import _tracked_run
+
+VIT = ["timm:vit_tiny_patch16_224", "--set", "img_size=32", "--set", "patch_size=8", "--set", "depth=2"]
+
+
+def test_inspect_conditions_and_prints_the_table(tmp_path, capsys):
+    assert main(["inspect", *VIT, "--entropy", "--json", str(tmp_path / "rows.json")]) == 0
+    out = capsys.readouterr().out
+    assert "conditioned 6 projection blocks (identity, lam=10)" in out
+    assert "blocks.1.attn" in out and "attention entropy" in out
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == 6 and all(r["kappa"] < 1.2 and r["kappa_w"] > 10 for r in rows)
+
+
+def test_inspect_plain_hf_model(capsys):
+    args = ["inspect", "hf:bert", "--plain", "--set", "num_hidden_layers=1", "--set", "hidden_size=32",
+            "--set", "num_attention_heads=4", "--set", "intermediate_size=32"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "encoder.layer.0.attention.self" in out and "False" in out
+
+
+def test_inspect_bad_name_is_a_clear_error(capsys):
+    assert main(["inspect", "vit_tiny"]) == 2
+    assert "model names look like timm:" in capsys.readouterr().err
+
+
+def test_plot_command_writes_pngs(tmp_path, capsys):
+    _tracked_run(tmp_path / "baseline", lam=0.0, steps=2)
+    assert main(["plot", str(tmp_path / "baseline"), "--out", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "projection_conditioning.png").is_file()
+    assert main(["plot", str(tmp_path / "missing")]) == 2
