@@ -186,3 +186,79 @@ def test_plot_refuses_a_folder_without_metrics(tmp_path):
 
     with pytest.raises(ValueError, match="no metrics.jsonl"):
         plot_runs([tmp_path], tmp_path / "plots")
+
+
+# Jacobian and Theorem 3.4 on real models ------------------------------------------------------------------
+def test_rebuilt_head_output_equals_the_models_own_head_output():
+    model = _vit()
+    attn = model.blocks[1].attn
+    seen = {}
+    handle = attn.proj.register_forward_hook(lambda _m, args, _out: seen.setdefault("heads", args[0]))
+    images = _images()
+    with torch.no_grad():
+        model(images)
+    handle.remove()
+    for head, case in enumerate(head_cases(model, (images,), layer=1)):
+        expected = seen["heads"][..., head * 16 : (head + 1) * 16]  # (B, N, dh): head h's slice before proj
+        torch.testing.assert_close(case.output(case.x, case.w_q, case.w_k, case.w_v), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.usefixtures("float64_default")
+def test_attention_jacobian_matches_jacrev_through_the_timm_module():
+    """dx.attention_jacobian's exact J has the singular values of the model's own head, differentiated by
+    jacrev through timm's Attention with the head's rows of qkv.weight as the variables."""
+    import copy
+
+    from torch.func import functional_call, jacrev
+
+    model = timm_vit().eval()
+    model.blocks[0].attn.fused_attn = False
+    images = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3)).double()
+    with pytest.warns(UserWarning, match="Theorem 3.8"):  # lam <= 2 warns; small keeps attention unsaturated
+        speccond.apply(model, speccond.SpectralConfig(lam=0.5))
+    measured = dx.attention_jacobian(model, (images,), layer=0, head=1, method="exact")[0]
+
+    attn = copy.deepcopy(model.blocks[0].attn)
+    speccond.remove(attn, merge=True)
+    attn.proj = nn.Identity()  # expose the heads' outputs, (B, N, H * dh)
+    captured = {}
+    hook = model.blocks[0].attn.register_forward_pre_hook(lambda _m, args: captured.setdefault("x", args[0]))
+    with torch.no_grad():
+        model(images)
+    hook.remove()
+    weight = attn.qkv.weight.detach()  # (3 * 64, 64) = W + C
+    rows = [torch.arange(start + 16, start + 32) for start in (0, 64, 128)]  # head 1 of q, k, v
+
+    def head_output(q, k, v):
+        full = weight.clone()
+        full[rows[0]], full[rows[1]], full[rows[2]] = q, k, v
+        out = functional_call(attn, {"qkv.weight": full}, (captured["x"],))  # (B, N, H * dh)
+        return out[..., 16:32]
+
+    blocks = jacrev(head_output, argnums=(0, 1, 2))(*(weight[r] for r in rows))
+    jac = torch.cat([b.reshape(captured["x"].shape[1] * 16, -1) for b in blocks], dim=1)  # (N dh, 3 dh D)
+    s = torch.linalg.svdvals(jac.detach())
+    assert measured["shape"] == tuple(jac.shape)
+    assert math.isclose(measured["sigma_max"], float(s[0]), rel_tol=1e-8)
+    assert math.isclose(measured["sigma_min"], float(s[-1]), rel_tol=1e-6)
+
+
+def test_theorem_bound_reports_every_term():
+    model = _vit()
+    row = dx.theorem_bound(model, (_images(),), layer=0, head=0)[0]
+    for field in ("kappa_x", "kappa_lambda", "kappa_w_q", "kappa_w_k", "kappa_w_v", "kappa_p", "bound", "kappa_j"):
+        assert row[field] > 0
+    assert row["bound"] == pytest.approx(row["first_term"] + row["second_term"])
+    assert row["within_theorem"] is True  # timm initialises the qkv bias to zero
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.bias.fill_(0.1)
+    assert dx.theorem_bound(model, (_images(),))[0]["within_theorem"] is False  # biases: outside the theorem
+
+
+def test_tracker_can_track_the_jacobian(tmp_path):
+    model = _vit()
+    tracker = dx.Tracker(model, (_images(),), every=1, path=tmp_path / "metrics.jsonl", jacobian=True, jacobian_iterations=10)
+    tracker.step(0)
+    rows = dx.read_metrics(tmp_path / "metrics.jsonl", kind="jacobian")
+    assert [(r["layer"], r["head"]) for r in rows] == [(0, 0), (1, 0)]
+    assert all(r["method"] == "matrix-free" and r["iterations"] <= 10 for r in rows)
