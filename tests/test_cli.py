@@ -36,3 +36,11 @@ def test_plot_command_writes_pngs(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "baseline"), "--out", str(tmp_path / "plots")]) == 0
     assert (tmp_path / "plots" / "projection_conditioning.png").is_file()
     assert main(["plot", str(tmp_path / "missing")]) == 2
+
+
+def test_inspect_jacobian_columns(capsys):
+    args = ["inspect", *VIT, "--set", "embed_dim=32", "--set", "num_heads=2", "--jacobian", "--batch", "1",
+            "--jacobian-iterations", "5"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "attention Jacobian w.r.t. W_Q, W_K, W_V" in out and "kappa_nonzero" in out

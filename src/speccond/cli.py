@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("--checkpoint", help="a safetensors state_dict to load after conditioning")
     inspect.add_argument("--per-head", action="store_true", help="one row per head as well")
     inspect.add_argument("--entropy", action="store_true", help="attention entropy on a random probe batch")
+    inspect.add_argument("--jacobian", action="store_true", help="kappa(J) w.r.t. W_Q, W_K, W_V per layer (head 0)")
+    inspect.add_argument("--jacobian-iterations", type=int, default=50, help="Lanczos steps (matrix-free)")
+    inspect.add_argument("--batch", type=int, default=2, help="probe batch size for entropy and Jacobian")
     inspect.add_argument("--json", help="also write the rows to this JSON file")
 
     plot = commands.add_parser("plot", help="conditioning figures from tracked runs")
@@ -66,9 +69,15 @@ def _inspect(args: argparse.Namespace) -> None:
         model.load_state_dict(load_file(args.checkpoint))
     rows = dx.projection_spectra(model, per_head=args.per_head)
     print(rows)
+    probe = example_inputs(model, batch=args.batch)
     if args.entropy:
         print()
-        print(dx.attention_entropy(model, example_inputs(model)))
+        print(dx.attention_entropy(model, probe))
+    if args.jacobian:
+        jacobian = dx.jacobian_rows(model, probe, method="auto", max_iter=args.jacobian_iterations)
+        columns = ("layer", "head", "method", "shape", "sigma_max", "sigma_min_nonzero", "kappa", "kappa_nonzero", "converged")
+        print()
+        print(dx.Records([{c: r[c] for c in columns} for r in jacobian], "attention Jacobian w.r.t. W_Q, W_K, W_V"))
     if args.json:
         rows.save(args.json)
 
