@@ -262,3 +262,17 @@ def test_tracker_can_track_the_jacobian(tmp_path):
     rows = dx.read_metrics(tmp_path / "metrics.jsonl", kind="jacobian")
     assert [(r["layer"], r["head"]) for r in rows] == [(0, 0), (1, 0)]
     assert all(r["method"] == "matrix-free" and r["iterations"] <= 10 for r in rows)
+
+
+def test_lam_ten_lowers_kappa_j_by_making_attention_the_identity():
+    """docs/RESULTS.md: at init, lam = 10 makes every query attend to itself (P = I), so J w.r.t. the
+    weights is X (x) I on the V block and kappa(J) equals kappa(X)."""
+    from speccond.spectral import spectrum
+
+    model = _vit()
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+    image = _images()[:1]
+    (case,) = head_cases(model, (image,), layer=0, heads=[0])
+    assert torch.equal(case.probabilities()[0], torch.eye(17))
+    jac = dx.attention_jacobian(model, image, layer=0, head=0, method="exact")[0]
+    assert jac["kappa_nonzero"] == pytest.approx(spectrum(case.x[0]).kappa, rel=1e-6)
