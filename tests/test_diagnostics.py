@@ -273,6 +273,6 @@ def test_lam_ten_lowers_kappa_j_by_making_attention_the_identity():
     speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     image = _images()[:1]
     (case,) = head_cases(model, (image,), layer=0, heads=[0])
-    assert torch.equal(case.probabilities()[0], torch.eye(17))
+    torch.testing.assert_close(case.probabilities()[0], torch.eye(17), rtol=0, atol=1e-12)
     jac = dx.attention_jacobian(model, image, layer=0, head=0, method="exact")[0]
     assert jac["kappa_nonzero"] == pytest.approx(spectrum(case.x[0]).kappa, rel=1e-6)
