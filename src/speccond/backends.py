@@ -65,6 +65,9 @@ def attach(module: nn.Module, param_name: str, correction: SpectralCorrection, b
     correction.to(device=weight.device)
     if backend == "weight":
         saved = weight.detach().clone() if init == "add" else None
+        # The module's original parameter order, restored when its last correction comes off.
+        earlier = _corrections_on(module)
+        correction.parameter_order = earlier[0].parameter_order if earlier else tuple(module._parameters)
         # right_inverse stores W - C at registration, which is "preserve"; "add" puts W back bit for bit.
         parametrize.register_parametrization(module, param_name, correction)
         if saved is not None:
@@ -99,6 +102,7 @@ def detach(found: Attachment, merge: bool) -> None:
     if found.backend == "weight":
         _give_own_class(module)
         parametrize.remove_parametrizations(module, name, leave_parametrized=merge)
+        _restore_order(module, getattr(found.correction, "parameter_order", ()))
         return
     for key, hook in list(module._forward_hooks.items()):
         if isinstance(hook, AddCorrectionHook):
@@ -120,3 +124,20 @@ def _give_own_class(module: nn.Module) -> None:
     cls = module.__class__
     namespace = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
     module.__class__ = type(cls.__name__, cls.__bases__, namespace)
+
+
+def _restore_order(module: nn.Module, order: tuple[str, ...]) -> None:
+    """Put the parameters back in their original order (removal re-registers the weight last), so the
+    state_dict of a merged or unmerged model lists its keys exactly as the vanilla model does."""
+    if not order or set(order) != set(module._parameters):
+        return
+    parameters = dict(module._parameters)
+    module._parameters.clear()
+    for name in order:
+        module._parameters[name] = parameters[name]
+
+
+def _corrections_on(module: nn.Module) -> list[SpectralCorrection]:
+    if not parametrize.is_parametrized(module):
+        return []
+    return [e for plist in module.parametrizations.values() for e in plist if isinstance(e, SpectralCorrection)]

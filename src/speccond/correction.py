@@ -62,6 +62,11 @@ class SpectralCorrection(nn.Module):
             self.register_buffer("out_index", out_index, persistent=False)  # (n,)
             self.register_buffer("in_index", in_index, persistent=False)  # (n,)
             self.register_buffer("values", values, persistent=False)  # (n,)
+            # Blocked layouts put each role's diagonal on contiguous output rows fed by x[..., :k]:
+            # then the activation backend adds lam * x[..., :k] to a slice in place, saving nothing for
+            # backward. (start_row, length, offset into values) per corrected role; None when rows are
+            # interleaved (per-head layouts), which use index_add.
+            self.segments = self._contiguous_segments(out_index, in_index)
         elif kind == "svd":
             if weight is None:
                 raise ValueError("the svd correction needs the weight it is computed from")
@@ -84,6 +89,18 @@ class SpectralCorrection(nn.Module):
             empty = torch.zeros(0, dtype=torch.long)
             return empty, empty.clone(), torch.zeros(0, dtype=dtype)
         return torch.cat(outs), torch.cat(ins), torch.cat(vals)
+
+    def _contiguous_segments(self, out_index: torch.Tensor, in_index: torch.Tensor):
+        diagonal = min(self.block_out, self.in_features)
+        segments = []
+        for position in range(sum(1 for s in self.scales.values() if s != 0)):
+            rows = out_index[position * diagonal : (position + 1) * diagonal]
+            cols = in_index[position * diagonal : (position + 1) * diagonal]
+            start = int(rows[0]) if rows.numel() else 0
+            if not torch.equal(rows, torch.arange(start, start + diagonal)) or not torch.equal(cols, torch.arange(diagonal)):
+                return None
+            segments.append((start, diagonal, position * diagonal))
+        return tuple(segments)
 
     def _svd_matrix(self, weight: torch.Tensor) -> torch.Tensor:
         w = self.layout.out_in(weight.detach()).to(torch.float64)  # (out, in)
@@ -140,6 +157,13 @@ class SpectralCorrection(nn.Module):
         """Activation backend: y + x C^T, where y = x W^T (+ b) is the projection's output (..., out)."""
         if self.kind == "svd":
             return output + F.linear(inputs, self.matrix.to(inputs.dtype)).to(output.dtype)
+        if self.segments is not None:
+            # In place on the projection's fresh output (Linear saves its input and weight, not its
+            # output, for backward), so no (..., out) temporary is created or kept for backward.
+            for start, length, offset in self.segments:
+                lam = self.values[offset].to(output.dtype)  # 0-dim: follows .to() and stays in the graph
+                output[..., start : start + length].add_(inputs[..., :length].to(output.dtype) * lam)
+            return output
         shifted = inputs.index_select(-1, self.in_index) * self.values.to(inputs.dtype)  # (..., n)
         return output.index_add(-1, self.out_index, shifted.to(output.dtype))
 
