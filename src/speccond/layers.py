@@ -97,3 +97,20 @@ def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: st
         layers.append(layer)
         by_name[parent] = layer
     return by_name[parent]
+
+
+def projection_bias(module: nn.Module, param_name: str, out_features: int, roles: str) -> Optional[torch.Tensor]:
+    """The bias over a projection's output features (a view of the module's tensor data), or None.
+
+    ``<name>.replace("weight", "bias")`` on the same module when its size matches (nn.Linear, Conv1D,
+    nn.MultiheadAttention's in_proj_bias); for nn.MultiheadAttention's separate q/k/v weights, the role's
+    third of ``in_proj_bias``.
+    """
+    bias = getattr(module, param_name.replace("weight", "bias"), None)
+    if isinstance(bias, torch.Tensor) and bias.dim() == 1 and bias.numel() == out_features:
+        return bias.data
+    shared = getattr(module, "in_proj_bias", None)
+    if isinstance(shared, torch.Tensor) and shared.numel() == 3 * out_features and len(roles) == 1:
+        start = "qkv".index(roles) * out_features
+        return shared.data[start : start + out_features]
+    return None

@@ -28,6 +28,7 @@ from torch import nn
 
 from speccond.adapters import attention_modules
 from speccond.backends import Attachment, attachments
+from speccond.layers import projection_bias
 
 
 class VerificationError(ValueError):
@@ -328,15 +329,9 @@ def _zero_qk_biases(blocks: dict[str, _Block], result: VerifiedAttention) -> Non
 
 def _bias_rows(block: _Block) -> _RowsView | None:
     item = block.attachment
-    out_features = item.correction.out_features
-    bias = getattr(item.module, item.param_name.replace("weight", "bias"), None)
-    if isinstance(bias, torch.Tensor) and bias.dim() == 1 and bias.numel() == out_features:
-        return _RowsView(bias.data, block.rows)
-    shared = getattr(item.module, "in_proj_bias", None)  # nn.MultiheadAttention with separate q/k/v weights
-    if isinstance(shared, torch.Tensor) and shared.numel() == 3 * out_features:
-        offset = "qkv".index(block.role) * out_features
-        return _RowsView(shared.data, torch.arange(offset, offset + out_features))
-    return None
+    layout = item.correction.layout
+    bias = projection_bias(item.module, item.param_name, item.correction.out_features, layout.roles)
+    return None if bias is None else _RowsView(bias, block.rows)
 
 
 class _RowsView:

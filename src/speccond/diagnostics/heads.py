@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from speccond.layers import AttentionLayer, Projection, attention_layers
+from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias
 
 
 @dataclass
@@ -139,23 +139,13 @@ def capture_input(model: nn.Module, module: nn.Module, inputs: tuple) -> tuple[t
 def _head_weight(projection: Projection, role: str, head: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     rows = projection.rows(role, head)
     weight = projection.effective()[rows].t().contiguous()  # (D, dh) paper layout
-    bias = projection_bias(projection)
-    return weight, (None if bias is None else bias[rows].detach().clone())
+    bias = _bias(projection)
+    return weight, (None if bias is None else bias[rows].clone())
 
 
-def projection_bias(projection: Projection) -> Optional[torch.Tensor]:
-    """The bias vector over the projection's output features, or None."""
-    module, name = projection.module, projection.param_name
-    out_features = projection.layout.out_in(getattr(module, name)).shape[0]
-    bias = getattr(module, name.replace("weight", "bias"), None)
-    if isinstance(bias, torch.Tensor) and bias.numel() == out_features:
-        return bias.detach()
-    shared = getattr(module, "in_proj_bias", None)  # nn.MultiheadAttention with separate q/k/v weights
-    if isinstance(shared, torch.Tensor) and shared.numel() == 3 * out_features:
-        role = projection.layout.roles[0]
-        start = "qkv".index(role) * out_features
-        return shared.detach()[start : start + out_features]
-    return None
+def _bias(projection: Projection) -> Optional[torch.Tensor]:
+    out_features = projection.layout.out_in(getattr(projection.module, projection.param_name)).shape[0]
+    return projection_bias(projection.module, projection.param_name, out_features, projection.layout.roles)
 
 
 def _qk_norms(module: nn.Module):
