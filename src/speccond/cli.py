@@ -1,4 +1,4 @@
-"""Command line: ``speccond demo | inspect | plot``."""
+"""Command line: ``speccond demo | inspect | plot | data prepare``."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument("runs", nargs="+", help="run directories holding metrics.jsonl")
     plot.add_argument("--out", default="plots", help="folder for the PNGs (default ./plots)")
 
+    data = commands.add_parser("data", help="obtain and cache datasets")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    prepare = data_commands.add_parser("prepare", help="obtain, verify and cache a dataset")
+    prepare.add_argument("name", help="dataset name, e.g. fashion-mnist")
+
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
@@ -42,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
             run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
         elif args.command == "inspect":
             _inspect(args)
+        elif args.command == "data":
+            from speccond import data as datasets
+
+            print(datasets.prepare(args.name))
         elif args.command == "plot":
             from speccond.diagnostics.plot import plot_runs
 
