@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument("runs", nargs="+", help="run directories holding metrics.jsonl")
     plot.add_argument("--out", default="plots", help="folder for the PNGs (default ./plots)")
 
+    run = commands.add_parser("train", help="one training run into a run directory (resumable)")
+    run.add_argument("--out", help="run directory (new run)")
+    run.add_argument("--resume", help="run directory to continue with its recorded config")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+
     data = commands.add_parser("data", help="obtain and cache datasets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
     prepare = data_commands.add_parser("prepare", help="obtain, verify and cache a dataset")
@@ -47,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
         elif args.command == "inspect":
             _inspect(args)
+        elif args.command == "train":
+            _train(args)
         elif args.command == "data":
             from speccond import data as datasets
 
@@ -61,6 +68,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"\ndone in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def _train(args: argparse.Namespace) -> None:
+    import json
+    from pathlib import Path
+
+    from speccond.experiments.config import TrainConfig
+    from speccond.experiments.train import train
+
+    if bool(args.out) == bool(args.resume):
+        raise ValueError("give exactly one of --out RUN_DIR (a new run) or --resume RUN_DIR")
+    if args.resume:
+        recorded = Path(args.resume) / "config.json"
+        if not recorded.is_file():
+            raise ValueError(f"{args.resume} has no config.json; nothing to resume")
+        config = TrainConfig.from_dict(json.loads(recorded.read_text())["config"]).with_overrides(args.set)
+    else:
+        config = TrainConfig().with_overrides(args.set)
+    result = train(config, Path(args.out or args.resume))
+    print(json.dumps(result))
 
 
 def _inspect(args: argparse.Namespace) -> None:

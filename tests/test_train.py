@@ -1,0 +1,109 @@
+"""Training runs: config overrides, atomic checkpoints, and resumption that ends bit for bit the same."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from speccond.experiments import checkpoint
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.train import build_model, train
+
+needs_data = pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+    reason="needs the Debian package: apt-get install dataset-fashion-mnist (./run installs it as root)",
+)
+TINY = TrainConfig(
+    embed_dim=32, depth=1, num_heads=2, patch_size=7, epochs=2, train_size=192, test_size=100, batch_size=64,
+    warmup_steps=2, checkpoint_every=2,
+)
+
+
+@pytest.fixture
+def prepared(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.getbasetemp() / "data"
+    monkeypatch.setenv("SPECCOND_DATA", str(home))
+    from speccond import data
+
+    data.prepare("fashion-mnist")
+
+
+def test_overrides_are_typed_and_unknown_keys_rejected():
+    config = TrainConfig().with_overrides(["lr=3e-4", "depth=2", "method=baseline"])
+    assert (config.lr, config.depth, config.method) == (3e-4, 2, "baseline")
+    with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):
+        TrainConfig().with_overrides(["learning_rate=1"])
+    with pytest.raises(ValueError, match="depth expects int, got 'two'"):
+        TrainConfig().with_overrides(["depth=two"])
+    with pytest.raises(ValueError, match="method must be one of"):
+        TrainConfig(method="magic")
+    with pytest.raises(ValueError, match="num_heads \\(3\\) must divide embed_dim \\(32\\)"):
+        TrainConfig(embed_dim=32, num_heads=3)
+
+
+def test_checkpoint_round_trip_and_corruption_is_refused(tmp_path):
+    model = build_model(TINY, 28, 1, 10)
+    state = {"optimizer": torch.optim.AdamW(model.parameters()).state_dict(), "note": torch.arange(3)}
+    folder = checkpoint.save(tmp_path, 4, 1, model, state)
+    assert checkpoint.latest(tmp_path) == folder
+    fresh = build_model(TINY.with_overrides(["seed=7"]), 28, 1, 10)
+    manifest, loaded = checkpoint.load(folder, fresh)
+    assert manifest["step"] == 4 and torch.equal(loaded["note"], torch.arange(3))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    with (folder / "model.safetensors").open("r+b") as handle:
+        handle.seek(200)
+        handle.write(b"\xff\xff\xff\xff")
+    with pytest.raises(ValueError, match="corrupt.*refusing to resume"):
+        checkpoint.load(folder, fresh)
+    other = build_model(TINY.with_overrides(["depth=2"]), 28, 1, 10)
+    folder = checkpoint.save(tmp_path, 6, 1, model, state)
+    with pytest.raises(ValueError, match="does not match this model"):
+        checkpoint.load(folder, other)
+
+
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    model = build_model(TINY, 28, 1, 10)
+    for step in (2, 4, 6):
+        checkpoint.save(tmp_path, step, 0, model, {})
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-000004", "step-000006"]
+
+
+@needs_data
+@pytest.mark.parametrize("method", ["baseline", "spectral"])
+def test_killed_run_resumes_to_the_same_weights(prepared, tmp_path, method):
+    config = TINY.with_overrides([f"method={method}"])
+    straight = train(config, tmp_path / "straight", progress=False)
+    assert straight["kind"] == "eval" and straight["epoch"] == 2 and 0 <= straight["accuracy"] <= 1
+    assert train(config, tmp_path / "killed", stop_after=3, progress=False) == {}  # dies after step 3
+    resumed = train(config, tmp_path / "killed", progress=False)  # resumes from step 2
+    assert resumed == straight
+    a = checkpoint.latest(tmp_path / "straight") / "model.safetensors"
+    b = checkpoint.latest(tmp_path / "killed") / "model.safetensors"
+    assert a.read_bytes() == b.read_bytes()
+    rows = [json.loads(line) for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows if r["kind"] == "eval"] == [1, 2]  # no duplicated rows after resume
+    recorded = json.loads((tmp_path / "killed" / "config.json").read_text())
+    assert recorded["config"] == config.to_dict() and "torch" in recorded["versions"]
+
+
+@needs_data
+def test_resuming_with_another_config_is_refused(prepared, tmp_path):
+    train(TINY.with_overrides(["epochs=1"]), tmp_path / "run", stop_after=1, progress=False)
+    with pytest.raises(ValueError, match="different config"):
+        train(TINY.with_overrides(["epochs=1", "lr=0.5"]), tmp_path / "run", progress=False)
+
+
+@needs_data
+def test_cli_train_and_resume(prepared, tmp_path, capsys):
+    from speccond.cli import main
+
+    sets = ["--set", "embed_dim=32", "--set", "depth=1", "--set", "num_heads=2", "--set", "patch_size=7",
+            "--set", "train_size=128", "--set", "test_size=50", "--set", "batch_size=64", "--set", "method=baseline"]
+    assert main(["train", "--out", str(tmp_path / "run"), *sets]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["kind"] == "eval"
+    assert main(["train", "--resume", str(tmp_path / "run")]) == 0  # already finished: evaluates again
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "x"), "--set", "depth=0"]) == 2
