@@ -38,6 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--resume", help="run directory to continue with its recorded config")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
 
+    comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
+    comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
+    comparison.add_argument("--methods", default="baseline,spectral", help="comma-separated; the first is the reference")
+    comparison.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
+    comparison.add_argument("--preset", choices=("quick", "full"), default="quick")
+    comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+
     data = commands.add_parser("data", help="obtain and cache datasets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
     prepare = data_commands.add_parser("prepare", help="obtain, verify and cache a dataset")
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
         elif args.command == "inspect":
             _inspect(args)
+        elif args.command == "compare":
+            _compare(args)
         elif args.command == "train":
             _train(args)
         elif args.command == "data":
@@ -68,6 +77,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"\ndone in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from speccond import data
+    from speccond.experiments.compare import PRESETS, compare
+    from speccond.experiments.config import TrainConfig
+
+    base = TrainConfig().with_overrides([*PRESETS[args.preset], *args.set])
+    data.prepare(base.task)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    compare(base, methods, range(args.seeds), Path(args.out))
+    print((Path(args.out) / "results.md").read_text())
+    print(f"written: {Path(args.out) / 'results.md'}, results.json, comparison.png")
 
 
 def _train(args: argparse.Namespace) -> None:
