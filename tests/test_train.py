@@ -107,3 +107,16 @@ def test_cli_train_and_resume(prepared, tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
     assert "nothing to resume" in capsys.readouterr().err
     assert main(["train", "--out", str(tmp_path / "x"), "--set", "depth=0"]) == 2
+
+
+@needs_data
+def test_tracked_run_writes_diagnostics_that_plot(prepared, tmp_path):
+    from speccond.diagnostics import read_metrics
+    from speccond.diagnostics.plot import plot_runs
+
+    config = TINY.with_overrides(["epochs=1", "track_every=2"])  # 3 steps: rows at steps 0 and 2
+    train(config, tmp_path / "run", progress=False)
+    spectra = read_metrics(tmp_path / "run" / "metrics.jsonl", kind="spectra")
+    assert sorted({r["step"] for r in spectra}) == [0, 2] and all(r["kappa"] < 1.2 for r in spectra)
+    assert {r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl", kind="entropy")} == {0, 2}
+    assert len(plot_runs([tmp_path / "run"], tmp_path / "plots")) == 2

@@ -107,6 +107,9 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     metrics = run_dir / "metrics.jsonl"
     _drop_rows_after(metrics, step)
     bar = _progress(total_steps, step, progress)
+    tracker = _tracker(config, model, task, metrics)
+    if tracker is not None and step == 0:
+        tracker.step(0)
     final: dict = {}
     try:
         while step < total_steps:
@@ -128,6 +131,8 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             bar.set_postfix(loss=f"{loss_value:.3f}")
             if step % TRAIN_ROW_EVERY == 0:
                 _append(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]})
+            if tracker is not None:
+                tracker.step(step)
             epoch_done = step % steps_per_epoch == 0
             if epoch_done:
                 final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, **evaluate(model, task["test_x"], task["test_y"])}
@@ -145,6 +150,15 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     if not final:  # resumed after the last epoch had finished
         final = {"kind": "eval", "step": step, **evaluate(model, task["test_x"], task["test_y"])}
     return final
+
+
+def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
+    """Spectra and entropy rows every config.track_every steps, on the first 8 test images (None = off)."""
+    if not config.track_every:
+        return None
+    from speccond.diagnostics import Tracker
+
+    return Tracker(model, (task["test_x"][:8],), every=config.track_every, path=metrics)
 
 
 def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
