@@ -120,3 +120,16 @@ def test_tracked_run_writes_diagnostics_that_plot(prepared, tmp_path):
     assert sorted({r["step"] for r in spectra}) == [0, 2] and all(r["kappa"] < 1.2 for r in spectra)
     assert {r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl", kind="entropy")} == {0, 2}
     assert len(plot_runs([tmp_path / "run"], tmp_path / "plots")) == 2
+
+
+def test_shifted_init_equals_spectral_at_step_zero_but_carries_no_correction():
+    import speccond
+
+    images = torch.randn(4, 1, 28, 28)
+    spectral = build_model(TINY, 28, 1, 10).eval()
+    shifted = build_model(TINY.with_overrides(["method=shifted-init"]), 28, 1, 10).eval()
+    assert speccond.is_conditioned(spectral) and not speccond.is_conditioned(shifted)
+    with torch.no_grad():
+        torch.testing.assert_close(shifted(images), spectral(images))
+    svd = build_model(TINY.with_overrides(["method=spectral-svd"]), 28, 1, 10)
+    assert speccond.describe(svd).rows[0].correction == "svd/head"

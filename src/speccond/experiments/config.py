@@ -10,14 +10,17 @@ import math
 from dataclasses import dataclass, fields
 from typing import Sequence
 
-METHODS = ("baseline", "spectral")
+# baseline: no correction; spectral: the fixed correction (lam, correction); spectral-svd: the fixed SVD
+# correction; shifted-init: W0 + lam I_k baked in at initialisation and no correction afterwards (the
+# ablation that asks whether the fixed correction matters beyond initialisation, PAPER.md section 3).
+METHODS = ("baseline", "spectral", "spectral-svd", "shifted-init")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
     model: str = "vit"  # model family: "vit" (timm VisionTransformer for small images)
-    method: str = "spectral"  # "baseline" or "spectral"
+    method: str = "spectral"  # one of METHODS
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
     embed_dim: int = 128  # transformer width D

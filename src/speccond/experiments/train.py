@@ -38,6 +38,11 @@ def build_model(config: TrainConfig, image_size: int, channels: int, classes: in
     )
     if config.method == "spectral":
         speccond.apply(model, speccond.SpectralConfig(lam=config.lam, correction=config.correction))
+    elif config.method == "spectral-svd":
+        speccond.apply(model, speccond.SpectralConfig(correction="svd"))
+    elif config.method == "shifted-init":  # W0 + C as a plain initialisation: decay then pulls it to 0, not to C
+        speccond.apply(model, speccond.SpectralConfig(lam=config.lam))
+        speccond.remove(model, merge=True)
     return model
 
 
@@ -184,7 +189,7 @@ def _write_config(run_dir: Path, config: TrainConfig) -> None:
 
     record = {
         "config": config.to_dict(),
-        "label": config.method if config.method == "baseline" else f"{config.method} lam={config.lam:g}",
+        "label": f"{config.method} lam={config.lam:g}" if config.method in ("spectral", "shifted-init") else config.method,
         "command": sys.argv,
         "versions": {"speccond": speccond.__version__, "torch": torch.__version__, "timm": timm.__version__,
                      "python": platform.python_version()},
