@@ -162,3 +162,9 @@ def plain_at(model: nn.Module, effective: dict[str, torch.Tensor]) -> nn.Module:
         for name, value in effective.items():
             reference.get_parameter(name).copy_(value)
     return reference
+
+
+def reference_at_w_plus_c(model: nn.Module, params: dict[str, speccond.ProjectionLayout], lam: dict[str, float]) -> nn.Module:
+    """A plain copy of ``model`` with each listed weight set by hand to W + lam_role * I per block."""
+    weights = {name: model.get_parameter(name).detach().clone() for name in params}
+    return plain_at(model, {n: w + expected_identity(w, params[n], lam) for n, w in weights.items()})

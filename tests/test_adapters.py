@@ -19,7 +19,7 @@ from torch import nn
 import speccond
 from tests.adapter_models import CASE_IDS, CASES, case
 from tests.conftest import assert_close
-from tests.models import Case, expected_identity, plain_at
+from tests.models import Case, expected_identity, plain_at, reference_at_w_plus_c
 
 LAM = {"q": 10.0, "k": 10.0, "v": 10.0}
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -58,8 +58,7 @@ def _stored(model: nn.Module, case: Case) -> dict[str, torch.Tensor]:
 
 def _reference(model: nn.Module, case: Case) -> nn.Module:
     """A plain copy of ``model`` with every listed weight set to W + C by hand."""
-    weights = _stored(model, case)
-    return plain_at(model, {n: w + expected_identity(w, case.params[n], LAM) for n, w in weights.items()})
+    return reference_at_w_plus_c(model, case.params, LAM)
 
 
 def _skip_refused(case: Case, backend: str) -> None:

@@ -14,7 +14,7 @@ from torch import nn
 import speccond
 from speccond.spectral import kappa
 from tests.conftest import assert_close
-from tests.models import CASE_IDS, CASES, Case, expected_identity, plain_at
+from tests.models import CASE_IDS, CASES, Case, expected_identity, reference_at_w_plus_c
 
 LAM = {"q": 10.0, "k": 10.0, "v": 10.0}
 # Equivalences (vs hand-written references, merge, reload) are checked in float64; backend agreement,
@@ -67,8 +67,7 @@ def test_output_equals_plain_model_evaluated_at_w_plus_c(case, backend):
         pytest.skip("activation backend refused for this module")
     model = _build(case)
     inputs = case.inputs()
-    weights = _stored(model, case)
-    reference = plain_at(model, {n: w + expected_identity(w, case.params[n], LAM) for n, w in weights.items()})
+    reference = reference_at_w_plus_c(model, case.params, LAM)
     speccond.apply(model, _config(case, backend=backend))
     with torch.no_grad():
         assert_close(model(*inputs), reference(*inputs))
@@ -167,8 +166,7 @@ def test_gradient_at_stored_weight_equals_plain_gradient_at_w_eff(case, backend)
         pytest.skip("activation backend refused for this module")
     model = _build(case)
     inputs = case.inputs()
-    weights = _stored(model, case)
-    reference = plain_at(model, {n: w + expected_identity(w, case.params[n], LAM) for n, w in weights.items()})
+    reference = reference_at_w_plus_c(model, case.params, LAM)
     params_before = {id(p) for p in model.parameters()}
     count_before = sum(p.numel() for p in model.parameters())
     speccond.apply(model, _config(case, backend=backend))
@@ -341,8 +339,7 @@ def test_bf16_autocast_matches_plain_model_at_w_plus_c_under_autocast(case, back
     if backend == "activation" and not case.activation_ok:
         pytest.skip("activation backend refused for this module")
     model = _build(case)
-    weights = _stored(model, case)
-    reference = plain_at(model, {n: w + expected_identity(w, case.params[n], LAM) for n, w in weights.items()})
+    reference = reference_at_w_plus_c(model, case.params, LAM)
     speccond.apply(model, _config(case, backend=backend))
     inputs = case.inputs()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -390,8 +387,7 @@ def test_transformer_encoder_fast_path_in_eval():
     """nn.TransformerEncoder's fused inference path (eval, no grad) reads the parametrized in_proj_weight."""
     case = CASES[2]
     model = _build(case)
-    weights = _stored(model, case)
-    reference = plain_at(model, {n: w + expected_identity(w, case.params[n], LAM) for n, w in weights.items()})
+    reference = reference_at_w_plus_c(model, case.params, LAM)
     speccond.apply(model, speccond.SpectralConfig())
     x = case.inputs()[0]
     with torch.inference_mode():

@@ -62,7 +62,7 @@ def apply(
     if not sites:
         raise ValueError(_nothing_selected_message(model, config))
     _check_sites(sites, config)
-    report = SpectralReport(config=config.to_dict(), init=config.init)
+    report = SpectralReport(config=config.to_dict())
     if config.is_noop():
         log.info("every lam is 0: nothing attached")
         return report

@@ -120,11 +120,12 @@ class SpectralConfig:
         """True when every projection's lam is 0: applying changes nothing."""
         return all(s == 0 for s in self.role_scales().values())
 
-    def selects(self, name: str) -> bool:
-        """Whether a module or parameter named ``name`` passes ``targets`` and ``exclude``."""
-        if self.exclude and any(p.search(name) for p in self.exclude):
+    def selects(self, *names: str) -> bool:
+        """Whether a module known by ``names`` (its attention module's and its own) passes ``targets`` and
+        ``exclude``: no name excluded, and some name targeted (or no targets given)."""
+        if self.exclude and any(p.search(n) for p in self.exclude for n in names):
             return False
-        return not self.targets or any(p.search(name) for p in self.targets)
+        return not self.targets or any(p.search(n) for p in self.targets for n in names)
 
     def declared_layout(self, parameter_name: str) -> Optional[ProjectionLayout]:
         """The user-declared layout whose regex matches ``parameter_name``, if any."""

@@ -39,7 +39,6 @@ class SpectralReport:
 
     rows: list[ReportRow] = field(default_factory=list)
     config: Optional[dict] = None
-    init: Optional[str] = None
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -114,7 +114,7 @@ def find_projections(
         for param_name in _direct_tensor_names(module):
             qualified = f"{module_name}.{param_name}" if module_name else param_name
             layout = config.declared_layout(qualified)
-            if layout is None or not _selected(config, module_name, qualified):
+            if layout is None or not config.selects(module_name, qualified):
                 continue
             if getattr(module, param_name).dim() == 1:
                 continue  # a bias the pattern also matched: biases are never corrected
@@ -128,7 +128,7 @@ def find_projections(
         for spec in adapter.projections(attention):
             owner = attention.get_submodule(spec.owner) if spec.owner else attention
             owner_name = ".".join(p for p in (attention_name, spec.owner) if p)
-            if (id(owner), spec.param_name) in claimed or not _selected(config, attention_name, owner_name):
+            if (id(owner), spec.param_name) in claimed or not config.selects(attention_name, owner_name):
                 continue
             claimed.add((id(owner), spec.param_name))
             sites.append(
@@ -164,13 +164,7 @@ def unrecognised_attention(
             qualified = f"{module_name}.{param_name}" if module_name else param_name
             if config.declared_layout(qualified) is not None:
                 claimed.add((id(module), param_name))
-    return find_unrecognised(model, claimed, recognised, lambda *names: _selected(config, *names))
-
-
-def _selected(config: SpectralConfig, *names: str) -> bool:
-    if config.exclude and any(p.search(n) for p in config.exclude for n in names):
-        return False
-    return not config.targets or any(p.search(n) for p in config.targets for n in names)
+    return find_unrecognised(model, claimed, recognised, config.selects)
 
 
 def _direct_tensor_names(module: nn.Module) -> list[str]:

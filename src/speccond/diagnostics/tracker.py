@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from torch import nn
 
 from speccond.diagnostics.entropy import attention_entropy
 from speccond.diagnostics.layer_jacobian import jacobian_rows
-from speccond.diagnostics.records import Records, _jsonable
+from speccond.diagnostics.records import _jsonable
 from speccond.diagnostics.spectra import projection_spectra
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ class Tracker:
         entropy: also measure attention entropy (needs a model the head diagnostics support).
         jacobian: also estimate kappa(J) w.r.t. the weights of head 0 of every layer, matrix-free with
             ``jacobian_iterations`` Lanczos steps (about 1 s per ViT-tiny head here).
-        extra: optional callables (model, probe) -> Records to run at the same times, e.g. a Jacobian.
     """
 
     def __init__(
@@ -49,7 +48,6 @@ class Tracker:
         entropy: bool = True,
         jacobian: bool = False,
         jacobian_iterations: int = 50,
-        extra: Sequence[Callable[[nn.Module, tuple], Records]] = (),
     ) -> None:
         if every < 1:
             raise ValueError(f"Tracker.every must be >= 1, got {every}")
@@ -60,7 +58,6 @@ class Tracker:
         self.entropy = entropy
         self.jacobian = jacobian
         self.jacobian_iterations = jacobian_iterations
-        self.extra = tuple(extra)
 
     def step(self, step: int) -> Optional[list[dict]]:
         """Measure and append when ``step`` is due; return the rows written (None when not due)."""
@@ -75,8 +72,6 @@ class Tracker:
         if self.jacobian:
             measured = jacobian_rows(self.model, self.probe, max_iter=self.jacobian_iterations)
             rows += [dict(row, kind="jacobian") for row in measured]
-        for measure in self.extra:
-            rows += [dict(row, kind=measure.__name__) for row in measure(self.model, self.probe)]
         rows = [dict(row, step=step) for row in rows]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as handle:
