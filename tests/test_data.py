@@ -1,7 +1,11 @@
 """Datasets: prepared from the offline source, checksummed, cached atomically; clear errors otherwise."""
 from __future__ import annotations
 
+import base64
+import dataclasses
 import gzip
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -9,10 +13,13 @@ import pytest
 import torch
 
 from speccond import data
-from speccond.data import fashion_mnist
-from speccond.data.store import Source, prepare
+from speccond.data import cifar10, digits, fashion_mnist
+from speccond.data.split import stratified_split
+from speccond.data.store import Source, load, prepare
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.tasks import image_tasks, load_task, task_shape
 
-pytestmark = pytest.mark.skipif(
+needs_fashion_mnist = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir(),
     reason="needs the Debian package: apt-get install dataset-fashion-mnist (./run installs it as root)",
 )
@@ -24,18 +31,20 @@ def data_home(tmp_path, monkeypatch):
     return tmp_path / "data"
 
 
+@needs_fashion_mnist
 def test_fashion_mnist_prepares_from_the_debian_package(data_home):
     path = data.prepare("fashion-mnist")
     assert path == data_home / "fashion-mnist" / "arrays.safetensors"
     arrays = data.load("fashion-mnist")
-    assert arrays["train_images"].shape == (60000, 28, 28) and arrays["train_images"].dtype == torch.uint8
-    assert arrays["test_images"].shape == (10000, 28, 28)
+    assert arrays["train_images"].shape == (60000, 1, 28, 28) and arrays["train_images"].dtype == torch.uint8
+    assert arrays["test_images"].shape == (10000, 1, 28, 28)
     assert torch.equal(torch.bincount(arrays["train_labels"]), torch.full((10,), 6000))
     assert torch.equal(torch.bincount(arrays["test_labels"]), torch.full((10,), 1000))
     assert int(arrays["train_images"].max()) == 255 and float(arrays["train_images"].float().mean()) > 50
     assert data.prepare("fashion-mnist") == path  # idempotent: the cache is reused
 
 
+@needs_fashion_mnist
 def test_a_corrupt_source_file_is_refused_and_the_next_source_tried(data_home, tmp_path):
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
@@ -66,6 +75,7 @@ def test_read_idx_rejects_a_truncated_file(tmp_path):
         fashion_mnist.read_idx(path)
 
 
+@needs_fashion_mnist
 def test_cli_prepares_and_reports_errors(data_home, capsys):
     from speccond.cli import main
 
@@ -73,3 +83,245 @@ def test_cli_prepares_and_reports_errors(data_home, capsys):
     assert "arrays.safetensors" in capsys.readouterr().out
     assert main(["data", "prepare", "imagenet"]) == 2
     assert "unknown dataset 'imagenet'" in capsys.readouterr().err
+
+
+# --- the stratified split ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("counts", [(10, 10, 10), (178, 182, 177, 183), (1000,) * 10, (7, 1, 30)])
+def test_stratified_split_is_disjoint_covering_and_stratified(counts):
+    labels = torch.cat([torch.full((n,), c) for c, n in enumerate(counts)])  # sorted by class, as the sources are
+    train, test = stratified_split(labels, 0.2, "salt")
+    assert sorted(train.tolist() + test.tolist()) == list(range(len(labels)))  # disjoint and covering
+    for c, n in enumerate(counts):
+        assert int((labels[test] == c).sum()) == round(0.2 * n) and int((labels[train] == c).sum()) == n - round(0.2 * n)
+    if len(counts) > 1:
+        assert not torch.equal(labels[train], labels[train].sort().values)  # ordered by hash: classes mixed
+    again = stratified_split(labels, 0.2, "salt")
+    assert torch.equal(again[0], train) and torch.equal(again[1], test)  # a fixed split
+    assert not torch.equal(stratified_split(labels, 0.2, "another salt")[1], test)
+    with pytest.raises(ValueError, match=r"test_fraction must be in \(0, 1\), got 1.5"):
+        stratified_split(labels, 1.5, "salt")
+
+
+# --- digits (scikit-learn) --------------------------------------------------------------------------------
+
+
+def test_digits_prepare_gives_a_stratified_split_of_all_1797_images(data_home):
+    load_digits = pytest.importorskip("sklearn.datasets").load_digits
+    data.prepare("digits")
+    arrays = data.load("digits")
+    assert {k: (tuple(v.shape), v.dtype) for k, v in arrays.items()} == {
+        "train_images": ((1438, 1, 8, 8), torch.uint8), "train_labels": ((1438,), torch.int64),
+        "test_images": ((359, 1, 8, 8), torch.uint8), "test_labels": ((359,), torch.int64),
+    }
+    original = load_digits()
+    per_class = torch.bincount(torch.as_tensor(original.target))
+    assert torch.equal(torch.bincount(arrays["test_labels"]), (per_class * 0.2).round().long())
+    assert torch.equal(torch.bincount(arrays["train_labels"]) + torch.bincount(arrays["test_labels"]), per_class)
+
+    def rows(images, labels):  # sorted (64 pixels, label) rows
+        return sorted(map(tuple, torch.cat([images.reshape(-1, 64), labels[:, None].to(torch.uint8)], 1).tolist()))
+
+    # every (image, label) of the source exactly once across the two splits: disjoint and covering
+    scaled = (torch.as_tensor(original.images) * 255 / 16).round().to(torch.uint8)  # 0..16 -> 0..255
+    stored = rows(torch.cat([arrays["train_images"], arrays["test_images"]]),
+                  torch.cat([arrays["train_labels"], arrays["test_labels"]]))
+    assert stored == rows(scaled, torch.as_tensor(original.target))
+    assert len(set(stored)) == 1797  # the 1797 digits are distinct images, so disjoint means disjoint indices
+    assert int(arrays["train_images"].max()) == 255 and int(arrays["train_images"].min()) == 0
+
+
+def test_digits_split_is_the_same_in_every_data_dir(tmp_path, monkeypatch):
+    pytest.importorskip("sklearn")
+    prepared = []
+    for folder in ("one", "two"):
+        monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / folder))
+        data.prepare("digits")
+        prepared.append(data.load("digits"))
+    assert all(torch.equal(prepared[0][key], prepared[1][key]) for key in prepared[0])
+
+
+def test_a_cache_of_another_format_is_refused_by_load_and_rebuilt_by_prepare(data_home):
+    pytest.importorskip("sklearn")
+    prepare(digits.SPEC)  # format 1
+    newer = dataclasses.replace(digits.SPEC, format_version=2)  # as if parse had changed since
+    with pytest.raises(ValueError, match=r"has format 1, but this version of speccond reads format 2.*speccond data prepare digits"):
+        load(newer)
+    prepare(newer)
+    assert load(newer)["train_images"].shape == (1438, 1, 8, 8)
+    with pytest.raises(ValueError, match="has format 2"):
+        load(digits.SPEC)
+
+
+# --- CIFAR-10 (the test set inside the bigbench 1.0.0 source archive) -------------------------------------
+
+# Published statistics of the CIFAR-10 test set (channel means 0.4942, 0.4851, 0.4504; stds 0.2467,
+# 0.2429, 0.2616 of 255), and the standard class order.
+CIFAR10_TEST_MEAN = (126.0, 123.7, 114.9)
+CIFAR10_TEST_STD = (62.9, 61.9, 66.7)
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+
+@pytest.fixture(scope="session")
+def cifar10_home(tmp_path_factory):
+    """A data dir with cifar10 prepared once per session, from $SPECCOND_BIGBENCH, /work/cache/bigbench or PyPI."""
+    home = tmp_path_factory.mktemp("cifar10") / "data"
+    folders = [Path(f) for f in (os.environ.get("SPECCOND_BIGBENCH"), "/work/cache/bigbench") if f]
+    local = tuple(Source(f"archive in {f}", str(f)) for f in folders if (f / cifar10.ARCHIVE).is_file())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(home))
+        try:
+            prepare(cifar10.SPEC, local + cifar10.SPEC.sources[1:])
+        except FileNotFoundError as error:
+            pytest.skip(f"the bigbench 1.0.0 archive could not be had (set SPECCOND_BIGBENCH to a folder holding it): {error}")
+    yield home
+    shutil.rmtree(home / "cifar10" / "raw")  # 358 MB; pytest keeps the last three session folders
+
+
+@pytest.fixture
+def cifar10_arrays(cifar10_home, monkeypatch):
+    monkeypatch.setenv("SPECCOND_DATA", str(cifar10_home))
+    return data.load("cifar10")
+
+
+def test_cifar10_is_split_8000_2000_stratified_and_disjoint(cifar10_arrays):
+    arrays = cifar10_arrays
+    assert {k: (tuple(v.shape), v.dtype) for k, v in arrays.items()} == {
+        "train_images": ((8000, 3, 32, 32), torch.uint8), "train_labels": ((8000,), torch.int64),
+        "test_images": ((2000, 3, 32, 32), torch.uint8), "test_labels": ((2000,), torch.int64),
+    }
+    assert torch.equal(torch.bincount(arrays["train_labels"]), torch.full((10,), 800))
+    assert torch.equal(torch.bincount(arrays["test_labels"]), torch.full((10,), 200))
+    assert 80 <= torch.bincount(arrays["test_labels"][:1000]).min()  # any prefix is near balanced (classes mixed)
+    images = torch.cat([arrays["train_images"], arrays["test_images"]]).reshape(10000, -1)
+    assert torch.unique(images, dim=0).shape[0] == 10000  # no image twice: disjoint splits (all 10k are distinct)
+    assert cifar10.CLASSES == CIFAR10_CLASSES == data.spec("cifar10").classes
+
+
+def test_cifar10_pixel_statistics_are_those_of_the_real_test_set(cifar10_arrays):
+    pixels = torch.cat([cifar10_arrays["train_images"], cifar10_arrays["test_images"]]).float()  # (10000, 3, 32, 32)
+    torch.testing.assert_close(pixels.mean((0, 2, 3)), torch.tensor(CIFAR10_TEST_MEAN), atol=0.2, rtol=0)  # RGB order
+    torch.testing.assert_close(pixels.std((0, 2, 3)), torch.tensor(CIFAR10_TEST_STD), atol=0.2, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")
+def test_cifar10_images_equal_an_independent_png_decoder(cifar10_arrays, cifar10_home):
+    decode_png = pytest.importorskip("torchvision.io").decode_png  # libpng, not PIL
+    examples = cifar10.read_task(cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE)["examples"]
+    assert len(examples) == 10000
+    images = torch.cat([cifar10_arrays["train_images"], cifar10_arrays["test_images"]])
+    labels = torch.cat([cifar10_arrays["train_labels"], cifar10_arrays["test_labels"]])
+    for position in (0, 1234, 5678, 9999):
+        png = torch.frombuffer(bytearray(base64.b64decode(examples[position]["input"])), dtype=torch.uint8)
+        expected = decode_png(png)  # (3, 32, 32)
+        found = torch.nonzero((images == expected).flatten(1).all(1)).flatten()
+        assert found.numel() == 1, position
+        scores = examples[position]["target_scores"]
+        assert int(labels[found]) == CIFAR10_CLASSES.index(max(scores, key=scores.get))
+
+
+def test_a_corrupt_bigbench_archive_is_refused_with_its_checksum(cifar10_home, data_home, tmp_path, monkeypatch):
+    folder = tmp_path / "bigbench"
+    folder.mkdir()
+    with (cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE).open("rb") as handle:
+        head = bytearray(handle.read(1 << 20))  # truncated to 1 MB, and one byte altered
+    head[1000] ^= 0xFF
+    (folder / cifar10.ARCHIVE).write_bytes(bytes(head))
+    only_local = cifar10.SPEC.sources[:1]  # not the PyPI fallback
+    monkeypatch.delenv("SPECCOND_BIGBENCH", raising=False)
+    with pytest.raises(FileNotFoundError, match=r"(?s)\$SPECCOND_BIGBENCH is not set.*To fix: put bigbench-1.0.0.tar.gz"):
+        prepare(cifar10.SPEC, only_local)
+    monkeypatch.setenv("SPECCOND_BIGBENCH", str(folder))
+    with pytest.raises(FileNotFoundError, match=r"(?s)bigbench-1.0.0.tar.gz has SHA-256 [0-9a-f]{64}, expected 1bb398a5.*SPECCOND_BIGBENCH"):
+        prepare(cifar10.SPEC, only_local)
+    assert not (data_home / "cifar10" / "arrays.safetensors").exists()
+    assert not list((data_home / "cifar10" / "raw").iterdir())  # the bad copy is not kept
+
+
+def test_a_bigbench_task_without_the_cifar10_member_is_refused(tmp_path):
+    import tarfile
+
+    archive = tmp_path / "other.tar.gz"
+    (tmp_path / "task.json").write_text(json.dumps({"examples": []}))
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "task.json", arcname="bigbench-1.0.0/bigbench/benchmark_tasks/other/task.json")
+    with pytest.raises(ValueError, match="has no member .*cifar10_classification/base64/task.json"):
+        cifar10.read_task(archive)
+
+
+# --- tasks: load_task and task_shape ----------------------------------------------------------------------
+
+
+def _prepared(name, request, monkeypatch):
+    """Point SPECCOND_DATA at a data dir where ``name`` is prepared (cifar10: the session's)."""
+    if name == "cifar10":
+        monkeypatch.setenv("SPECCOND_DATA", str(request.getfixturevalue("cifar10_home")))
+        return data.load(name)
+    if name == "fashion-mnist" and not Path("/usr/share/datasets/fashion-mnist").is_dir():
+        pytest.skip("needs the Debian package: apt-get install dataset-fashion-mnist")
+    if name == "digits":
+        pytest.importorskip("sklearn")
+    request.getfixturevalue("data_home")
+    data.prepare(name)
+    return data.load(name)
+
+
+@pytest.mark.parametrize("name", ["digits", "cifar10"])
+def test_load_task_standardises_per_channel_with_the_training_statistics(name, request, monkeypatch):
+    arrays = _prepared(name, request, monkeypatch)
+    task = load_task(TrainConfig(task=name, train_size=0, test_size=300, seed=1))
+    channels = arrays["train_images"].shape[1]
+    assert task["train_x"].dtype == torch.float32 and task["train_y"].dtype == torch.int64
+    assert task["train_x"].shape == arrays["train_images"].shape and task["test_x"].shape == (300, *arrays["test_images"].shape[1:])
+    torch.testing.assert_close(task["train_x"].mean((0, 2, 3)), torch.zeros(channels), atol=1e-4, rtol=0)
+    torch.testing.assert_close(task["train_x"].std((0, 2, 3)), torch.ones(channels), atol=1e-4, rtol=0)
+    raw = arrays["train_images"].double() / 255  # all of it: the statistics do not depend on the order
+    mean, std = raw.mean((0, 2, 3), keepdim=True), raw.std((0, 2, 3), keepdim=True)  # (1, C, 1, 1)
+    expected_test = (arrays["test_images"][:300].double() / 255 - mean) / std
+    torch.testing.assert_close(task["test_x"].double(), expected_test, atol=1e-5, rtol=0)
+    assert torch.equal(task["test_y"], arrays["test_labels"][:300])
+
+
+def test_load_task_subset_is_a_seeded_permutation(data_home):
+    pytest.importorskip("sklearn")
+    data.prepare("digits")
+    arrays = data.load("digits")
+    first, same, other = (load_task(TrainConfig(task="digits", train_size=200, test_size=50, seed=s)) for s in (3, 3, 4))
+    assert all(torch.equal(first[key], same[key]) for key in first)
+    assert not torch.equal(first["train_y"], other["train_y"])
+    assert torch.equal(first["test_y"], other["test_y"]) and torch.equal(first["test_y"], arrays["test_labels"][:50])  # no seed
+    index = torch.randperm(1438, generator=torch.Generator().manual_seed(3))[:200]
+    assert torch.equal(first["train_y"], arrays["train_labels"][index])
+    raw = arrays["train_images"][index].float() / 255
+    torch.testing.assert_close(first["train_x"], (raw - raw.mean((0, 2, 3), keepdim=True)) / raw.std((0, 2, 3), keepdim=True))
+
+
+def test_load_task_refuses_sizes_beyond_the_dataset(data_home):
+    pytest.importorskip("sklearn")
+    data.prepare("digits")
+    with pytest.raises(ValueError, match=r"TrainConfig.train_size=5000 but dataset 'digits' has 1438 train images"):
+        load_task(TrainConfig(task="digits", train_size=5000))
+    with pytest.raises(ValueError, match=r"TrainConfig.test_size=400 but dataset 'digits' has 359 test images"):
+        load_task(TrainConfig(task="digits", test_size=400))
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'"):
+        load_task(TrainConfig(task="mnist"))
+
+
+def test_task_shape_needs_no_prepared_data(data_home):
+    assert image_tasks() == ["cifar10", "digits", "fashion-mnist"]
+    assert {name: task_shape(name) for name in image_tasks()} == {
+        "cifar10": (32, 3, 10), "digits": (8, 1, 10), "fashion-mnist": (28, 1, 10),
+    }
+    assert not data_home.exists()
+    with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+        task_shape("imagenet")
+
+
+@pytest.mark.parametrize("name", ["fashion-mnist", "cifar10", "digits"])
+def test_task_shape_matches_the_loaded_task(name, request, monkeypatch):
+    arrays = _prepared(name, request, monkeypatch)
+    task = load_task(TrainConfig(task=name, train_size=64, test_size=16))
+    image_size, channels, classes = task_shape(name)
+    assert task["train_x"].shape[1:] == task["test_x"].shape[1:] == (channels, image_size, image_size)
+    assert int(torch.cat([arrays["train_labels"], arrays["test_labels"]]).max()) + 1 == classes == len(data.spec(name).classes)

@@ -1,7 +1,11 @@
 """Datasets for the experiments: obtained from offline sources first, verified, cached.
 
     speccond data prepare fashion-mnist
-    arrays = speccond.data.load("fashion-mnist")   # train_images (60000, 28, 28) uint8, train_labels, ...
+    arrays = speccond.data.load("fashion-mnist")   # train_images (60000, 1, 28, 28) uint8, train_labels, ...
+
+Every image dataset stores train_images / test_images as uint8 (N, C, H, W) and train_labels /
+test_labels as int64 (N,): fashion-mnist (1, 28, 28), cifar10 (3, 32, 32; CIFAR-10's test set split
+8000 / 2000), digits (1, 8, 8; scikit-learn's, split 1438 / 359).
 """
 from __future__ import annotations
 
@@ -9,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from speccond.data import fashion_mnist
+from speccond.data import cifar10, digits, fashion_mnist
 from speccond.data.store import DatasetSpec, data_dir
 
-DATASETS: dict[str, DatasetSpec] = {fashion_mnist.SPEC.name: fashion_mnist.SPEC}
+DATASETS: dict[str, DatasetSpec] = {module.SPEC.name: module.SPEC for module in (fashion_mnist, cifar10, digits)}
 
 
 def spec(name: str) -> DatasetSpec:

@@ -3,6 +3,10 @@
 Sources, tried in order: the Debian package ``dataset-fashion-mnist`` (files in
 /usr/share/datasets/fashion-mnist, installed offline by ``apt-get install dataset-fashion-mnist``),
 then the official download. Every file is checked against its SHA-256 before it is parsed.
+
+Stored: images uint8 (N, 1, 28, 28), channels first like every image dataset here; labels int64 (N,).
+Format 2 added the channel axis (format 1 stored (N, 28, 28)); a format-1 cache is rebuilt by
+``speccond data prepare fashion-mnist``.
 """
 from __future__ import annotations
 
@@ -38,12 +42,12 @@ def read_idx(path: Path) -> torch.Tensor:
 
 
 def parse(files: dict[str, Path]) -> dict[str, torch.Tensor]:
-    """images uint8 (N, 28, 28), labels int64 (N,), for the train and test splits."""
+    """images uint8 (N, 1, 28, 28), labels int64 (N,), for the train and test splits."""
     arrays = {key: read_idx(path) for key, path in files.items()}
     return {
-        "train_images": arrays["train_images"],
+        "train_images": arrays["train_images"].unsqueeze(1),  # (60000, 1, 28, 28)
         "train_labels": arrays["train_labels"].long(),
-        "test_images": arrays["test_images"],
+        "test_images": arrays["test_images"].unsqueeze(1),  # (10000, 1, 28, 28)
         "test_labels": arrays["test_labels"].long(),
     }
 
@@ -57,4 +61,7 @@ SPEC = DatasetSpec(
     ),
     parse=parse,
     hint="apt-get install dataset-fashion-mnist (offline on Debian), or internet access for the official files",
+    format_version=2,
+    image_shape=(1, 28, 28),
+    classes=CLASSES,
 )

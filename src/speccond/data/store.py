@@ -1,11 +1,15 @@
 """Obtaining, verifying and caching datasets: ``speccond data prepare NAME``.
 
 A dataset names its raw files with their SHA-256 and the places to get them, in order (a local folder,
-such as a Debian package's, then an official URL). ``prepare`` copies or downloads each file into
-``<data dir>/<name>/raw``, refuses any whose checksum differs, parses them, and writes the arrays to
-``<data dir>/<name>/arrays.safetensors`` atomically (a temporary file, then a rename), so an
-interrupted run never leaves a half-written cache. The data dir is ``$SPECCOND_DATA`` or
+such as a Debian package's, or one named by an environment variable, then an official URL). ``prepare``
+copies or downloads each file into ``<data dir>/<name>/raw``, refuses any whose checksum differs, parses
+them, and writes the arrays to ``<data dir>/<name>/arrays.safetensors`` atomically (a temporary file,
+then a rename), so an interrupted run never leaves a half-written cache. The data dir is ``$SPECCOND_DATA`` or
 ``~/.cache/speccond/data``.
+
+The arrays file records the dataset's ``format`` (``DatasetSpec.format_version``, bumped whenever its
+parse changes what is stored). ``load`` refuses a cache of another format, naming the command that
+rebuilds it; ``prepare`` rebuilds such a cache from the raw files it already holds.
 """
 from __future__ import annotations
 
@@ -26,14 +30,17 @@ ARRAYS = "arrays.safetensors"
 
 @dataclass(frozen=True)
 class Source:
-    """Where raw files can be had: a local folder or a URL prefix."""
+    """Where raw files can be had: a local folder, a URL prefix (``<prefix>/<file name>`` is fetched),
+    or ``$VAR``: the folder named by the environment variable VAR, read when a file is fetched."""
 
     description: str
     location: str
 
-    @property
-    def is_url(self) -> bool:
-        return self.location.startswith(("http://", "https://"))
+    def resolve(self) -> str | None:
+        """The folder or URL prefix; None for a ``$VAR`` source whose variable is unset or empty."""
+        if self.location.startswith("$"):
+            return os.environ.get(self.location[1:]) or None
+        return self.location
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,9 @@ class DatasetSpec:
     sources: tuple[Source, ...]
     parse: Callable[[dict[str, Path]], dict[str, torch.Tensor]]
     hint: str  # how to make a source available, shown when none is
+    format_version: int = 1  # of the stored arrays; bump when parse changes them (stale caches are rebuilt)
+    image_shape: tuple[int, int, int] | None = None  # (C, H, W) of every image; None if not images
+    classes: tuple[str, ...] = ()  # class names, in label order
 
 
 def data_dir() -> Path:
@@ -63,15 +73,21 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
     target = data_dir() / spec.name
     arrays = target / ARRAYS
     if arrays.is_file():
-        return arrays
+        found = _format(arrays)
+        if found == spec.format_version:
+            return arrays
+        log.info("rebuilding %s: the cache has format %s, this version writes %s", arrays, found, spec.format_version)
     raw = target / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     files = {key: _obtain(spec, name, digest, raw, sources or spec.sources) for key, (name, digest) in spec.files.items()}
     tensors = {k: v.contiguous() for k, v in spec.parse(files).items()}
+    if spec.image_shape is not None:
+        for key in ("train_images", "test_images"):
+            assert tensors[key].shape[1:] == spec.image_shape, (key, tensors[key].shape, spec.image_shape)
     from safetensors.torch import save_file
 
     partial = arrays.with_suffix(".partial")
-    save_file(tensors, str(partial), metadata={"dataset": spec.name})
+    save_file(tensors, str(partial), metadata={"dataset": spec.name, "format": str(spec.format_version)})
     os.replace(partial, arrays)
     log.info("prepared %s: %s", spec.name, {k: tuple(v.shape) for k, v in tensors.items()})
     return arrays
@@ -85,9 +101,24 @@ def load(spec: DatasetSpec) -> dict[str, torch.Tensor]:
             f"dataset {spec.name!r} is not prepared in {data_dir()}; run `speccond data prepare {spec.name}` "
             f"(set SPECCOND_DATA to use another folder)"
         )
+    found = _format(arrays)
+    if found != spec.format_version:
+        raise ValueError(
+            f"the cached dataset {spec.name!r} in {arrays} has format {found}, but this version of speccond reads "
+            f"format {spec.format_version} (the cache was written by another version); run "
+            f"`speccond data prepare {spec.name}` to rebuild it"
+        )
     from safetensors.torch import load_file
 
     return load_file(str(arrays))
+
+
+def _format(arrays: Path) -> int:
+    """The format recorded in an arrays file; 1 for caches written before formats were recorded."""
+    from safetensors import safe_open
+
+    with safe_open(str(arrays), framework="pt") as handle:
+        return int((handle.metadata() or {}).get("format", 1))
 
 
 def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple[Source, ...]) -> Path:
@@ -96,13 +127,17 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
         return destination
     problems = []
     for source in sources:
+        location = source.resolve()
+        if location is None:
+            problems.append(f"{source.description}: {source.location} is not set")
+            continue
         partial = destination.with_suffix(destination.suffix + ".partial")
         try:
-            if source.is_url:
-                with urllib.request.urlopen(f"{source.location}/{name}", timeout=60) as response, partial.open("wb") as out:
+            if location.startswith(("http://", "https://")):
+                with urllib.request.urlopen(f"{location}/{name}", timeout=60) as response, partial.open("wb") as out:
                     shutil.copyfileobj(response, out)
             else:
-                local = Path(source.location) / name
+                local = Path(location) / name
                 if not local.is_file():
                     problems.append(f"{source.description}: no {local}")
                     continue
