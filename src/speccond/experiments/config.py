@@ -13,13 +13,17 @@ from typing import Sequence
 # baseline: no correction; spectral: the fixed correction (lam, correction); spectral-svd: the fixed SVD
 # correction; shifted-init: W0 + lam I_k baked in at initialisation and no correction afterwards (the
 # ablation that asks whether the fixed correction matters beyond initialisation, PAPER.md section 3).
-METHODS = ("baseline", "spectral", "spectral-svd", "shifted-init")
+# The peers (experiments/methods.py), on the same q, k, v projections:
+# sigma-reparam: W_hat = gamma / sigma(W) * W per q, k, v block, gamma learnable (Zhai et al., 2023);
+# spectral-norm: W_hat = W / sigma(W) per q, k, v block (Miyato et al., 2018);
+# qk-norm: LayerNorm over head_dim on each head of q and of k before the logits (Dehghani et al., 2023).
+METHODS = ("baseline", "spectral", "spectral-svd", "shifted-init", "sigma-reparam", "spectral-norm", "qk-norm")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
-    model: str = "vit"  # model family: "vit" (timm VisionTransformer for small images)
+    model: str = "vit"  # model family, one of experiments.families.FAMILIES (timm, sized for small images)
     method: str = "spectral"  # one of METHODS
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
@@ -40,6 +44,10 @@ class TrainConfig:
     track_every: int = 0  # steps between diagnostics rows (0 = off)
 
     def __post_init__(self) -> None:
+        from speccond.experiments.families import FAMILIES  # no timm import: families imports it when building
+
+        if self.model not in FAMILIES:
+            raise ValueError(f"TrainConfig.model must be one of {FAMILIES}, got {self.model!r}")
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
         if self.correction not in ("identity", "svd"):

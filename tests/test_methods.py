@@ -1,0 +1,315 @@
+"""The peer methods of the comparison (speccond.experiments.methods): each equals its reference
+implementation, keeps the property that defines it after training, trains, and survives a state_dict."""
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import speccond
+from speccond.adapters import find_projections
+from speccond.experiments.config import METHODS, TrainConfig
+from speccond.experiments.methods import apply_method
+
+from .conftest import assert_close
+
+timm_vit = pytest.importorskip("timm.models.vision_transformer")
+transformers = pytest.importorskip("transformers")
+
+
+def vit(seed: int = 0, **kwargs) -> nn.Module:
+    torch.manual_seed(seed)
+    options = dict(img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=32, depth=1, num_heads=2)
+    return timm_vit.VisionTransformer(**{**options, **kwargs})
+
+
+def bert(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    return transformers.BertModel(config).train()
+
+
+def davit(seed: int = 0) -> nn.Module:
+    """One (window, channel) pair; the channel attention's logits are timm's k and v blocks (acts_as "vqk")."""
+    from timm.models.davit import DaVit
+
+    torch.manual_seed(seed)
+    return DaVit(in_chans=1, num_classes=10, depths=(1,), embed_dims=(32,), num_heads=(2,), window_size=7)
+
+
+def xcit(seed: int = 0) -> nn.Module:
+    """One XCA block (q, k already L2-normalised over tokens) and timm's two class-attention blocks."""
+    from timm.models.xcit import Xcit
+
+    torch.manual_seed(seed)
+    return Xcit(img_size=32, patch_size=8, in_chans=1, num_classes=10, embed_dim=32, depth=1, num_heads=2)
+
+
+def images() -> tuple:
+    return (torch.randn(2, 1, 28, 28),)
+
+
+MODELS = {
+    "timm-vit": (vit, images),
+    "hf-bert": (bert, lambda: (torch.randint(0, 50, (2, 5)),)),
+}
+QK_NORM_MODELS = {**MODELS, "timm-davit": (davit, images), "timm-xcit": (xcit, images)}
+
+
+def output(model: nn.Module, inputs: tuple) -> torch.Tensor:
+    result = model(*inputs)
+    return result if isinstance(result, torch.Tensor) else result.last_hidden_state  # (B, ...)
+
+
+def adamw_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: tuple) -> torch.Tensor:
+    out = output(model, inputs)
+    optimizer.zero_grad(set_to_none=True)
+    out.square().mean().backward()
+    optimizer.step()
+    return out.detach()
+
+
+def method(name: str) -> TrainConfig:
+    return TrainConfig(method=name)
+
+
+def spectral_params(model: nn.Module) -> list:
+    """(module, BlockSpectralNorm) of every q, k, v projection, in site order."""
+    return [
+        (site.module, site.module.parametrizations[site.param_name][0])
+        for site in find_projections(model, speccond.SpectralConfig())
+    ]
+
+
+def test_spectral_norm_equals_torch_spectral_norm_on_separate_projections(float64_default):
+    """BERT has separate query/key/value Linears: per block = per Linear, so the result must be torch's
+    spectral_norm to float64 precision (same random u, v from the same seed, same power iterations),
+    through training steps that update W and the u, v buffers."""
+    model = bert()
+    reference = copy.deepcopy(model)
+    torch.manual_seed(1)
+    for site in find_projections(reference, speccond.SpectralConfig()):
+        nn.utils.parametrizations.spectral_norm(site.module, site.param_name)
+    torch.manual_seed(1)
+    apply_method(model, method("spectral-norm"))
+    inputs = (torch.randint(0, 50, (2, 5)),)
+    ours = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    theirs = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    for _ in range(3):
+        assert_close(adamw_step(model, ours, inputs), adamw_step(reference, theirs, inputs))
+    for (module, norm), site in zip(spectral_params(model), find_projections(reference, speccond.SpectralConfig())):
+        torch_norm = site.module.parametrizations.weight[0]
+        role = norm.layout.roles  # one block: "q", "k" or "v"
+        assert_close(getattr(norm, f"u_{role}"), torch_norm._u)
+        assert_close(getattr(norm, f"v_{role}"), torch_norm._v)
+        assert_close(module.weight, site.module.weight)
+    model.eval()
+    reference.eval()
+    assert_close(output(model, inputs), output(reference, inputs))
+
+
+@pytest.mark.parametrize("name", ["spectral-norm", "sigma-reparam"])
+def test_fused_qkv_blocks_are_normalised_separately(name, float64_default):
+    """timm's fused qkv: after training, sigma_max of each of the q, k, v blocks of the effective weight is
+    1 (spectral-norm) or that block's gamma (sigma-reparam). The blocks are first given very different
+    scales, so normalising the whole fused matrix (torch's spectral_norm on qkv) would fail by a factor."""
+    model = vit()
+    qkv = model.blocks[0].attn.qkv
+    with torch.no_grad():
+        qkv.weight[:32] *= 0.2  # (3 * 32, 32): q rows
+        qkv.weight[64:] *= 3.0  # v rows
+    apply_method(model, method(name))
+    norm = qkv.parametrizations.weight[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        adamw_step(model, optimizer, (torch.randn(2, 1, 28, 28),))
+    with torch.no_grad():
+        for _ in range(500):  # each training-mode read is one power iteration: converge the estimate
+            qkv.weight
+    model.eval()
+    effective = qkv.weight.detach()  # (96, 32), (out, in)
+    sigma = torch.stack([torch.linalg.matrix_norm(effective[32 * b : 32 * (b + 1)], ord=2) for b in range(3)])
+    expected = torch.ones(3) if name == "spectral-norm" else norm.gamma.detach()
+    torch.testing.assert_close(sigma, expected, rtol=1e-6, atol=0)
+    if name == "sigma-reparam":  # gamma started at sigma(W0) of each block, and the blocks differ by ~15x
+        assert norm.gamma[2] > 5 * norm.gamma[0]
+
+
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_sigma_reparam_keeps_the_function_at_init_and_trains_gamma(family, float64_default):
+    """gamma_b = sigma(W0_b) makes W_hat = W0 at init (exactly in eval mode, where u, v stay; to the
+    converged power-iteration estimate in training mode), and gamma is a Parameter with a gradient."""
+    build, make_inputs = MODELS[family]
+    model = build()
+    inputs = make_inputs()
+    model.eval()
+    before = output(model, inputs)
+    model.train()
+    before_train = output(model, inputs)
+    apply_method(model, method("sigma-reparam"))
+    model.eval()
+    assert_close(output(model, inputs), before)
+    model.train()
+    after_train = output(model, inputs)
+    torch.testing.assert_close(after_train, before_train, rtol=1e-6, atol=1e-6)
+    gammas = [norm.gamma for _, norm in spectral_params(model)]
+    names = {id(p) for p in model.parameters()}
+    assert gammas and all(id(g) in names and g.requires_grad for g in gammas)
+    after_train.square().mean().backward()
+    for gamma in gammas:
+        assert gamma.grad is not None and torch.isfinite(gamma.grad).all() and (gamma.grad != 0).all()
+
+
+def test_qk_norm_equals_timm_qk_norm(float64_default):
+    """A plain timm ViT with method qk-norm computes what timm's own VisionTransformer(qk_norm=True) does,
+    with the same weights and the same (randomised) q_norm / k_norm affine parameters."""
+    reference = vit(depth=2, qk_norm=True)
+    with torch.no_grad():
+        for name, param in reference.named_parameters():
+            if "q_norm" in name or "k_norm" in name:
+                param.copy_(torch.randn_like(param))
+    model = vit(seed=5, depth=2)
+    apply_method(model, method("qk-norm"))
+    state = {}
+    for key, value in reference.state_dict().items():
+        state[key.replace("attn.q_norm", "attn.qkv.q_norm").replace("attn.k_norm", "attn.qkv.k_norm")] = value
+    model.load_state_dict(state)  # strict: every key maps one to one
+    inputs = torch.randn(3, 1, 28, 28)
+    assert_close(model(inputs), reference(inputs))
+    model.eval()
+    reference.eval()
+    assert_close(model(inputs), reference(inputs))
+
+
+@pytest.mark.parametrize("family", sorted(QK_NORM_MODELS))
+def test_qk_norm_normalises_every_head_of_the_logit_blocks_only(family, float64_default):
+    """Every head of each block that forms the logits (q and k, or what acts as them: timm's k and v in
+    DaViT's channel attention) has zero mean and unit variance over head_dim; v blocks, and XCiT's XCA
+    (which already normalises q and k), come out of the projection unchanged."""
+    build, make_inputs = QK_NORM_MODELS[family]
+    model = build()
+    apply_method(model, method("qk-norm"))
+    seen = []
+    sites = find_projections(model, speccond.SpectralConfig())
+    for site in sites:  # registered after qk-norm's hook, so it sees the normalised output
+        site.module.register_forward_hook(lambda m, args, out, site=site: seen.append((site, args[0], out)))
+    output(model, make_inputs())
+    assert len(seen) == len(sites)
+    normalised = 0
+    for site, x, out in seen:
+        layout = site.layout
+        for role, acting in zip(layout.roles, site.acts_as or layout.roles):
+            rows = layout.block_rows(role, out.shape[-1])  # (H * dh,)
+            block = out[..., rows]  # (..., H * dh)
+            heads = block.unflatten(-1, (layout.num_heads, -1))  # (..., H, dh)
+            if acting == "v" or "XCA" in site.source:
+                assert_close(block, F.linear(x, site.module.weight, site.module.bias)[..., rows])
+            else:  # default affine (1, 0): zero mean, unit variance over head_dim
+                ones = torch.ones_like(heads[..., 0])
+                assert_close(heads.mean(-1), torch.zeros_like(ones), torch.float32)
+                torch.testing.assert_close(heads.var(-1, unbiased=False), ones, rtol=1e-3, atol=0)
+                normalised += 1
+    assert normalised >= 2
+
+
+# Parameters each method adds to the ViT's (depth 1), by name; the parametrized ones also move qkv.weight.
+ADDED_PARAMETERS = {
+    "sigma-reparam": {"blocks.0.attn.qkv.parametrizations.weight.0.gamma"},
+    "qk-norm": {f"blocks.0.attn.qkv.{r}_norm.{p}" for r in "qk" for p in ("weight", "bias")},
+}
+PARAMETRIZED = ("spectral", "spectral-svd", "sigma-reparam", "spectral-norm")
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_trains(name):
+    """One AdamW step: the loss is finite, every parameter gets a finite gradient and moves, the stored
+    qkv Parameter is the same object as before (an optimiser built on it stays valid), and the method's
+    own parameters are exactly the ones expected."""
+    model = vit()
+    qkv_weight = model.blocks[0].attn.qkv.weight
+    expected = {n for n, _ in model.named_parameters()} | ADDED_PARAMETERS.get(name, set())
+    if name in PARAMETRIZED:
+        expected = {n.replace("qkv.weight", "qkv.parametrizations.weight.original") for n in expected}
+    apply_method(model, method(name))
+    params = dict(model.named_parameters())
+    assert set(params) == expected
+    assert any(p is qkv_weight for p in params.values())
+    snapshot = {n: p.detach().clone() for n, p in params.items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    logits = model(torch.randn(4, 1, 28, 28))  # (4, 10)
+    loss = F.cross_entropy(logits, torch.tensor([0, 1, 2, 3]))
+    loss.backward()
+    assert torch.isfinite(loss)
+    for n, p in params.items():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
+    optimizer.step()
+    for n, p in params.items():
+        assert not torch.equal(p.detach(), snapshot[n]), f"{n} did not move"
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_state_dict_round_trip(name):
+    """A trained model's state_dict loaded (strictly) into a fresh model of the same method reproduces its
+    outputs, in eval mode and in a training-mode forward (which reads the saved u, v buffers)."""
+    model = vit()
+    apply_method(model, method(name))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    inputs = (torch.randn(2, 1, 28, 28),)
+    adamw_step(model, optimizer, inputs)
+    state = copy.deepcopy(model.state_dict())
+    fresh = vit(seed=7)
+    apply_method(fresh, method(name))
+    fresh.load_state_dict(state)
+    model.eval()
+    fresh.eval()
+    assert_close(fresh(*inputs), model(*inputs))
+    model.train()
+    fresh.train()
+    assert_close(fresh(*inputs), model(*inputs))
+
+
+def test_unknown_method_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown method 'sigma'.*sigma-reparam.*spectral-norm.*qk-norm"):
+        apply_method(vit(), SimpleNamespace(method="sigma", lam=10.0, correction="identity"))
+
+
+@pytest.mark.parametrize("name", ["sigma-reparam", "spectral-norm", "qk-norm"])
+def test_a_model_without_attention_is_an_error(name):
+    with pytest.raises(ValueError, match=f"method '{name}' found no q, k, v projections in Sequential"):
+        apply_method(nn.Sequential(nn.Linear(4, 4)), method(name))
+
+
+@pytest.mark.parametrize("name", ["sigma-reparam", "spectral-norm", "qk-norm"])
+def test_applying_twice_is_an_error_that_changes_nothing(name):
+    model = vit(depth=2)
+    apply_method(model, method(name))
+    keys, hooks = list(model.state_dict()), [len(m._forward_hooks) for m in model.modules()]
+    with pytest.raises(ValueError, match="already has"):
+        apply_method(model, method(name))
+    assert list(model.state_dict()) == keys
+    assert [len(m._forward_hooks) for m in model.modules()] == hooks
+
+
+def test_qk_norm_on_attention_that_already_normalises_everything_is_an_error():
+    model = xcit()
+    model.cls_attn_blocks = nn.ModuleList()  # XCA blocks only
+    with pytest.raises(ValueError, match="found nothing to normalise in Xcit"):
+        apply_method(model, method("qk-norm"))
+
+
+def test_qk_norm_needs_a_projection_module():
+    """nn.MultiheadAttention reads in_proj_weight directly: no module outputs q and k to hook."""
+    with pytest.raises(ValueError, match="in_proj_weight.*qk-norm hooks the module"):
+        apply_method(nn.MultiheadAttention(8, 2), method("qk-norm"))
+
+
+def test_qk_norm_refuses_a_model_that_already_normalises_q_and_k():
+    with pytest.raises(ValueError, match="already normalises q and k"):
+        apply_method(vit(qk_norm=True), method("qk-norm"))
