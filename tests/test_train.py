@@ -133,3 +133,106 @@ def test_shifted_init_equals_spectral_at_step_zero_but_carries_no_correction():
         torch.testing.assert_close(shifted(images), spectral(images))
     svd = build_model(TINY.with_overrides(["method=spectral-svd"]), 28, 1, 10)
     assert speccond.describe(svd).rows[0].correction == "svd/head"
+
+
+@needs_data
+def test_a_diverging_run_stops_keeps_a_good_checkpoint_and_stays_diverged(prepared, tmp_path, capsys):
+    from speccond.cli import main
+    from speccond.experiments.train import _rows
+
+    config = TINY.with_overrides(["method=baseline", "lr=1000", "grad_clip=0"])
+    result = train(config, tmp_path / "run", progress=False)
+    assert result["kind"] == "diverged" and result["loss"] in ("nan", "inf", "-inf")
+    rows = _rows(tmp_path / "run" / "metrics.jsonl")
+    assert rows[-1] == result
+    kept = checkpoint.latest(tmp_path / "run")
+    model = build_model(config, 28, 1, 10)
+    manifest, _ = checkpoint.load(kept, model)
+    assert manifest["step"] < result["step"] - 1  # not the weights whose loss was not finite
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert train(config, tmp_path / "run", progress=False) == result  # final: not trained again
+    assert main(["train", "--resume", str(tmp_path / "run")]) == 3
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["kind"] == "diverged"
+
+
+def _cli(*args: str, data: Path) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "speccond", *args]
+
+
+def _environment(data: Path) -> dict:
+    import os
+
+    return {**os.environ, "SPECCOND_DATA": str(data), "OMP_NUM_THREADS": "1"}
+
+
+KILLABLE = ["--set", "embed_dim=32", "--set", "depth=1", "--set", "num_heads=2", "--set", "patch_size=7",
+            "--set", "train_size=4096", "--set", "test_size=100", "--set", "batch_size=64", "--set", "epochs=3",
+            "--set", "checkpoint_every=8", "--set", "method=spectral"]
+
+
+@needs_data
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
+def test_a_run_killed_by_a_signal_resumes_to_the_same_final_metrics(prepared, tmp_path, signal_name):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    data = Path(os.environ["SPECCOND_DATA"])
+    env = _environment(data)
+    straight = subprocess.run(_cli("train", "--out", str(tmp_path / "straight"), *KILLABLE, data=data),
+                              env=env, capture_output=True, text=True, check=True)
+    process = subprocess.Popen(_cli("train", "--out", str(tmp_path / "killed"), *KILLABLE, data=data),
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    latest = tmp_path / "killed" / "checkpoints" / "LATEST"
+    deadline = time.monotonic() + 120
+    while not (latest.is_file() and latest.read_text().strip() >= "step-000016") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run finished before it could be killed; make KILLABLE longer"
+    process.send_signal(getattr(signal, signal_name))
+    process.wait(timeout=60)
+    assert process.returncode != 0
+    assert checkpoint.latest(tmp_path / "killed").name < "step-000192"
+    resumed = subprocess.run(_cli("train", "--resume", str(tmp_path / "killed"), data=data),
+                             env=env, capture_output=True, text=True, check=True)
+    assert json.loads(resumed.stdout.strip().splitlines()[-1]) == json.loads(straight.stdout.strip().splitlines()[-1])
+    a = checkpoint.latest(tmp_path / "straight") / "model.safetensors"
+    b = checkpoint.latest(tmp_path / "killed") / "model.safetensors"
+    assert a.read_bytes() == b.read_bytes()
+
+
+@needs_data
+def test_torchrun_two_processes_match_one_process_with_the_same_global_batch(prepared, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    data = Path(os.environ["SPECCOND_DATA"])
+    env = _environment(data)
+    sets = ["--set", "embed_dim=32", "--set", "depth=1", "--set", "num_heads=2", "--set", "patch_size=7",
+            "--set", "train_size=200", "--set", "test_size=100", "--set", "batch_size=64", "--set", "epochs=2",
+            "--set", "method=spectral", "--set", "lam=1"]  # 4 steps per epoch, the last one of 8 images
+    single = subprocess.run(_cli("train", "--out", str(tmp_path / "single"), *sets, data=data),
+                            env=env, capture_output=True, text=True, check=True)
+    double = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "speccond", "train", "--out", str(tmp_path / "double"), *sets],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert double.returncode == 0, double.stderr[-3000:]
+    one = json.loads(single.stdout.strip().splitlines()[-1])
+    two = json.loads(double.stdout.strip().splitlines()[-1])  # only rank 0 prints
+    assert one["step"] == two["step"] == 8
+    assert abs(one["loss"] - two["loss"]) < 1e-4 and abs(one["accuracy"] - two["accuracy"]) <= 0.01
+    a = load_file(str(checkpoint.latest(tmp_path / "single") / "model.safetensors"))
+    b = load_file(str(checkpoint.latest(tmp_path / "double") / "model.safetensors"))
+    # The key bias cancels in the softmax, so its exact gradient is 0 and AdamW turns the rounding noise of
+    # either reduction order into lr-sized steps: it is the one tensor left out (rows 32 to 63 of qkv.bias).
+    k_bias = slice(32, 64)
+    a["blocks.0.attn.qkv.bias"][k_bias] = b["blocks.0.attn.qkv.bias"][k_bias]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-6, msg=name)

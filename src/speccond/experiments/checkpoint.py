@@ -96,6 +96,23 @@ def load(folder: Path, model: nn.Module) -> tuple[dict, dict[str, Any]]:
     return manifest, state
 
 
+def discard_latest(run_dir: Path) -> Path | None:
+    """Drop the newest checkpoint (its weights were found bad) and point LATEST at the one before it.
+
+    Returns the checkpoint now named in LATEST, or None when none is left."""
+    root = Path(run_dir) / FOLDER
+    newest = latest(run_dir)
+    if newest is None:
+        return None
+    older = sorted(p for p in root.glob("step-*") if p.name < newest.name)
+    if older:
+        _write_atomically(root / "LATEST", older[-1].name)
+    else:
+        (root / "LATEST").unlink()
+    shutil.rmtree(newest, ignore_errors=True)
+    return older[-1] if older else None
+
+
 def _write_atomically(path: Path, text: str) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(text)

@@ -22,47 +22,44 @@ from torch import nn
 import speccond
 from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.distributed import Context
+from speccond.experiments.families import build_backbone
+from speccond.experiments.methods import apply_method
+from speccond.experiments.tasks import load_task, task_shape
 
 log = logging.getLogger(__name__)
 TRAIN_ROW_EVERY = 10
 
 
 def build_model(config: TrainConfig, image_size: int, channels: int, classes: int) -> nn.Module:
-    """A timm VisionTransformer for small images (CLS token, no pretrained weights), conditioned or not."""
-    from timm.models.vision_transformer import VisionTransformer
-
+    """The config's timm family (families.py) for these images, seeded, with the config's method applied."""
     torch.manual_seed(config.seed)
-    model = VisionTransformer(
-        img_size=image_size, patch_size=config.patch_size, in_chans=channels, num_classes=classes,
-        embed_dim=config.embed_dim, depth=config.depth, num_heads=config.num_heads,
+    model = build_backbone(
+        config.model, image_size, channels, classes, embed_dim=config.embed_dim, depth=config.depth,
+        num_heads=config.num_heads, patch_size=config.patch_size,
     )
-    if config.method == "spectral":
-        speccond.apply(model, speccond.SpectralConfig(lam=config.lam, correction=config.correction))
-    elif config.method == "spectral-svd":
-        speccond.apply(model, speccond.SpectralConfig(correction="svd"))
-    elif config.method == "shifted-init":  # W0 + C as a plain initialisation: decay then pulls it to 0, not to C
-        speccond.apply(model, speccond.SpectralConfig(lam=config.lam))
-        speccond.remove(model, merge=True)
+    apply_method(model, config)
     return model
 
 
-def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
-    """Images as float (N, C, H, W) standardised with the training mean and std; int64 labels."""
-    from speccond import data
+def model_for(config: TrainConfig) -> nn.Module:
+    """The model a run of ``config`` trains, with the input shape of its task (for loading checkpoints)."""
+    return build_model(config, *task_shape(config.task))
 
-    arrays = data.load(config.task)
-    order = torch.randperm(arrays["train_images"].shape[0], generator=torch.Generator().manual_seed(config.seed))
-    train_index = order[: config.train_size or None]
-    test_count = config.test_size or arrays["test_images"].shape[0]
-    train = arrays["train_images"][train_index].float().div(255).unsqueeze(1)  # (N, 1, 28, 28)
-    test = arrays["test_images"][:test_count].float().div(255).unsqueeze(1)
-    mean, std = train.mean(), train.std()
-    return {
-        "train_x": (train - mean) / std,
-        "train_y": arrays["train_labels"][train_index],
-        "test_x": (test - mean) / std,
-        "test_y": arrays["test_labels"][:test_count],
-    }
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay on matrices only (the usual recipe, as timm's): biases, norm
+    scales, sigma-reparam's gamma and the model's ``no_weight_decay()`` names (position embedding,
+    class tokens) are not decayed."""
+    exempt = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    decay, keep = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        plain_name = name.replace("parametrizations.", "").replace(".original", "")
+        (keep if parameter.ndim <= 1 or plain_name in exempt else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": keep, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.lr)
 
 
 def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -96,65 +93,128 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch
 
 
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
-    """Train (or resume) the run in ``run_dir``; return the final evaluation.
+    """Train (or resume) the run in ``run_dir``; return the final row.
 
+    The final row is the last evaluation ({"kind": "eval", ...}), or {"kind": "diverged", ...} when the
+    training loss became NaN or inf: the run stops before that step's update, keeps its last good
+    checkpoint, records the row in metrics.jsonl, and is not trained again when resumed.
+    Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
     ``stop_after``: stop right after that global step, as a kill would (for tests of resumption).
     """
+    context = Context.from_environment()
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(run_dir, config)
+    metrics = run_dir / "metrics.jsonl"
+    if context.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _write_config(run_dir, config)
+    context.barrier()
+    diverged = _diverged_row(metrics)
+    if diverged is not None:
+        log.error("%s diverged at step %d (loss %s); not training it again", run_dir, diverged["step"], diverged["loss"])
+        return diverged
     task = load_task(config)
+    samples = task["train_x"].shape[0]
+    _check_shards(samples, config.batch_size, context)
     model = build_model(config, task["train_x"].shape[-1], task["train_x"].shape[1], int(task["train_y"].max()) + 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = math.ceil(task["train_x"].shape[0] / config.batch_size)
+    optimizer = make_optimizer(model, config)
+    steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     step = _resume(run_dir, model, optimizer)
-    metrics = run_dir / "metrics.jsonl"
-    _drop_rows_after(metrics, step)
-    bar = _progress(total_steps, step, progress)
-    tracker = _tracker(config, model, task, metrics)
+    if context.is_main:
+        _drop_rows_after(metrics, step)
+    trained = context.wrap(model)
+    bar = _progress(total_steps, step, progress and context.is_main)
+    tracker = _tracker(config, model, task, metrics) if context.is_main else None
     if tracker is not None and step == 0:
         tracker.step(0)
+
+    def save() -> None:
+        if context.is_main:
+            checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
+
     final: dict = {}
     try:
         while step < total_steps:
             epoch, index = divmod(step, steps_per_epoch)
-            order = torch.randperm(task["train_x"].shape[0], generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
+            order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
             batch = order[index * config.batch_size : (index + 1) * config.batch_size]
             images = augment(task["train_x"][batch], torch.Generator().manual_seed(config.seed * 10**6 + step))
+            labels = task["train_y"][batch]
+            images, local_labels = context.shard(images), context.shard(labels)  # (b / world, C, H, W)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, total_steps)
-            loss = F.cross_entropy(model(images), task["train_y"][batch])
+            local_mean = F.cross_entropy(trained(images), local_labels)
+            loss_value = context.global_mean(local_mean, local_labels.shape[0], labels.shape[0])
+            if not math.isfinite(loss_value):
+                final = {"kind": "diverged", "step": step + 1, "loss": str(loss_value), "total_steps": total_steps}
+                if context.is_main:
+                    _append(metrics, final)
+                    _keep_good_checkpoint(run_dir, step)
+                log.error(
+                    "training loss is %s at step %d of %s: the run diverged and stops here; its last good checkpoint "
+                    "is kept (lower lr or lam, or raise warmup_steps, and start a new --out)", loss_value, step + 1, run_dir,
+                )
+                return final
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            context.local_loss(local_mean, local_labels.shape[0], labels.shape[0]).backward()
             if config.grad_clip:
                 nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
             step += 1
-            loss_value = float(loss.detach())
             bar.update(1)
             bar.set_postfix(loss=f"{loss_value:.3f}")
-            if step % TRAIN_ROW_EVERY == 0:
+            if step % TRAIN_ROW_EVERY == 0 and context.is_main:
                 _append(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]})
-            if tracker is not None:
-                tracker.step(step)
+            if tracker is not None and step % tracker.every == 0 and _all_finite(model):
+                tracker.step(step)  # non-finite weights are left to the next step's divergence check
             epoch_done = step % steps_per_epoch == 0
             if epoch_done:
-                final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, **evaluate(model, task["test_x"], task["test_y"])}
-                _append(metrics, final)
+                final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
+                         **evaluate(model, task["test_x"], task["test_y"])}
+                if context.is_main:
+                    _append(metrics, final)
             if epoch_done or step % config.checkpoint_every == 0:
-                checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
+                save()
             if stop_after is not None and step >= stop_after:
                 return {}
     except KeyboardInterrupt:
-        checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
+        save()
         log.warning("interrupted at step %d; checkpoint saved, resume with the same command", step)
         raise
     finally:
         bar.close()
     if not final:  # resumed after the last epoch had finished
-        final = {"kind": "eval", "step": step, **evaluate(model, task["test_x"], task["test_y"])}
+        final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
+                 **evaluate(model, task["test_x"], task["test_y"])}
     return final
+
+
+def _all_finite(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def _check_shards(samples: int, batch_size: int, context: Context) -> None:
+    """Every rank needs at least one image of every batch, the last (short) one included."""
+    last = samples % batch_size or batch_size
+    if context.distributed and min(batch_size, last) < context.world:
+        raise ValueError(
+            f"batch_size {batch_size} over {samples} images leaves a batch of {min(batch_size, last)} for "
+            f"{context.world} processes; choose batch_size and train_size so every batch has >= {context.world} images"
+        )
+
+
+def _keep_good_checkpoint(run_dir: Path, step: int) -> None:
+    """A checkpoint taken at ``step`` holds the weights whose loss was not finite: drop it."""
+    folder = checkpoint.latest(run_dir)
+    if folder is not None and json.loads((folder / "manifest.json").read_text())["step"] == step:
+        checkpoint.discard_latest(run_dir)
+
+
+def _diverged_row(metrics: Path) -> Optional[dict]:
+    for row in _rows(metrics):
+        if row.get("kind") == "diverged":
+            return row
+    return None
 
 
 def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
@@ -163,7 +223,10 @@ def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
         return None
     from speccond.diagnostics import Tracker
 
-    return Tracker(model, (task["test_x"][:8],), every=config.track_every, path=metrics)
+    # Head diagnostics (entropy) cover softmax attention over tokens (the ViT and DeiT families) and
+    # rebuild q and k from the weights, so they would miss qk-norm's LayerNorm hooks: off for qk-norm.
+    entropy = config.model in ("vit", "deit") and config.method != "qk-norm"
+    return Tracker(model, (task["test_x"][:8],), every=config.track_every, path=metrics, entropy=entropy)
 
 
 def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -190,7 +253,7 @@ def _write_config(run_dir: Path, config: TrainConfig) -> None:
     record = {
         "config": config.to_dict(),
         "label": f"{config.method} lam={config.lam:g}" if config.method in ("spectral", "shifted-init") else config.method,
-        "command": sys.argv,
+        "command": _command(),
         "versions": {"speccond": speccond.__version__, "torch": torch.__version__, "timm": timm.__version__,
                      "python": platform.python_version()},
     }
@@ -199,17 +262,40 @@ def _write_config(run_dir: Path, config: TrainConfig) -> None:
     partial.replace(path)
 
 
+def _command() -> list[str]:
+    """The command line that started this run, with the program named as a user would type it."""
+    program = Path(sys.argv[0]).name if sys.argv else ""
+    if program in ("speccond", "__main__.py"):
+        return ["speccond", *sys.argv[1:]]
+    return list(sys.argv)
+
+
 def _append(path: Path, row: dict) -> None:
     with path.open("a") as handle:
         handle.write(json.dumps(row) + "\n")
+
+
+def _rows(path: Path) -> list[dict]:
+    """The complete rows of a metrics file; a line cut short by a kill is skipped."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("%s: skipping an incomplete line (a run killed while writing)", path)
+    return rows
 
 
 def _drop_rows_after(path: Path, step: int) -> None:
     """On resume, forget rows written after the checkpoint (they will be written again)."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    kept = [row for row in _rows(path) if row.get("step", 0) <= step]
+    partial = path.with_suffix(".partial")
+    partial.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    partial.replace(path)
 
 
 def _progress(total: int, start: int, enabled: bool):
