@@ -1,13 +1,28 @@
-"""The comparison harness: statistics by hand, and a tiny real comparison end to end."""
+"""The comparison harness and its report: statistics by hand, and real tiny runs reported back.
+
+Every run here is a real training run of a tiny ViT on 96 Fashion-MNIST images (12 steps); nothing the
+training code writes is fabricated, so the report is tested on exactly what it will read in practice.
+"""
 from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
+from speccond.experiments.config import TrainConfig
 from speccond.experiments.stats import mean_interval, paired_difference
+
+needs_data = pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+    reason="needs the Debian package: apt-get install dataset-fashion-mnist (./run installs it as root)",
+)
+# 6 steps per epoch, 12 in all: one "train" row (step 10), two "eval" rows, a checkpoint per epoch.
+SETS = ["embed_dim=32", "depth=1", "num_heads=2", "patch_size=7", "epochs=2", "train_size=96", "test_size=64",
+        "batch_size=16", "warmup_steps=2", "checkpoint_every=6"]
+TINY = TrainConfig().with_overrides(SETS)
 
 
 def test_mean_interval_matches_a_hand_computation():
@@ -23,24 +38,162 @@ def test_paired_difference_uses_the_same_seeds():
         paired_difference([0.9], [0.8, 0.7])
 
 
-@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="apt-get install dataset-fashion-mnist")
-def test_cli_compare_end_to_end_and_resumes(tmp_path, monkeypatch, capsys):
+@pytest.fixture(scope="module")
+def data_home(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(tmp_path_factory.getbasetemp() / "data"))
+        from speccond import data
+
+        data.prepare("fashion-mnist")
+        yield
+
+
+@pytest.fixture(scope="module")
+def comparison(data_home, tmp_path_factory):
+    """`speccond compare` of baseline vs spectral (lam 10) over seeds 0 and 1, tracked every 4 steps."""
+    import torch
+
     from speccond.cli import main
 
-    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
-    args = ["compare", "--out", str(tmp_path / "cmp"), "--seeds", "2",
-            "--set", "train_size=128", "--set", "test_size=64", "--set", "batch_size=64", "--set", "depth=1",
-            "--set", "embed_dim=32", "--set", "num_heads=2"]
+    torch.set_num_threads(1)
+    folder = tmp_path_factory.mktemp("compare") / "cmp"
+    args = ["compare", "--out", str(folder), "--seeds", "2", *[f"--set={s}" for s in [*SETS, "track_every=4"]]]
     assert main(args) == 0
-    report = (tmp_path / "cmp" / "results.md").read_text()
-    assert "| baseline | 2 |" in report and "| spectral | 2 |" in report
-    results = json.loads((tmp_path / "cmp" / "results.json").read_text())
-    assert [(r["method"], r["seed"]) for r in results] == [("baseline", 0), ("baseline", 1), ("spectral", 0), ("spectral", 1)]
-    assert all(0 <= r["accuracy"] <= 1 for r in results)
-    assert min(r["kappa_qkv"] for r in results if r["method"] == "baseline") > max(
-        r["kappa_qkv"] for r in results if r["method"] == "spectral"
-    )  # lam = 10 conditions W_q,k,v
-    assert (tmp_path / "cmp" / "comparison.png").stat().st_size > 10_000
+    return folder, args
+
+
+@needs_data
+def test_report_regenerates_what_compare_wrote(comparison, capsys):
+    from speccond.cli import main
+    from speccond.experiments import checkpoint
+    from speccond.experiments.runs import checkpoint_kappa, read_run
+
+    folder, args = comparison
+    written = (folder / "results.md").read_bytes()
+    results = json.loads((folder / "results.json").read_text())
+    text = written.decode()
+    assert f"Regenerate this report from the run directories (no training): `speccond report {folder}`" in text
+    assert "| baseline | 2 | 0/2 |" in text and "| spectral lam=10 | 2 | 0/2 |" in text
+    assert "difference vs baseline" in text and "| - (reference) |" in text
+    assert "fashion-mnist, timm ViT (width 32, depth 1, 2 heads, patch 7)" in text
+    assert "2 epoch(s) on 96 training images" in text and "the first 64 test images" in text
+    runs = results["runs"]
+    assert [(r["method"], r["seed"], r["status"]) for r in runs] == [
+        ("baseline", 0, "finished"), ("baseline", 1, "finished"), ("spectral", 0, "finished"), ("spectral", 1, "finished")
+    ]
+    assert all(r["step"] == r["total_steps"] == 12 and r["kappa_step"] == 12 and r["seconds"] > 0 for r in runs)
+    kappa = {g["label"]: g["kappa_qkv"] for g in results["groups"]}
+    assert kappa["baseline"] > kappa["spectral lam=10"] and kappa["spectral lam=10"] < 1.5  # lam = 10 conditions W_q,k,v
+    # kappa from the tracker's rows at the final step is the kappa of the final checkpoint
+    run = read_run(folder / "spectral" / "seed-1")
+    assert run.kappa_qkv == pytest.approx(checkpoint_kappa(run.config, checkpoint.latest(run.path)), rel=1e-9)
+    assert results["plots"] == ["comparison.png", "kappa.png"]
+
+    for name in ("results.md", "results.json", "comparison.png", "kappa.png"):
+        (folder / name).unlink()
     capsys.readouterr()
-    assert main(args) == 0  # finished runs are not trained again
-    assert json.loads((tmp_path / "cmp" / "results.json").read_text()) == results
+    assert main(["report", str(folder)]) == 0
+    assert (folder / "results.md").read_bytes() == written
+    assert json.loads((folder / "results.json").read_text()) == results
+    assert (folder / "comparison.png").stat().st_size > 10_000 and (folder / "kappa.png").stat().st_size > 10_000
+    assert "| spectral lam=10 | 2 | 0/2 |" in capsys.readouterr().out
+
+    metrics = (folder / "baseline" / "seed-0" / "metrics.jsonl").read_bytes()
+    assert main(args) == 0  # finished runs are not trained again; the report is the same
+    assert (folder / "baseline" / "seed-0" / "metrics.jsonl").read_bytes() == metrics
+    assert (folder / "results.md").read_bytes() == written
+
+
+@needs_data
+def test_runs_are_grouped_by_config_wherever_they_are(comparison, tmp_path, monkeypatch):
+    from speccond.experiments.report import write_report
+    from speccond.experiments.train import train
+
+    folder, _ = comparison
+    lam3 = TINY.with_overrides(["method=spectral", "lam=3"])
+    train(lam3, tmp_path / "lam3-a", progress=False)
+    train(lam3.with_overrides(["seed=1"]), tmp_path / "other" / "lam3-b", progress=False)
+    assert train(lam3.with_overrides(["seed=2"]), tmp_path / "killed", stop_after=8, progress=False) == {}
+    single = folder / "spectral" / "seed-0"
+    monkeypatch.chdir(tmp_path)
+
+    given = [folder / "baseline", tmp_path / "lam3-a", tmp_path / "other", tmp_path / "killed", single, single]
+    report = write_report(given)  # a folder of seed-<k> runs, run directories, a folder of one, one run twice
+    assert report.out == Path("report") and (tmp_path / "report" / "results.md").read_text() == report.markdown
+    assert [(g.label, [r.seed for r in g.runs]) for g in report.groups] == [
+        ("baseline", [0, 1]), ("spectral lam=3", [0, 1, 2]), ("spectral lam=10", [0])
+    ]
+    assert report.reference == "baseline"
+    lam3_row = next(s for s in report.summaries if s.label == "spectral lam=3")
+    assert lam3_row.seeds == [0, 1] and lam3_row.difference.n == 2 and lam3_row.kappa_qkv < 1.5
+    assert next(s for s in report.summaries if s.label == "spectral lam=10").difference.n == 1  # seed 0 only
+    text = report.markdown
+    assert "| spectral lam=3 | 2 | 0/2 |" in text and "| spectral lam=10 | 1 | 0/1 |" in text
+    assert "## Unfinished runs (excluded from all statistics)" in text
+    assert f"- `{tmp_path / 'killed'}`: spectral lam=3, seed 2, at step 6 of 12;" in text  # its last checkpoint
+    assert f"`speccond report {folder / 'baseline'} {tmp_path / 'lam3-a'} " in text and "--out" not in text
+    assert report.plots == ["comparison.png", "kappa.png"]  # the baseline runs were tracked
+
+    untracked = write_report([tmp_path / "lam3-a", tmp_path / "other"], tmp_path / "untracked")
+    assert untracked.plots == ["comparison.png"] and not (tmp_path / "untracked" / "kappa.png").exists()
+    assert "kappa.png not written: no run was tracked" in untracked.markdown
+    assert f"--out {tmp_path / 'untracked'}`" in untracked.markdown
+    assert untracked.reference == "spectral lam=3"  # no baseline: the first group
+
+    shutil.copytree(tmp_path / "lam3-a", tmp_path / "copy")
+    with pytest.raises(ValueError, match="lam3-a and .*copy are the same config and seed 0"):
+        write_report([tmp_path / "lam3-a", tmp_path / "copy"], tmp_path / "dup")
+
+
+@needs_data
+def test_a_diverged_run_is_reported_not_dropped(comparison, tmp_path):
+    from speccond.experiments.report import write_report
+    from speccond.experiments.train import train
+
+    folder, _ = comparison
+    hot = TINY.with_overrides(["method=spectral", "lr=1000"])  # AdamW steps of ~1000: NaN loss within 4 steps
+    for seed in (0, 1):
+        final = train(hot.with_overrides([f"seed={seed}"]), tmp_path / "hot" / f"seed-{seed}", progress=False)
+        assert final["kind"] == "diverged" and final["loss"] == "nan"
+        rows = [json.loads(line) for line in (tmp_path / "hot" / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
+        assert rows[-1] == final  # the row format the report reads
+    report = write_report([folder / "baseline", tmp_path / "hot"], tmp_path / "out")
+    assert [g.label for g in report.groups] == ["baseline (lr=0.001)", "spectral lam=10 (lr=1000)"]
+    hot_row = report.summaries[1]
+    assert hot_row.diverged == 2 and hot_row.seeds == [0, 1] and hot_row.loss is None
+    assert hot_row.accuracy.mean == pytest.approx(0.1) and hot_row.difference.n == 2  # chance: 1 / 10 classes
+    text = report.markdown
+    assert "| spectral lam=10 (lr=1000) | 2 | 2/2 | 10 +- 0 |" in text
+    assert text.count("| diverged at step ") == 2 and "(chance; last eval before:" in text
+    assert "count with chance accuracy (1 / number of classes)" in text
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["finished", "finished", "diverged", "diverged"]
+
+
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
+    from speccond.cli import main
+    from speccond.experiments.report import write_report
+
+    (tmp_path / "empty").mkdir()
+    expected = "expected a run directory .holding config.json. or a comparison folder holding <method>/seed-<k>/"
+    with pytest.raises(ValueError, match=f"empty holds no runs: {expected}"):
+        write_report([tmp_path / "empty"])
+    with pytest.raises(ValueError, match=f"missing: no such directory; {expected}"):
+        write_report([tmp_path / "missing"])
+    corrupt = tmp_path / "cmp" / "baseline" / "seed-0"
+    corrupt.mkdir(parents=True)
+    (corrupt / "config.json").write_text('{"config": {"method": "baseline"')  # cut short
+    with pytest.raises(ValueError, match=r"seed-0/config.json: unreadable run config .* expected the JSON object"):
+        write_report([tmp_path / "cmp"])
+    (corrupt / "config.json").write_text('{"label": "baseline"}')
+    with pytest.raises(ValueError, match=r"seed-0/config.json: no \"config\" object"):
+        write_report([corrupt])
+    (corrupt / "config.json").write_text('{"config": {"method": "magic"}}')
+    with pytest.raises(ValueError, match=r"seed-0/config.json: not a valid TrainConfig .*method must be one of"):
+        write_report([corrupt])
+    (corrupt / "config.json").write_text('{"config": {"method": "baseline"}}')
+    (corrupt / "metrics.jsonl").write_text('{"kind": "train", "step": 10, "loss": 2.3}\n{"kind": "ev\n{}\n')
+    with pytest.raises(ValueError, match=r"seed-0/metrics.jsonl, line 2: not a JSON row .*damaged"):
+        write_report([corrupt])
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "speccond report: error:" in capsys.readouterr().err and not (tmp_path / "empty" / "results.md").exists()

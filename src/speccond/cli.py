@@ -40,10 +40,18 @@ def main(argv: list[str] | None = None) -> int:
 
     comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
     comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
-    comparison.add_argument("--methods", default="baseline,spectral", help="comma-separated; the first is the reference")
+    comparison.add_argument("--task", help="dataset (default fashion-mnist): " + "fashion-mnist, cifar10, digits")
+    comparison.add_argument("--model", help="timm family (default vit): vit, deit, swin, xcit, davit")
+    comparison.add_argument("--methods", default="baseline,spectral",
+                            help="comma-separated (default baseline,spectral); the reference is baseline when present")
     comparison.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
     comparison.add_argument("--preset", choices=("quick", "full"), default="quick")
     comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+
+    summary = commands.add_parser("report", help="tables and plots from finished runs (no training)")
+    summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
+    summary.add_argument("--out", help="folder for results.md, results.json and plots "
+                         "(default: the comparison folder when one is given, else ./report)")
 
     data = commands.add_parser("data", help="obtain and cache datasets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
@@ -61,8 +69,12 @@ def main(argv: list[str] | None = None) -> int:
             _inspect(args)
         elif args.command == "compare":
             _compare(args)
+        elif args.command == "report":
+            _report(args)
         elif args.command == "train":
-            _train(args)
+            code = _train(args)
+            if code:
+                return code
         elif args.command == "data":
             from speccond import data as datasets
 
@@ -83,10 +95,12 @@ def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from speccond import data
-    from speccond.experiments.compare import PRESETS, compare
+    from speccond.experiments.compare import compare, preset
     from speccond.experiments.config import TrainConfig
 
-    base = TrainConfig().with_overrides([*PRESETS[args.preset], *args.set])
+    chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
+    task = TrainConfig().with_overrides([*chosen, *args.set]).task
+    base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set])
     data.prepare(base.task)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     compare(base, methods, range(args.seeds), Path(args.out))
@@ -94,8 +108,18 @@ def _compare(args: argparse.Namespace) -> None:
     print(f"written: {Path(args.out) / 'results.md'}, results.json, comparison.png")
 
 
-def _train(args: argparse.Namespace) -> None:
+def _report(args: argparse.Namespace) -> None:
+    from speccond.experiments.report import write_report
+
+    report = write_report(args.runs, args.out)
+    print(report.markdown)
+    print(f"written: {report.out / 'results.md'}, results.json, {', '.join(report.plots) or 'no plots'}")
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Exit status 0 when the run finished, 3 when it diverged (its row says at which step)."""
     import json
+    import os
     from pathlib import Path
 
     from speccond.experiments.config import TrainConfig
@@ -111,7 +135,9 @@ def _train(args: argparse.Namespace) -> None:
     else:
         config = TrainConfig().with_overrides(args.set)
     result = train(config, Path(args.out or args.resume))
-    print(json.dumps(result))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result))
+    return 3 if result.get("kind") == "diverged" else 0
 
 
 def _inspect(args: argparse.Namespace) -> None:

@@ -1,0 +1,341 @@
+"""``speccond report DIR ...``: the comparison table and plots, rebuilt from run directories alone.
+
+    report = write_report(["runs/compare"])      # -> runs/compare/results.md, results.json, *.png
+
+Each DIR is a run directory or a comparison folder (<method>/seed-<k>/ run directories). Runs are read
+with :func:`speccond.experiments.runs.read_run` and grouped by their config without the seed: task, model,
+sizes, training settings, method and the method's own parameters (lam, correction for "spectral"; lam
+for "shifted-init"); settings that do not change what a run computes (track_every, checkpoint_every)
+are ignored. A group is labelled by its method and parameters, plus any other setting that differs
+between the groups. The reference for paired differences is the "baseline" group when there is one,
+else the first group. ``speccond compare`` writes its report with this same function, so
+``speccond report <its folder>`` gives the same results.md byte for byte.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from speccond.experiments.runs import RunRecord, find_runs, read_run
+from speccond.experiments.stats import Interval, mean_interval, paired_difference
+
+log = logging.getLogger(__name__)
+
+IGNORED_FIELDS = ("seed", "track_every", "checkpoint_every")  # change how a run is recorded, not its result
+METHOD_PARAMETERS = {
+    "baseline": (), "spectral": ("lam", "correction"), "spectral-svd": (), "shifted-init": ("lam",),
+    "sigma-reparam": (), "spectral-norm": (), "qk-norm": (),
+}
+_PARAMETERS = ("lam", "correction")  # every field some method reads; unknown methods keep them all
+FAMILY_NAMES = {"vit": "ViT", "deit": "DeiT", "swin": "Swin", "xcit": "XCiT", "davit": "DaViT"}
+DEFAULT_OUT = Path("report")
+VARIES = "(varies)"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The runs of one config (all but the seed), sorted by seed; ``included`` are those in statistics."""
+
+    label: str
+    method: str
+    settings: dict  # the config fields that define the group
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def included(self) -> list[RunRecord]:
+        return [r for r in self.runs if r.status != "unfinished"]
+
+
+@dataclass(frozen=True)
+class Summary:
+    label: str
+    is_reference: bool
+    seeds: list[int]  # of the runs in the statistics (finished and diverged)
+    diverged: int
+    accuracy: Interval  # chance for diverged runs
+    difference: Optional[Interval]  # paired with the reference over common seeds; None for the reference
+    difference_seeds: int
+    loss: Optional[Interval]  # finished runs only
+    kappa_qkv: Optional[float]  # finished runs only
+    seconds: Optional[float]  # mean per run, over the runs with a timing.json
+
+
+@dataclass(frozen=True)
+class Report:
+    out: Path
+    command: str  # regenerates this report
+    reference: Optional[str]
+    groups: list[Group]
+    summaries: list[Summary]
+    plots: list[str]  # file names written under out
+    markdown: str
+
+
+def default_out(folders: Sequence[str | Path]) -> Path:
+    """The comparison folder when exactly one is given (not a run directory), else ./report."""
+    if len(folders) == 1 and not (Path(folders[0]) / "config.json").exists():
+        return Path(folders[0])
+    return DEFAULT_OUT
+
+
+def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None) -> Report:
+    """Read every run under ``folders``, write results.md, results.json and plots to ``out``; return them."""
+    from speccond.experiments import report_plots
+
+    folders = [Path(f) for f in folders]
+    out = default_out(folders) if out is None else Path(out)
+    words = ["speccond", "report", *map(str, folders)] + ([] if out == default_out(folders) else ["--out", str(out)])
+    groups = group_runs([read_run(path) for path in find_runs(folders)])
+    tabled = [g for g in groups if g.included]
+    reference = next((g for g in tabled if g.method == "baseline"), tabled[0] if tabled else None)
+    summaries = [summarize(g, reference) for g in tabled]
+    out.mkdir(parents=True, exist_ok=True)
+    plots = report_plots.write_plots(tabled, out) if tabled else []
+    stale = out / "kappa.png"
+    if "kappa.png" not in plots and stale.is_file():
+        stale.unlink()
+        log.info("removed %s: no run in this report was tracked", stale)
+    report = Report(out, shlex.join(words), reference.label if reference else None, groups, summaries, plots, "")
+    report = dataclasses.replace(report, markdown=_markdown(report))
+    (out / "results.md").write_text(report.markdown)
+    (out / "results.json").write_text(json.dumps(_jsonable(_json(report)), indent=2) + "\n")
+    log.info("report of %d runs in %d groups written to %s", sum(len(g.runs) for g in groups), len(groups), out)
+    return report
+
+
+def group_runs(records: Sequence[RunRecord]) -> list[Group]:
+    """Groups in order of first appearance; two runs of one config and seed are a ValueError."""
+    by_key: dict[tuple, list[RunRecord]] = {}
+    for record in records:
+        by_key.setdefault(_key(record), []).append(record)
+    for runs in by_key.values():
+        seen: dict[int, RunRecord] = {}
+        for run in runs:
+            if run.seed in seen:
+                raise ValueError(
+                    f"{seen[run.seed].path} and {run.path} are the same config and seed {run.seed}; "
+                    "statistics need one run per seed: pass only one of them"
+                )
+            seen[run.seed] = run
+    settings = [dict(key) for key in by_key]
+    varying = sorted({f for s in settings for f in s if len({t.get(f) for t in settings}) > 1} - {"method", *_PARAMETERS})
+    groups = []
+    for values, runs in zip(settings, by_key.values()):
+        label = _method_label(values)
+        extra = [f"{f}={_value(values[f])}" for f in varying if f in values]
+        groups.append(Group(label + (f" ({', '.join(extra)})" if extra else ""), values["method"], values,
+                            tuple(sorted(runs, key=lambda r: r.seed))))
+    assert len({g.label for g in groups}) == len(groups), [g.label for g in groups]
+    return groups
+
+
+def summarize(group: Group, reference: Group) -> Summary:
+    runs = group.included
+    finished = [r for r in runs if r.status == "finished"]
+    timed = [r.seconds for r in runs if r.seconds is not None]
+    difference, common = None, 0
+    if group is not reference:
+        theirs = {r.seed: r.accuracy for r in reference.included}
+        pairs = [(r.accuracy, theirs[r.seed]) for r in runs if r.seed in theirs]
+        common = len(pairs)
+        if pairs:
+            difference = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+    kappas = [r.kappa_qkv for r in finished if r.kappa_qkv is not None]
+    return Summary(
+        label=group.label,
+        is_reference=group is reference,
+        seeds=[r.seed for r in runs],
+        diverged=sum(r.status == "diverged" for r in runs),
+        accuracy=mean_interval([r.accuracy for r in runs]),
+        difference=difference,
+        difference_seeds=common,
+        loss=mean_interval([r.loss for r in finished]) if finished else None,
+        kappa_qkv=sum(kappas) / len(kappas) if kappas else None,
+        seconds=sum(timed) / len(timed) if timed else None,
+    )
+
+
+def _key(record: RunRecord) -> tuple:
+    values = record.config.to_dict()
+    for name in IGNORED_FIELDS:
+        values.pop(name, None)
+    for name in _PARAMETERS:
+        if name not in METHOD_PARAMETERS.get(record.config.method, _PARAMETERS):
+            values.pop(name)
+    return tuple(sorted(values.items()))
+
+
+def _method_label(values: dict) -> str:
+    parts = [values["method"]]
+    if "lam" in values:
+        parts.append(f"lam={_value(values['lam'])}")
+    if values.get("correction", "identity") != "identity":
+        parts.append(f"correction={values['correction']}")
+    return " ".join(parts)
+
+
+def _markdown(report: Report) -> str:
+    runs = [r for g in report.groups for r in g.runs]
+    shared = _shared([r.config.to_dict() for r in runs])
+    lines = [f"# speccond report: {_title(shared)}", "",
+             f"Regenerate this report from the run directories (no training): `{report.command}`", ""]
+    lines += [f"- {line}" for line in _settings(shared, report.reference)]
+    lines.append("")
+    if report.summaries:
+        lines += [
+            f"| method | seeds | diverged | accuracy, % | difference vs {report.reference}, % | final test loss | "
+            "kappa(W_q,k,v) at end | wall time per run |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [_summary_row(s) for s in report.summaries]
+    else:
+        lines.append("No run has finished or diverged yet: nothing to summarise.")
+    lines += ["", _plots_line(report.plots), "", "## Runs", "",
+              "| method | seed | status | accuracy, % | test loss | kappa (at step) | wall time | run directory |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [_run_row(g, r, report.out) for g in report.groups for r in g.runs if r.status != "unfinished"]
+    unfinished = [(g, r) for g in report.groups for r in g.runs if r.status == "unfinished"]
+    if unfinished:
+        lines += ["", "## Unfinished runs (excluded from all statistics)", ""]
+        lines += [
+            f"- `{r.path}`: {g.label}, seed {r.seed}, at step {r.step} of {r.total_steps or '?'}; resume it with "
+            f"`speccond train --resume {shlex.quote(str(r.path))}` (or rerun its compare), then regenerate this report."
+            for g, r in unfinished
+        ]
+    lines += ["", "## Commands that made the runs (config.json)", ""]
+    for group in report.groups:
+        commands = list(dict.fromkeys(shlex.join(r.command) for r in group.runs if r.command))
+        lines += [f"- {group.label}: " + ("; ".join(f"`{c}`" for c in commands) or "(not recorded)")]
+    return "\n".join(lines) + "\n"
+
+
+def _title(shared: dict) -> str:
+    family = shared.get("model")
+    model = f"timm {FAMILY_NAMES.get(family, family)}" if family else "several model families"
+    sizes = [("embed_dim", "width {}"), ("depth", "depth {}"), ("num_heads", "{} heads"), ("patch_size", "patch {}")]
+    size = ", ".join(text.format(shared[f]) if f in shared else text.format("varies") for f, text in sizes)
+    return f"{shared.get('task', 'several tasks')}, {model} ({size})"
+
+
+def _settings(shared: dict, reference: Optional[str]) -> list[str]:
+    fields = ("epochs", "train_size", "batch_size", "lr", "weight_decay", "warmup_steps", "grad_clip", "test_size")
+    value = {f: _value(shared[f]) if f in shared else VARIES for f in fields}
+    train = "all training images" if value["train_size"] == "0" else f"{value['train_size']} training images" + (
+        " (a seeded subset)" if value["train_size"] != VARIES else "")
+    test = "all test images" if value["test_size"] == "0" else f"the first {value['test_size']} test images"
+    note = f" {VARIES}: differs between the groups, given in their labels." if VARIES in value.values() else ""
+    return [
+        f"Training: {value['epochs']} epoch(s) on {train}, batch {value['batch_size']}, AdamW lr "
+        f"{value['lr']}, weight decay {value['weight_decay']}, {value['warmup_steps']} warm-up steps then cosine "
+        f"decay, gradient clip {value['grad_clip']} (0 = off). Evaluation: {test}.{note}",
+        "Accuracy: final test accuracy, mean +- 95 % t interval over seeds (Student t, n - 1 degrees of freedom). "
+        f"Difference: paired by seed against `{reference}` (over the seeds both groups ran), mean +- 95 % t interval.",
+        "Diverged runs (training loss NaN or inf: training stopped, the last good checkpoint kept) stay in the "
+        "table and count with chance accuracy (1 / number of classes) in the accuracy and difference columns, "
+        "not with their last evaluation before divergence (which can already be broken; it is listed per run). "
+        "They are left out of the loss and kappa columns. Unfinished runs are left out of all statistics.",
+        "kappa: condition number of the effective W_q, W_k, W_v blocks (W + C when conditioned), mean over layers "
+        "and the three roles, at the final step; read from the tracker's rows when the run was tracked at that "
+        "step, else computed from the final checkpoint. Wall time: training time per run from timing.json "
+        "(written by speccond compare), mean over the runs that have one.",
+    ]
+
+
+def _summary_row(s: Summary) -> str:
+    if s.is_reference:
+        difference = "- (reference)"
+    elif s.difference is None:
+        difference = "- (no seed in common)"
+    else:
+        difference = _signed(s.difference) + ("" if s.difference_seeds == len(s.seeds) else f" ({s.difference_seeds} seeds)")
+    kappa = "-" if s.kappa_qkv is None else f"{s.kappa_qkv:.3g}"
+    return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {_pct(s.accuracy)} | {difference} | "
+            f"{s.loss if s.loss is not None else '-'} | {kappa} | {_duration(s.seconds)} |")
+
+
+def _run_row(group: Group, run: RunRecord, out: Path) -> str:
+    if run.status == "diverged":
+        status = f"diverged at step {run.step} of {run.total_steps or '?'} (loss {run.diverged_loss})"
+        last = run.last_eval
+        before = "none" if last is None else f"{100 * last['accuracy']:.2f} at epoch {last.get('epoch', '?')}"
+        accuracy = f"{100 * run.accuracy:.2f} (chance; last eval before: {before})"
+    else:
+        status, accuracy = "finished", f"{100 * run.accuracy:.2f}"
+    loss = "-" if run.loss is None else f"{run.loss:.4f}"
+    kappa = "-" if run.kappa_qkv is None else f"{run.kappa_qkv:.3g} ({run.kappa_step})"
+    return (f"| {group.label} | {run.seed} | {status} | {accuracy} | {loss} | {kappa} | {_duration(run.seconds)} | "
+            f"`{os.path.relpath(run.path, out)}` |")
+
+
+def _plots_line(plots: list[str]) -> str:
+    if not plots:
+        return "Plots: none (no run has finished or diverged)."
+    line = "Plots: comparison.png (training loss, test accuracy per epoch, accuracy per seed)"
+    if "kappa.png" in plots:
+        return line + "; kappa.png (kappa of W_q, W_k, W_v and attention entropy over training, mean over layers)."
+    return line + "; kappa.png not written: no run was tracked (train with track_every > 0 to record kappa over training)."
+
+
+def _shared(configs: list[dict]) -> dict:
+    """The config fields every run has the same value of."""
+    return {k: v for k, v in configs[0].items() if all(c[k] == v for c in configs)} if configs else {}
+
+
+def _value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _pct(interval: Interval) -> str:
+    return str(Interval(100 * interval.mean, 100 * interval.half_width, interval.n))
+
+
+def _signed(interval: Interval) -> str:
+    text = _pct(interval)
+    return text if text.startswith("-") else "+" + text
+
+
+def _duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
+
+
+def _json(report: Report) -> dict:
+    return {
+        "command": report.command,
+        "reference": report.reference,
+        "accuracy_of_diverged_runs": "chance (1 / number of classes)",
+        "groups": [
+            {**asdict(s), "method": g.method, "settings": g.settings,
+             "commands": list(dict.fromkeys(shlex.join(r.command) for r in g.runs if r.command))}
+            for g, s in zip([g for g in report.groups if g.included], report.summaries)
+        ],
+        "runs": [
+            {"group": g.label, "method": r.config.method, "seed": r.seed, "status": r.status, "step": r.step,
+             "total_steps": r.total_steps, "accuracy": r.accuracy, "loss": r.loss, "kappa_qkv": r.kappa_qkv,
+             "kappa_step": r.kappa_step, "seconds": r.seconds, "last_eval": r.last_eval,
+             "diverged_loss": r.diverged_loss, "path": os.path.relpath(r.path, report.out)}
+            for g in report.groups for r in g.runs
+        ],
+        "plots": report.plots,
+    }
+
+
+def _jsonable(value):
+    """JSON has no nan or inf: write them as strings, as the metrics rows do."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value

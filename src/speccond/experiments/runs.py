@@ -1,0 +1,231 @@
+"""Reading finished runs back from their run directories, without training: ``read_run(run_dir)``.
+
+A run directory (train.py) holds config.json, metrics.jsonl, checkpoints/ and, when ``speccond compare``
+trained it, timing.json ({"seconds", "step"}). From those alone a run's outcome is:
+
+- status "finished": an eval row at the final step (``total_steps`` in the row, or else the eval of the
+  last epoch, ``epoch == config.epochs``); accuracy and loss are that row's.
+- status "diverged": a row {"kind": "diverged", "step": k, "loss": "nan"} (train.py stops the run there
+  and keeps its last good checkpoint). Runs written before that row existed are recognised by their
+  first non-finite training or test loss. Their accuracy for statistics is chance (1 / classes): the
+  model the run would have produced gives NaN logits; the last evaluation before divergence is kept
+  in ``last_eval`` for the record but may itself already be broken (a NaN test loss).
+- status "unfinished": neither (killed, or still running); ``step`` is where a resume would continue.
+
+kappa: the mean condition number of the effective W_q, W_k, W_v blocks (W + C when conditioned) over
+layers, at the step of the latest checkpoint (the final step of a finished run, the last good step of a
+diverged one), from the tracker's "spectra" rows at that step when the run was tracked, otherwise
+computed from the checkpoint itself.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from speccond.experiments import checkpoint
+from speccond.experiments.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+RUN_EXPECTED = "a run directory (holding config.json) or a comparison folder holding <method>/seed-<k>/ run directories"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    path: Path  # the run directory, as found under the folders given
+    config: TrainConfig
+    command: tuple[str, ...]  # config.json "command": the argv that started the run
+    status: str  # "finished", "diverged" or "unfinished"
+    step: int  # finished: the final step; diverged: the step whose loss was not finite; unfinished: resume step
+    total_steps: Optional[int]  # None when no row records it and the training set size is not in the config
+    accuracy: Optional[float]  # for statistics: final test accuracy; chance when diverged; None when unfinished
+    loss: Optional[float]  # final test loss (finished runs only)
+    kappa_qkv: Optional[float]  # mean kappa of the effective q, k, v blocks over layers (None: no checkpoint)
+    kappa_step: Optional[int]  # the step kappa_qkv was measured at
+    seconds: Optional[float]  # training wall time from timing.json (None: not recorded)
+    last_eval: Optional[dict]  # the last eval row (before divergence for a diverged run)
+    diverged_loss: Optional[str]  # the non-finite loss ("nan", "inf") of a diverged run
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+
+def find_runs(folders: Iterable[str | Path]) -> list[Path]:
+    """Run directories under ``folders``, in the order given (sorted within a folder), each once.
+
+    A folder holding config.json is a run; otherwise its run directories one or two levels down
+    (<method>/seed-<k>/) are. Raises ValueError for a folder that is neither.
+    """
+    found: dict[Path, Path] = {}
+    for folder in map(Path, folders):
+        if not folder.is_dir():
+            raise ValueError(f"{folder}: no such directory; expected {RUN_EXPECTED}")
+        if (folder / "config.json").exists():
+            runs = [folder]
+        else:
+            runs = sorted({p.parent for pattern in ("*/config.json", "*/*/config.json") for p in folder.glob(pattern)})
+        if not runs:
+            raise ValueError(f"{folder} holds no runs: expected {RUN_EXPECTED}, found no config.json there")
+        for run in runs:
+            found.setdefault(run.resolve(), run)
+    return list(found.values())
+
+
+def read_run(run_dir: str | Path) -> RunRecord:
+    """The outcome of one run, from its directory only (see the module docstring)."""
+    run_dir = Path(run_dir)
+    record = _read_config(run_dir / "config.json")
+    config = _config(run_dir / "config.json", record)
+    rows = read_rows(run_dir / "metrics.jsonl")
+    evals = [r for r in rows if r.get("kind") == "eval"]
+    total_steps = next((int(r["total_steps"]) for r in reversed(rows) if r.get("total_steps") is not None), None)
+    if total_steps is None and config.train_size:
+        total_steps = math.ceil(config.train_size / config.batch_size) * config.epochs
+    diverged = _diverged(rows)
+    final = next((r for r in reversed(evals) if _is_final(r, config)), None)
+    latest = checkpoint.latest(run_dir)
+    checkpoint_step = _manifest_step(latest) if latest is not None else 0
+    accuracy = loss = None
+    if diverged is not None:
+        status, step, accuracy = "diverged", int(diverged["step"]), 1.0 / _classes(config)
+        last_eval = next((r for r in reversed(evals) if int(r["step"]) <= step), None)
+    elif final is not None:
+        status, step, last_eval = "finished", int(final["step"]), final
+        accuracy, loss = float(final["accuracy"]), float(final["loss"])
+    else:
+        status, step, last_eval = "unfinished", checkpoint_step, evals[-1] if evals else None
+    kappa = kappa_step = None
+    if status != "unfinished" and latest is not None:
+        kappa_step = checkpoint_step
+        kappa = _tracked_kappa(rows, kappa_step)
+        if kappa is None:
+            kappa = checkpoint_kappa(config, latest)
+    return RunRecord(
+        path=run_dir, config=config, command=_command(record.get("command")), status=status, step=step,
+        total_steps=total_steps, accuracy=accuracy, loss=loss, kappa_qkv=kappa, kappa_step=kappa_step,
+        seconds=_seconds(run_dir / "timing.json"), last_eval=last_eval,
+        diverged_loss=None if diverged is None else str(diverged["loss"]),
+    )
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a metrics.jsonl ([] when missing). A last line cut short by a kill is skipped; any other
+    unreadable line is a ValueError. Non-finite values written as strings ("nan", "inf") become floats."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                log.warning("%s: skipping an incomplete last line (a run killed while writing)", path)
+                continue
+            raise ValueError(f"{path}, line {number}: not a JSON row ({error}); the metrics file is damaged") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, line {number}: expected a JSON object (a metrics row), got {line[:80]!r}")
+        rows.append({k: (float(v) if v in ("inf", "-inf", "nan") else v) for k, v in row.items()})
+    return rows
+
+
+def checkpoint_kappa(config: TrainConfig, folder: Path) -> float:
+    """Mean kappa of the effective q, k, v blocks over layers of the model saved in ``folder``."""
+    import torch
+
+    from speccond.diagnostics import projection_spectra
+    from speccond.experiments.train import model_for
+
+    with torch.random.fork_rng(devices=[]):  # building the model seeds the global generator
+        model = model_for(config)
+    checkpoint.load(folder, model)
+    return _mean_kappa(projection_spectra(model, per_head=False))
+
+
+def _read_config(path: Path) -> dict:
+    expected = 'the JSON object speccond train writes: {"config": {...}, "label", "command", "versions"}'
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; expected {expected}")
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: unreadable run config ({error}); expected {expected}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise ValueError(f"{path}: no \"config\" object; expected {expected}")
+    return record
+
+
+def _config(path: Path, record: dict) -> TrainConfig:
+    try:
+        return TrainConfig.from_dict(record["config"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: not a valid TrainConfig ({error})") from None
+
+
+def _diverged(rows: list[dict]) -> Optional[dict]:
+    """The "diverged" row, or for older runs the first train or eval row whose loss is not finite."""
+    for row in rows:
+        if row.get("kind") == "diverged":
+            return row
+    for row in rows:
+        if row.get("kind") in ("train", "eval") and not math.isfinite(float(row.get("loss", 0.0))):
+            log.info("no diverged row; loss %s at step %s counts as divergence", row["loss"], row["step"])
+            return {"step": row["step"], "loss": str(row["loss"])}
+    return None
+
+
+def _is_final(row: dict, config: TrainConfig) -> bool:
+    if row.get("total_steps") is not None:
+        return int(row["step"]) == int(row["total_steps"])
+    return row.get("epoch") == config.epochs
+
+
+def _tracked_kappa(rows: list[dict], step: int) -> Optional[float]:
+    spectra = [r for r in rows if r.get("kind") == "spectra" and r.get("step") == step and r.get("head") is None]
+    return _mean_kappa(spectra) if spectra else None
+
+
+def _mean_kappa(rows) -> float:
+    values = [float(r["kappa"]) for r in rows if r["projection"] in ("q", "k", "v")]
+    return sum(values) / len(values)
+
+
+def _classes(config: TrainConfig) -> int:
+    from speccond import data
+
+    classes = len(getattr(data.spec(config.task), "classes", ()))
+    if classes:
+        return classes
+    from speccond.experiments.train import model_for
+
+    return int(model_for(config).num_classes)
+
+
+def _manifest_step(folder: Path) -> int:
+    path = folder / "manifest.json"
+    try:
+        return int(json.loads(path.read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: unreadable checkpoint manifest ({error}); expected JSON with a \"step\"") from None
+
+
+def _seconds(path: Path) -> Optional[float]:
+    if not path.is_file():
+        return None
+    try:
+        return float(json.loads(path.read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: unreadable ({error}); expected {{\"seconds\": float, \"step\": int}}") from None
+
+
+def _command(command) -> tuple[str, ...]:
+    if isinstance(command, str):
+        return (command,)
+    return tuple(str(part) for part in command or ())
