@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"speccond {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"speccond {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
     print(f"\ndone in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 

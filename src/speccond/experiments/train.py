@@ -11,7 +11,9 @@ import json
 import logging
 import math
 import platform
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -133,6 +135,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
 
     final: dict = {}
+    interrupt = _StepBoundaryInterrupt()
     try:
         while step < total_steps:
             epoch, index = divmod(step, steps_per_epoch)
@@ -177,16 +180,38 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
                 save()
             if stop_after is not None and step >= stop_after:
                 return {}
-    except KeyboardInterrupt:
-        save()
-        log.warning("interrupted at step %d; checkpoint saved, resume with the same command", step)
-        raise
+            if interrupt.requested:
+                save()
+                log.warning("interrupted after step %d; checkpoint saved, resume with the same command", step)
+                raise KeyboardInterrupt
     finally:
+        interrupt.restore()
         bar.close()
     if not final:  # resumed after the last epoch had finished
         final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
                  **evaluate(model, task["test_x"], task["test_y"])}
     return final
+
+
+class _StepBoundaryInterrupt:
+    """Ctrl-C (SIGINT) during training is honoured at the next step boundary, where the weights, the
+    optimiser state and the step counter agree, so the checkpoint saved then resumes exactly. A second
+    Ctrl-C interrupts at once (the last checkpoint on disk is still complete)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._request)
+
+    def _request(self, signum, frame) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        log.warning("Ctrl-C: stopping after this step (press again to stop at once)")
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _all_finite(model: nn.Module) -> bool:
