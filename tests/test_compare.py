@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.stats import mean_interval, paired_difference
@@ -197,3 +198,18 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
         write_report([corrupt])
     assert main(["report", str(tmp_path / "empty")]) == 2
     assert "speccond report: error:" in capsys.readouterr().err and not (tmp_path / "empty" / "results.md").exists()
+
+
+@pytest.mark.parametrize("task", ["fashion-mnist", "cifar10", "digits"])
+@pytest.mark.parametrize("name", ["quick", "full"])
+def test_every_preset_builds_a_model_for_its_task(task, name):
+    from speccond.experiments.compare import preset
+    from speccond.experiments.tasks import task_shape
+    from speccond.experiments.train import build_model
+
+    config = TrainConfig(task=task).with_overrides(preset(name, task))
+    model = build_model(config, *task_shape(task))
+    size, channels, classes = task_shape(task)
+    assert model(torch.randn(2, channels, size, size)).shape == (2, classes)
+    with pytest.raises(ValueError, match="unknown preset 'long'"):
+        preset("long", task)

@@ -23,16 +23,17 @@ PRESETS = {
     "fashion-mnist": {
         # About 4 minutes for 2 methods x 3 seeds on 2 CPU cores: a ViT of width 64 on 7 x 7 patches
         # (16 tokens), one epoch over 51,200 training images (400 steps), 2,000 test images.
-        "quick": ["embed_dim=64", "patch_size=7", "train_size=51200", "epochs=1", "test_size=2000", "warmup_steps=20"],
+        "quick": ["embed_dim=64", "patch_size=7", "train_size=51200", "epochs=1", "test_size=2000", "warmup_steps=20",
+                  "track_every=50"],
         # The small-scale reproduction: the same model on all 60,000 images for 3 epochs (1,407 steps),
         # all 10,000 test images; about 3 minutes per run on one core (an hour for 7 methods x 3 seeds).
-        "full": ["embed_dim=64", "patch_size=7", "epochs=3", "warmup_steps=100"],
+        "full": ["embed_dim=64", "patch_size=7", "epochs=3", "warmup_steps=100", "track_every=100"],
     },
     "cifar10": {
         # Width 64, 4 x 4 patches (64 tokens), 8,000 training and 2,000 held-out images (cifar10.py).
-        "quick": ["embed_dim=64", "patch_size=4", "epochs=1", "test_size=1000", "warmup_steps=20"],
-        # 5 epochs (315 steps): about 2 minutes per ViT run on one core.
-        "full": ["embed_dim=64", "patch_size=4", "epochs=5", "warmup_steps=50"],
+        "quick": ["embed_dim=64", "patch_size=4", "epochs=1", "test_size=1000", "warmup_steps=20", "track_every=20"],
+        # 5 epochs (315 steps): about 3 minutes per ViT run on one core; Swin wants --set patch_size=8.
+        "full": ["embed_dim=64", "patch_size=4", "epochs=5", "warmup_steps=50", "track_every=50"],
     },
     "digits": {  # 8 x 8 images, seconds per run: for tests and smoke checks
         "quick": ["embed_dim=32", "depth=2", "num_heads=2", "patch_size=2", "epochs=15", "batch_size=64", "warmup_steps=20"],
