@@ -236,3 +236,17 @@ def test_torchrun_two_processes_match_one_process_with_the_same_global_batch(pre
     a["blocks.0.attn.qkv.bias"][k_bias] = b["blocks.0.attn.qkv.bias"][k_bias]
     for name in a:
         torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_device_is_validated_and_cuda_without_a_gpu_is_a_clear_error():
+    from speccond.experiments.distributed import Context
+
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu' or 'cuda', got 'gpu'"):
+        TrainConfig(device="gpu")
+    assert Context.from_environment("cpu").device == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert Context.from_environment("auto").device.type == "cuda"
+    else:
+        assert Context.from_environment("auto").device == torch.device("cpu")
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            Context.from_environment("cuda")

@@ -3,7 +3,7 @@
 Layout inside a run directory::
 
     checkpoints/step-000300/model.safetensors   model state_dict (weights and buffers)
-    checkpoints/step-000300/state.pt            optimiser, schedule position, RNG: torch.save of plain
+    checkpoints/step-000300/state.pt            optimiser state (data order and augmentation derive from the step): torch.save of plain
                                                 containers, loadable with torch.load(weights_only=True)
     checkpoints/step-000300/manifest.json       step, epoch and the SHA-256 of both files
     checkpoints/LATEST                          the name of the newest complete checkpoint
@@ -38,7 +38,7 @@ def save(run_dir: Path, step: int, epoch: int, model: nn.Module, state: dict[str
     staging = root / f".{name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    weights = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    weights = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(staging / "model.safetensors"))
     torch.save(state, staging / "state.pt")
     manifest = {
@@ -92,7 +92,7 @@ def load(folder: Path, model: nn.Module) -> tuple[dict, dict[str, Any]]:
             "was it written with another config?"
         )
     model.load_state_dict(weights)
-    state = torch.load(Path(folder) / "state.pt", weights_only=True)
+    state = torch.load(Path(folder) / "state.pt", weights_only=True, map_location="cpu")
     return manifest, state
 
 

@@ -42,6 +42,7 @@ class TrainConfig:
     seed: int = 0  # model init, data order and augmentation
     checkpoint_every: int = 100  # steps between checkpoints (and at the end of each epoch)
     track_every: int = 0  # steps between diagnostics rows (0 = off)
+    device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
 
     def __post_init__(self) -> None:
         from speccond.experiments.families import FAMILIES  # no timm import: families imports it when building
@@ -50,6 +51,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.model must be one of {FAMILIES}, got {self.model!r}")
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.correction not in ("identity", "svd"):
             raise ValueError(f"TrainConfig.correction must be 'identity' or 'svd', got {self.correction!r}")
         for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every"):

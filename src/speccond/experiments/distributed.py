@@ -24,6 +24,7 @@ from torch import nn
 class Context:
     rank: int = 0
     world: int = 1
+    device: torch.device = torch.device("cpu")
 
     @property
     def is_main(self) -> bool:
@@ -34,21 +35,33 @@ class Context:
         return self.world > 1
 
     @classmethod
-    def from_environment(cls) -> "Context":
-        """Join torchrun's process group when WORLD_SIZE > 1; a single-process context otherwise."""
+    def from_environment(cls, device: str = "auto") -> "Context":
+        """This process's rank, world size and device; joins torchrun's process group when WORLD_SIZE > 1.
+
+        ``device``: "auto" (CUDA when available), "cpu" or "cuda"; on CUDA each rank takes the GPU
+        numbered by its LOCAL_RANK and the group uses NCCL, on CPU gloo."""
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+        use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+        if use_cuda and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for but torch sees no CUDA device; use device=cpu or auto")
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        chosen = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(chosen)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
-            return cls()
+            return cls(device=chosen)
         if not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend=backend)
-        return cls(rank=dist.get_rank(), world=dist.get_world_size())
+            dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        return cls(rank=dist.get_rank(), world=dist.get_world_size(), device=chosen)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """DistributedDataParallel around ``model`` when distributed; ``model`` itself otherwise."""
         if not self.distributed:
             return model
-        return nn.parallel.DistributedDataParallel(model)
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
     def shard(self, batch: torch.Tensor) -> torch.Tensor:
         """This rank's slice of a global batch: rows rank, rank + world, ..."""

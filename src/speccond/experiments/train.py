@@ -82,12 +82,13 @@ def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
 
 
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
+    device = next(model.parameters()).device
     model.eval()
     correct, loss = 0, 0.0
     with torch.no_grad():
         for start in range(0, images.shape[0], batch_size):
-            logits = model(images[start : start + batch_size])  # (b, classes)
-            target = labels[start : start + batch_size]
+            logits = model(images[start : start + batch_size].to(device))  # (b, classes)
+            target = labels[start : start + batch_size].to(device)
             loss += float(F.cross_entropy(logits, target, reduction="sum"))
             correct += int((logits.argmax(-1) == target).sum())
     model.train()
@@ -103,7 +104,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
     ``stop_after``: stop right after that global step, as a kill would (for tests of resumption).
     """
-    context = Context.from_environment()
+    context = Context.from_environment(config.device)
     run_dir = Path(run_dir)
     metrics = run_dir / "metrics.jsonl"
     if context.is_main:
@@ -118,6 +119,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     samples = task["train_x"].shape[0]
     _check_shards(samples, config.batch_size, context)
     model = build_model(config, task["train_x"].shape[-1], task["train_x"].shape[1], int(task["train_y"].max()) + 1)
+    model.to(context.device)  # the task stays on the CPU; each batch is moved
     optimizer = make_optimizer(model, config)
     steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
@@ -143,7 +145,8 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             batch = order[index * config.batch_size : (index + 1) * config.batch_size]
             images = augment(task["train_x"][batch], torch.Generator().manual_seed(config.seed * 10**6 + step))
             labels = task["train_y"][batch]
-            images, local_labels = context.shard(images), context.shard(labels)  # (b / world, C, H, W)
+            images = context.shard(images).to(context.device)  # (b / world, C, H, W)
+            local_labels = context.shard(labels).to(context.device)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, total_steps)
             local_mean = F.cross_entropy(trained(images), local_labels)
@@ -251,7 +254,8 @@ def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
     # Head diagnostics (entropy) cover softmax attention over tokens (the ViT and DeiT families) and
     # rebuild q and k from the weights, so they would miss qk-norm's LayerNorm hooks: off for qk-norm.
     entropy = config.model in ("vit", "deit") and config.method != "qk-norm"
-    return Tracker(model, (task["test_x"][:8],), every=config.track_every, path=metrics, entropy=entropy)
+    probe = task["test_x"][:8].to(next(model.parameters()).device)  # (8, C, H, W)
+    return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy)
 
 
 def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
