@@ -2,9 +2,13 @@
 
 For layer ``l`` and head ``h`` this captures the attention module's real input X with a forward pre-hook,
 slices that head's effective weights W_Q, W_K, W_V (paper layout (D, dh), so q = X W_Q + b_Q) and
-biases, and records the module's own scale, q/k normalisation, mask and causality. ``HeadCase`` then
-recomputes the head with an explicit softmax (fused kernels break forward-mode AD), which the entropy
-and Jacobian diagnostics differentiate. Supported: softmax attention over tokens (timm Attention,
+biases, and records the module's own scale, q/k normalisation, mask and causality in an
+``AttentionHead`` (attention_head.py), which recomputes
+
+    A(X) = softmax(scale n_Q(X W_Q + b_Q) n_K(X W_K + b_K)^T + mask) (X W_V + b_V)
+
+with an explicit softmax (fused kernels break forward-mode AD); the entropy and Jacobian diagnostics
+read and differentiate it. Supported: softmax attention over tokens (timm Attention,
 nn.MultiheadAttention self-attention, transformers BERT/RoBERTa/ViT/DistilBERT-style and GPT-2).
 Channel attention (XCiT XCA, DaViT), windowed attention with position bias (Swin) and Nystromformer
 are refused with a clear error.
@@ -12,81 +16,18 @@ are refused with a clear error.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
+from speccond.diagnostics.attention_head import AttentionHead
 from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias
 
 
-@dataclass
-class HeadCase:
-    """Everything needed to recompute one head: A(X) = softmax(scale * q k^T + bias) v."""
-
-    x: torch.Tensor  # (B, N, D) the attention module's input
-    w_q: torch.Tensor  # (D, dh) effective weights, paper layout
-    w_k: torch.Tensor
-    w_v: torch.Tensor
-    b_q: Optional[torch.Tensor]  # (dh,)
-    b_k: Optional[torch.Tensor]
-    b_v: Optional[torch.Tensor]
-    scale: float
-    q_norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None  # per-head normalisation of q
-    k_norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-    logit_bias: Optional[torch.Tensor] = None  # broadcastable to (B, N, N): additive mask
-    causal: bool = False
-
-    def logits(self, x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor) -> torch.Tensor:
-        q = _affine(x, w_q, self.b_q)  # (B, N, dh)
-        k = _affine(x, w_k, self.b_k)  # (B, N, dh)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        scores = self.scale * q @ k.transpose(-2, -1)  # (B, N, N)
-        if self.logit_bias is not None:
-            scores = scores + self.logit_bias
-        if self.causal:
-            n = scores.shape[-1]
-            future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)  # (N, N)
-            scores = scores.masked_fill(future, float("-inf"))
-        return scores
-
-    def probabilities(self, x: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The attention matrix P = softmax(logits): (B, N, N), explicit softmax."""
-        x = self.x if x is None else x
-        return torch.softmax(self.logits(x, self.w_q, self.w_k), dim=-1)
-
-    def output(self, x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
-        """A(X) = P (X W_V + b_V): (B, N, dh), differentiable in x and the weights."""
-        probs = torch.softmax(self.logits(x, w_q, w_k), dim=-1)  # (B, N, N)
-        return probs @ _affine(x, w_v, self.b_v)
-
-    def double(self) -> "HeadCase":
-        cast = lambda t: None if t is None else t.double()  # noqa: E731
-        return HeadCase(
-            cast(self.x), cast(self.w_q), cast(self.w_k), cast(self.w_v), cast(self.b_q), cast(self.b_k),
-            cast(self.b_v), self.scale, _double_norm(self.q_norm), _double_norm(self.k_norm),
-            cast(self.logit_bias), self.causal,
-        )
-
-
-def _affine(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
-    out = x @ w  # (B, N, dh)
-    return out if b is None else out + b
-
-
-def _double_norm(norm):
-    if norm is None or not isinstance(norm, nn.Module):
-        return norm
-    import copy
-
-    return copy.deepcopy(norm).double()
-
-
-# -- building a HeadCase from a real model ------------------------------------------------------------------
-def head_cases(model: nn.Module, inputs: tuple, layer: int, heads: Optional[list[int]] = None) -> list[HeadCase]:
-    """HeadCases of ``layer`` for ``heads`` (default all) on the probe batch ``inputs``."""
+# -- building AttentionHeads from a real model ---------------------------------------------------------------
+def head_cases(model: nn.Module, inputs: tuple, layer: int, heads: Optional[list[int]] = None) -> list[AttentionHead]:
+    """AttentionHeads of ``layer`` for ``heads`` (default all) on the probe batch ``inputs``."""
     layers = attention_layers(model)
     if not 0 <= layer < len(layers):
         raise ValueError(f"layer must be in [0, {len(layers)}): the model has {len(layers)} attention layers")
@@ -98,6 +39,7 @@ def head_cases(model: nn.Module, inputs: tuple, layer: int, heads: Optional[list
     k_proj, k_role = target.block("k")
     v_proj, v_role = target.block("v")
     count = q_proj.layout.num_heads
+    q_norm, k_norm = _qk_norms(target.module)
     cases = []
     for head in range(count) if heads is None else heads:
         if not 0 <= head < count:
@@ -105,8 +47,8 @@ def head_cases(model: nn.Module, inputs: tuple, layer: int, heads: Optional[list
         w_q, b_q = _head_weight(q_proj, q_role, head)
         w_k, b_k = _head_weight(k_proj, k_role, head)
         w_v, b_v = _head_weight(v_proj, v_role, head)
-        q_norm, k_norm = _qk_norms(target.module)
-        cases.append(HeadCase(x, w_q, w_k, w_v, b_q, b_k, b_v, _scale(target.module, w_q.shape[1]), q_norm, k_norm, bias, causal))
+        scale = _scale(target.module, w_q.shape[1])
+        cases.append(AttentionHead(x, w_q, w_k, w_v, scale, b_q, b_k, b_v, bias, causal, q_norm, k_norm))
     return cases
 
 

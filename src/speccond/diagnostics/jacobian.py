@@ -1,11 +1,10 @@
 """The attention Jacobian of one head, exactly (materialised) or as an operator (jvp / vjp), and its spectrum.
 
-One head of attention in the paper's layout (PAPER.md section 1), with the model's own scale, optional
-projection biases and an additive logit bias (relative positions, masks):
+One head of attention in the paper's layout (PAPER.md section 1), an ``AttentionHead`` (attention_head.py,
+where its forward is written), with the model's own scale, optional projection biases, q/k normalisation
+n_Q, n_K and an additive logit bias (relative positions, masks):
 
-    A(X) = softmax(scale (X W_Q + b_Q)(X W_K + b_K)^T + logit_bias) (X W_V + b_V)      W_* (D, dh)
-
-The softmax is written out (no fused kernel: F.scaled_dot_product_attention has no forward-mode AD on CPU).
+    A(X) = softmax(scale n_Q(X W_Q + b_Q) n_K(X W_K + b_K)^T + logit_bias) (X W_V + b_V)      W_* (D, dh)
 
 Two Jacobians, both in float64 (PAPER.md section 1; issue 4):
 
@@ -53,12 +52,13 @@ number.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Callable, Protocol
 
 import torch
 from torch.func import jacfwd, jacrev, jvp, vjp
 
+from speccond.diagnostics.attention_head import AttentionHead, head_attention, one_sample  # noqa: F401 (re-exported)
 from speccond.diagnostics.lanczos import extreme_singular_values
 
 Tensor = torch.Tensor
@@ -68,139 +68,9 @@ Tensor = torch.Tensor
 AUTO_EXACT_MAX_ENTRIES = 2_000_000
 
 
-def attention_probabilities(
-    x: Tensor,
-    w_q: Tensor,
-    w_k: Tensor,
-    scale: float,
-    b_q: Tensor | None = None,
-    b_k: Tensor | None = None,
-    logit_bias: Tensor | None = None,
-    causal: bool = False,
-) -> Tensor:
-    """P = softmax(scale (x W_Q + b_Q)(x W_K + b_K)^T + logit_bias), row-wise: (B, N, N) for x (B, N, D)."""
-    q = x @ w_q  # (B, N, dh)
-    k = x @ w_k  # (B, N, dh)
-    if b_q is not None:
-        q = q + b_q
-    if b_k is not None:
-        k = k + b_k
-    logits = scale * (q @ k.transpose(-2, -1))  # (B, N, N)
-    if logit_bias is not None:
-        logits = logits + logit_bias
-    if causal:
-        n = x.shape[-2]
-        future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)  # (N, N): j > i
-        logits = logits.masked_fill(future, float("-inf"))
-    return torch.softmax(logits, dim=-1)  # (B, N, N), rows sum to 1
-
-
-def head_attention(
-    x: Tensor,
-    w_q: Tensor,
-    w_k: Tensor,
-    w_v: Tensor,
-    scale: float,
-    b_q: Tensor | None = None,
-    b_k: Tensor | None = None,
-    b_v: Tensor | None = None,
-    logit_bias: Tensor | None = None,
-    causal: bool = False,
-) -> Tensor:
-    """One attention head, explicit softmax: softmax(scale q k^T + logit_bias) v with q = x W_Q + b_Q etc.
-
-    x (B, N, D) or (N, D); w_* (D, dh) (paper layout: x @ w); b_* (dh,); logit_bias broadcastable to
-    (B, N, N), added to the scaled logits (use -inf to mask; a fully masked row gives NaN); causal masks
-    j > i. Returns (B, N, dh), or (N, dh) for an (N, D) input.
-    """
-    unbatched = x.dim() == 2
-    if unbatched:
-        x = x.unsqueeze(0)  # (1, N, D)
-    p = attention_probabilities(x, w_q, w_k, scale, b_q, b_k, logit_bias, causal)  # (B, N, N)
-    v = x @ w_v  # (B, N, dh)
-    if b_v is not None:
-        v = v + b_v
-    out = p @ v  # (B, N, dh)
-    return out.squeeze(0) if unbatched else out  # (N, dh) for an unbatched input
-
-
-@dataclass(frozen=True, eq=False)
-class AttentionHead:
-    """One head's attention problem: what ``head_attention`` needs, validated once.
-
-    x (B, N, D) or (N, D) (an (N, D) input is one sample, stored as (1, N, D)); w_q, w_k, w_v (D, dh) in
-    the paper's layout (x @ w: the transpose of an nn.Linear weight slice); scale the logit scale the
-    model uses (timm: dh ** -0.5); b_* (dh,) or None; logit_bias broadcastable to (B, N, N) or None.
-
-    The functions of this module accept any object with the same interface (``HeadLike``), so a head
-    rebuilt from a real model (for example with q/k normalisation) can be passed as it is.
-    """
-
-    x: Tensor
-    w_q: Tensor
-    w_k: Tensor
-    w_v: Tensor
-    scale: float
-    b_q: Tensor | None = None
-    b_k: Tensor | None = None
-    b_v: Tensor | None = None
-    logit_bias: Tensor | None = None
-    causal: bool = False
-
-    def __post_init__(self) -> None:
-        if self.x.dim() not in (2, 3):
-            raise ValueError(f"AttentionHead: x must be (B, N, D) or (N, D), got shape {tuple(self.x.shape)}")
-        if self.x.dim() == 2:
-            object.__setattr__(self, "x", self.x.unsqueeze(0))  # (1, N, D)
-        d = self.x.shape[-1]
-        shapes = {name: tuple(getattr(self, name).shape) for name in ("w_q", "w_k", "w_v")}
-        if len(set(shapes.values())) != 1 or len(shapes["w_q"]) != 2 or shapes["w_q"][0] != d:
-            raise ValueError(
-                f"AttentionHead: w_q, w_k, w_v must all be (D, dh) = ({d}, dh) in the paper's layout (x @ w); "
-                f"got {shapes}. An nn.Linear weight slice is (dh, D): pass its transpose"
-            )
-        dh = self.w_q.shape[1]
-        for name in ("b_q", "b_k", "b_v"):
-            bias = getattr(self, name)
-            if bias is not None and tuple(bias.shape) != (dh,):
-                raise ValueError(f"AttentionHead: {name} must be ({dh},), got {tuple(bias.shape)}")
-        if self.logit_bias is not None:
-            b, n = self.x.shape[0], self.x.shape[1]
-            try:
-                torch.broadcast_shapes(tuple(self.logit_bias.shape), (b, n, n))
-            except RuntimeError:
-                raise ValueError(
-                    f"AttentionHead: logit_bias must broadcast to (B, N, N) = ({b}, {n}, {n}), "
-                    f"got {tuple(self.logit_bias.shape)}"
-                ) from None
-
-    def output(self, x: Tensor | None = None, w_q: Tensor | None = None, w_k: Tensor | None = None,
-               w_v: Tensor | None = None) -> Tensor:
-        """A (B, N, dh) at the stored x and weights, or at the ones given (the maps that are differentiated)."""
-        return head_attention(
-            self.x if x is None else x, self.w_q if w_q is None else w_q, self.w_k if w_k is None else w_k,
-            self.w_v if w_v is None else w_v, self.scale, self.b_q, self.b_k, self.b_v, self.logit_bias,
-            self.causal,
-        )
-
-    def probabilities(self) -> Tensor:
-        """P = softmax of the logits, (B, N, N): ``head_attention``'s attention matrix."""
-        return attention_probabilities(self.x, self.w_q, self.w_k, self.scale, self.b_q, self.b_k,
-                                       self.logit_bias, self.causal)
-
-    def double(self) -> AttentionHead:
-        """A detached float64 copy (all spectra are computed in float64)."""
-        def cast(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.detach().to(torch.float64)
-
-        return replace(
-            self, x=cast(self.x), w_q=cast(self.w_q), w_k=cast(self.w_k), w_v=cast(self.w_v),
-            b_q=cast(self.b_q), b_k=cast(self.b_k), b_v=cast(self.b_v), logit_bias=cast(self.logit_bias),
-        )
-
-
 class HeadLike(Protocol):
-    """What the functions here accept: AttentionHead, or a head rebuilt from a model (q/k norms and all).
+    """What the functions here accept: an AttentionHead (built by hand or by heads.head_cases from a model),
+    or a wrapper with its interface (bound.ScaleFoldedHead).
 
     Required: x (B, N, D); w_q, w_k, w_v (D, dh) in the paper's layout; output(x, w_q, w_k, w_v) -> A
     (B, N, dh), differentiable with torch.func in x and the weights, seeing x only through x W_Q, x W_K,
@@ -217,22 +87,6 @@ class HeadLike(Protocol):
     def output(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor: ...
 
     def double(self) -> HeadLike: ...
-
-
-def one_sample(head: HeadLike, index: int) -> HeadLike:
-    """The head restricted to sample ``index`` of its batch: x (1, N, D), logit_bias sliced if batched.
-
-    Works for any dataclass head with fields ``x`` and (optionally) ``logit_bias``.
-    """
-    b, n = head.x.shape[0], head.x.shape[1]
-    if not -b <= index < b:
-        raise ValueError(f"one_sample: index {index} out of range for a batch of {b}")
-    index %= b
-    changes = {"x": head.x[index : index + 1]}  # (1, N, D)
-    bias = getattr(head, "logit_bias", None)
-    if bias is not None and bias.dim() == 3 and bias.shape[0] == b and b > 1:
-        changes["logit_bias"] = bias[index : index + 1]  # (1, N, N)
-    return replace(head, **changes)
 
 
 def _dims(head: HeadLike) -> tuple[int, int, int, int]:

@@ -16,8 +16,9 @@ from typing import Optional, Sequence
 from torch import nn
 
 from speccond.diagnostics import bound as head_bound
+from speccond.diagnostics.attention_head import one_sample
 from speccond.diagnostics.heads import head_cases, layer_count
-from speccond.diagnostics.jacobian import jacobian_spectrum, one_sample
+from speccond.diagnostics.jacobian import jacobian_spectrum
 from speccond.diagnostics.records import Records
 
 
