@@ -93,30 +93,10 @@ def _vit(embed: int, depth: int, heads: int):
 
 
 def _heads_of(model, images: torch.Tensor) -> list[list[AttentionHead]]:
-    """AttentionHeads [layer][head] of a timm ViT on ``images``: each attention's captured input and its
-    head slices of qkv (timm layout (3*D, D), blocks q, k, v, heads contiguous), as (D, dh)."""
-    inputs = {}
-    hooks = [block.attn.register_forward_pre_hook(lambda m, args, i=i: inputs.__setitem__(i, args[0].detach()))
-             for i, block in enumerate(model.blocks)]
-    with torch.no_grad():
-        model(images)
-    for hook in hooks:
-        hook.remove()
-    result = []
-    for i, block in enumerate(model.blocks):
-        attn = block.attn
-        d = attn.qkv.in_features
-        dh = d // attn.num_heads
-        weight = attn.qkv.weight.detach()  # (3*D, D)
-        bias = attn.qkv.bias.detach() if attn.qkv.bias is not None else None  # (3*D,)
-        layer = []
-        for h in range(attn.num_heads):
-            rows = [slice(role * d + h * dh, role * d + (h + 1) * dh) for role in range(3)]  # q, k, v rows
-            w = [weight[r].T for r in rows]  # (D, dh) each
-            b = [None if bias is None else bias[r] for r in rows]  # (dh,) each
-            layer.append(AttentionHead(inputs[i], *w, attn.scale, *b))
-        result.append(layer)
-    return result
+    """AttentionHeads [layer][head] of a timm ViT on ``images`` (the diagnostics' own head_cases)."""
+    from speccond.diagnostics.heads import head_cases
+
+    return [head_cases(model, (images,), layer) for layer in range(len(model.blocks))]
 
 
 def vit_target(batch: int, embed: int, depth: int, heads: int, iterations: list[int], all_heads: int | None) -> None:
