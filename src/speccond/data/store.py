@@ -53,6 +53,9 @@ class DatasetSpec:
     format_version: int = 1  # of the stored arrays; bump when parse changes them (stale caches are rebuilt)
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) of every image; None if not images
     classes: tuple[str, ...] = ()  # class names, in label order
+    # For a generated dataset (no files: ``parse({})`` generates it from a fixed seed): the SHA-256 of the
+    # arrays it must produce (see arrays_sha256), so a generator that drifts is caught, not cached.
+    generated_sha256: str | None = None
 
 
 def data_dir() -> Path:
@@ -65,6 +68,16 @@ def sha256(path: Path) -> str:
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
+    return digest.hexdigest()
+
+
+def arrays_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over the arrays in key order: each key, dtype, shape and raw bytes."""
+    digest = hashlib.sha256()
+    for key in sorted(tensors):
+        tensor = tensors[key].contiguous()
+        digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return digest.hexdigest()
 
 
@@ -81,6 +94,11 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
     raw.mkdir(parents=True, exist_ok=True)
     files = {key: _obtain(spec, name, digest, raw, sources or spec.sources) for key, (name, digest) in spec.files.items()}
     tensors = {k: v.contiguous() for k, v in spec.parse(files).items()}
+    if spec.generated_sha256 is not None and arrays_sha256(tensors) != spec.generated_sha256:
+        raise ValueError(
+            f"the generator of dataset {spec.name!r} produced arrays with SHA-256 {arrays_sha256(tensors)}, expected "
+            f"{spec.generated_sha256}: this speccond or its libraries generate different data; nothing was cached"
+        )
     if spec.image_shape is not None:
         for key in ("train_images", "test_images"):
             assert tensors[key].shape[1:] == spec.image_shape, (key, tensors[key].shape, spec.image_shape)
