@@ -184,8 +184,10 @@ def test_a_run_killed_by_a_signal_resumes_to_the_same_final_metrics(prepared, tm
     env = _environment(data)
     straight = subprocess.run(_cli("train", "--out", str(tmp_path / "straight"), *KILLABLE, data=data),
                               env=env, capture_output=True, text=True, check=True)
+    # As a foreground process in a terminal: SIGINT not ignored even when this suite runs as a background job.
     process = subprocess.Popen(_cli("train", "--out", str(tmp_path / "killed"), *KILLABLE, data=data),
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     latest = tmp_path / "killed" / "checkpoints" / "LATEST"
     deadline = time.monotonic() + 120
     while not (latest.is_file() and latest.read_text().strip() >= "step-000016") and time.monotonic() < deadline:

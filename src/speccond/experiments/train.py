@@ -204,7 +204,9 @@ class _StepBoundaryInterrupt:
     def __init__(self) -> None:
         self.requested = False
         self.previous = None
-        if threading.current_thread() is threading.main_thread():
+        # Not from a worker thread (signals go to the main one), and not where SIGINT is ignored (a shell's
+        # background job): the process keeps ignoring it there, as it did before training started.
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self.previous = signal.signal(signal.SIGINT, self._request)
 
     def _request(self, signum, frame) -> None:
