@@ -26,13 +26,14 @@ from torch import nn
 
 from speccond import data
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.tasks import task_shape
 from speccond.experiments.train import augment, build_model, evaluate, learning_rate, load_task, make_optimizer, train
 
 
 def bare_loop(config: TrainConfig) -> float:
     """The same training as train(config), without any bookkeeping; returns the final accuracy."""
     task = load_task(config)
-    model = build_model(config, task["train_x"].shape[-1], task["train_x"].shape[1], int(task["train_y"].max()) + 1)
+    model = build_model(config, task_shape(config.task))
     optimizer = make_optimizer(model, config)
     samples = task["train_x"].shape[0]
     steps_per_epoch = math.ceil(samples / config.batch_size)

@@ -200,7 +200,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert "speccond report: error:" in capsys.readouterr().err and not (tmp_path / "empty" / "results.md").exists()
 
 
-@pytest.mark.parametrize("task", ["fashion-mnist", "cifar10", "digits"])
+@pytest.mark.parametrize("task", ["fashion-mnist", "cifar10", "digits", "lra-image", "lra-listops"])
 @pytest.mark.parametrize("name", ["quick", "full"])
 def test_every_preset_builds_a_model_for_its_task(task, name):
     from speccond.experiments.compare import preset
@@ -208,8 +208,12 @@ def test_every_preset_builds_a_model_for_its_task(task, name):
     from speccond.experiments.train import build_model
 
     config = TrainConfig(task=task).with_overrides(preset(name, task))
-    model = build_model(config, *task_shape(task))
-    size, channels, classes = task_shape(task)
-    assert model(torch.randn(2, channels, size, size)).shape == (2, classes)
+    shape = task_shape(task)
+    model = build_model(config, shape)
+    if shape.kind == "image":
+        inputs = torch.randn(2, shape.channels, shape.image_size, shape.image_size)
+    else:
+        inputs = torch.randint(1, shape.vocab, (2, shape.length))
+    assert model(inputs).shape == (2, shape.classes)
     with pytest.raises(ValueError, match="unknown preset 'long'"):
         preset("long", task)

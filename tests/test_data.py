@@ -300,21 +300,25 @@ def test_load_task_subset_is_a_seeded_permutation(data_home):
 def test_load_task_refuses_sizes_beyond_the_dataset(data_home):
     pytest.importorskip("sklearn")
     data.prepare("digits")
-    with pytest.raises(ValueError, match=r"TrainConfig.train_size=5000 but dataset 'digits' has 1438 train images"):
+    with pytest.raises(ValueError, match=r"TrainConfig.train_size=5000 but task 'digits' has 1438 train examples"):
         load_task(TrainConfig(task="digits", train_size=5000))
-    with pytest.raises(ValueError, match=r"TrainConfig.test_size=400 but dataset 'digits' has 359 test images"):
+    with pytest.raises(ValueError, match=r"TrainConfig.test_size=400 but task 'digits' has 359 test examples"):
         load_task(TrainConfig(task="digits", test_size=400))
-    with pytest.raises(ValueError, match="unknown dataset 'mnist'"):
+    with pytest.raises(ValueError, match="unknown task 'mnist'"):
         load_task(TrainConfig(task="mnist"))
 
 
 def test_task_shape_needs_no_prepared_data(data_home):
     assert image_tasks() == ["cifar10", "digits", "fashion-mnist"]
-    assert {name: task_shape(name) for name in image_tasks()} == {
+    shapes = {name: task_shape(name) for name in image_tasks()}
+    assert {name: (s.image_size, s.channels, s.classes) for name, s in shapes.items()} == {
         "cifar10": (32, 3, 10), "digits": (8, 1, 10), "fashion-mnist": (28, 1, 10),
     }
+    assert {s.kind for s in shapes.values()} == {"image"}
+    lra_image = task_shape("lra-image")
+    assert (lra_image.kind, lra_image.length, lra_image.vocab, lra_image.classes) == ("sequence", 1024, 257, 10)
     assert not data_home.exists()
-    with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+    with pytest.raises(ValueError, match="unknown task 'imagenet'"):
         task_shape("imagenet")
 
 
@@ -322,6 +326,7 @@ def test_task_shape_needs_no_prepared_data(data_home):
 def test_task_shape_matches_the_loaded_task(name, request, monkeypatch):
     arrays = _prepared(name, request, monkeypatch)
     task = load_task(TrainConfig(task=name, train_size=64, test_size=16))
-    image_size, channels, classes = task_shape(name)
+    shape = task_shape(name)
+    image_size, channels, classes = shape.image_size, shape.channels, shape.classes
     assert task["train_x"].shape[1:] == task["test_x"].shape[1:] == (channels, image_size, image_size)
     assert int(torch.cat([arrays["train_labels"], arrays["test_labels"]]).max()) + 1 == classes == len(data.spec(name).classes)

@@ -146,10 +146,11 @@ def test_documented_configurations(family, image):
 
 def test_vit_family_is_the_training_model():
     """The "vit" family is the model train.build_model builds (same class, arguments and seed)."""
+    from speccond.experiments.tasks import task_shape
     from speccond.experiments.train import build_model
 
     config = TrainConfig(method="baseline", embed_dim=64, depth=4, num_heads=4, patch_size=4, seed=5)
-    expected = build_model(config, 28, 1, 10).state_dict()
+    expected = build_model(config, task_shape("fashion-mnist")).state_dict()
     got = _build("vit", "28px-1ch", seed=5).state_dict()
     assert expected.keys() == got.keys()
     assert all(torch.equal(expected[k], got[k]) for k in expected)

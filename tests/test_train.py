@@ -9,12 +9,14 @@ import torch
 
 from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.tasks import task_shape
 from speccond.experiments.train import build_model, train
 
 needs_data = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir(),
     reason="needs the Debian package: apt-get install dataset-fashion-mnist (./run installs it as root)",
 )
+FASHION = task_shape("fashion-mnist")
 TINY = TrainConfig(
     embed_dim=32, depth=1, num_heads=2, patch_size=7, epochs=2, train_size=192, test_size=100, batch_size=64,
     warmup_steps=2, checkpoint_every=2,
@@ -44,11 +46,11 @@ def test_overrides_are_typed_and_unknown_keys_rejected():
 
 
 def test_checkpoint_round_trip_and_corruption_is_refused(tmp_path):
-    model = build_model(TINY, 28, 1, 10)
+    model = build_model(TINY, FASHION)
     state = {"optimizer": torch.optim.AdamW(model.parameters()).state_dict(), "note": torch.arange(3)}
     folder = checkpoint.save(tmp_path, 4, 1, model, state)
     assert checkpoint.latest(tmp_path) == folder
-    fresh = build_model(TINY.with_overrides(["seed=7"]), 28, 1, 10)
+    fresh = build_model(TINY.with_overrides(["seed=7"]), FASHION)
     manifest, loaded = checkpoint.load(folder, fresh)
     assert manifest["step"] == 4 and torch.equal(loaded["note"], torch.arange(3))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
@@ -57,14 +59,14 @@ def test_checkpoint_round_trip_and_corruption_is_refused(tmp_path):
         handle.write(b"\xff\xff\xff\xff")
     with pytest.raises(ValueError, match="corrupt.*refusing to resume"):
         checkpoint.load(folder, fresh)
-    other = build_model(TINY.with_overrides(["depth=2"]), 28, 1, 10)
+    other = build_model(TINY.with_overrides(["depth=2"]), FASHION)
     folder = checkpoint.save(tmp_path, 6, 1, model, state)
     with pytest.raises(ValueError, match="does not match this model"):
         checkpoint.load(folder, other)
 
 
 def test_only_the_newest_checkpoints_are_kept(tmp_path):
-    model = build_model(TINY, 28, 1, 10)
+    model = build_model(TINY, FASHION)
     for step in (2, 4, 6):
         checkpoint.save(tmp_path, step, 0, model, {})
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-000004", "step-000006"]
@@ -126,12 +128,12 @@ def test_shifted_init_equals_spectral_at_step_zero_but_carries_no_correction():
     import speccond
 
     images = torch.randn(4, 1, 28, 28)
-    spectral = build_model(TINY, 28, 1, 10).eval()
-    shifted = build_model(TINY.with_overrides(["method=shifted-init"]), 28, 1, 10).eval()
+    spectral = build_model(TINY, FASHION).eval()
+    shifted = build_model(TINY.with_overrides(["method=shifted-init"]), FASHION).eval()
     assert speccond.is_conditioned(spectral) and not speccond.is_conditioned(shifted)
     with torch.no_grad():
         torch.testing.assert_close(shifted(images), spectral(images))
-    svd = build_model(TINY.with_overrides(["method=spectral-svd"]), 28, 1, 10)
+    svd = build_model(TINY.with_overrides(["method=spectral-svd"]), FASHION)
     assert speccond.describe(svd).rows[0].correction == "svd/head"
 
 
@@ -146,7 +148,7 @@ def test_a_diverging_run_stops_keeps_a_good_checkpoint_and_stays_diverged(prepar
     rows = _rows(tmp_path / "run" / "metrics.jsonl")
     assert rows[-1] == result
     kept = checkpoint.latest(tmp_path / "run")
-    model = build_model(config, 28, 1, 10)
+    model = build_model(config, FASHION)
     manifest, _ = checkpoint.load(kept, model)
     assert manifest["step"] < result["step"] - 1  # not the weights whose loss was not finite
     assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
 
     comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
     comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
-    comparison.add_argument("--task", help="dataset (default fashion-mnist): " + "fashion-mnist, cifar10, digits")
-    comparison.add_argument("--model", help="timm family (default vit): vit, deit, swin, xcit, davit")
+    comparison.add_argument("--task", help="task (default fashion-mnist): fashion-mnist, cifar10, digits, lra-image")
+    comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit; nystromformer for lra-* tasks")
     comparison.add_argument("--methods", default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")
     comparison.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
@@ -99,12 +99,13 @@ def _compare(args: argparse.Namespace) -> None:
 
     from speccond import data
     from speccond.experiments.compare import compare, preset
+    from speccond.experiments.tasks import task as task_of
     from speccond.experiments.config import TrainConfig
 
     chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
     task = TrainConfig().with_overrides([*chosen, *args.set]).task
     base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set])
-    data.prepare(base.task)
+    data.prepare(task_of(base.task).dataset)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     compare(base, methods, range(args.seeds), Path(args.out))
     print((Path(args.out) / "results.md").read_text())

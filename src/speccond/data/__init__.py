@@ -14,9 +14,11 @@ from pathlib import Path
 import torch
 
 from speccond.data import cifar10, digits, fashion_mnist
+from speccond.data import listops  # two specs: listops (LRA's sizes) and listops-small
 from speccond.data.store import DatasetSpec, data_dir
 
 DATASETS: dict[str, DatasetSpec] = {module.SPEC.name: module.SPEC for module in (fashion_mnist, cifar10, digits)}
+DATASETS.update({generated.name: generated for generated in listops.SPECS})
 
 
 def spec(name: str) -> DatasetSpec:

@@ -35,6 +35,18 @@ PRESETS = {
         # 5 epochs (315 steps): about 3 minutes per ViT run on one core; Swin wants --set patch_size=8.
         "full": ["embed_dim=64", "patch_size=4", "epochs=5", "warmup_steps=50", "track_every=50"],
     },
+    "lra-image": {  # LRA Image: CIFAR-10 as 1,024 grey-level tokens, a 2-layer Nystromformer (64 landmarks)
+        "quick": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                  "train_size=2048", "test_size=500", "epochs=1", "warmup_steps=10", "track_every=16"],
+        "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                 "epochs=5", "warmup_steps=100", "track_every=100"],
+    },
+    "lra-listops": {  # LRA ListOps at 100 to 256 tokens (listops-small), a 2-layer Nystromformer
+        "quick": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                  "train_size=2048", "test_size=500", "epochs=1", "warmup_steps=10", "track_every=16"],
+        "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                 "epochs=5", "warmup_steps=100", "track_every=100"],
+    },
     "digits": {  # 8 x 8 images, seconds per run: for tests and smoke checks
         "quick": ["embed_dim=32", "depth=2", "num_heads=2", "patch_size=2", "epochs=15", "batch_size=64", "warmup_steps=20"],
         "full": ["embed_dim=32", "depth=2", "num_heads=2", "patch_size=2", "epochs=40", "batch_size=64", "warmup_steps=50"],

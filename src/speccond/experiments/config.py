@@ -23,7 +23,7 @@ METHODS = ("baseline", "spectral", "spectral-svd", "shifted-init", "sigma-repara
 @dataclass(frozen=True)
 class TrainConfig:
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
-    model: str = "vit"  # model family, one of experiments.families.FAMILIES (timm, sized for small images)
+    model: str = "vit"  # families.FAMILIES (timm, for image tasks) or "nystromformer" (sequence tasks)
     method: str = "spectral"  # one of METHODS
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
@@ -42,20 +42,21 @@ class TrainConfig:
     seed: int = 0  # model init, data order and augmentation
     checkpoint_every: int = 100  # steps between checkpoints (and at the end of each epoch)
     track_every: int = 0  # steps between diagnostics rows (0 = off)
+    landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
     device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
 
     def __post_init__(self) -> None:
-        from speccond.experiments.families import FAMILIES  # no timm import: families imports it when building
+        from speccond.experiments.families import FAMILIES, SEQUENCE_FAMILIES  # imports neither timm nor transformers
 
-        if self.model not in FAMILIES:
-            raise ValueError(f"TrainConfig.model must be one of {FAMILIES}, got {self.model!r}")
+        if self.model not in FAMILIES + SEQUENCE_FAMILIES:
+            raise ValueError(f"TrainConfig.model must be one of {FAMILIES + SEQUENCE_FAMILIES}, got {self.model!r}")
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.correction not in ("identity", "svd"):
             raise ValueError(f"TrainConfig.correction must be 'identity' or 'svd', got {self.correction!r}")
-        for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every"):
+        for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("train_size", "test_size", "warmup_steps", "track_every"):

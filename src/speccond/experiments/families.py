@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # importing this file (as TrainConfig does for FAMILIES) need
 
 log = logging.getLogger(__name__)
 
+SEQUENCE_FAMILIES = ("nystromformer",)  # token-sequence models: sequence_model.py
 FAMILIES = ("vit", "deit", "swin", "xcit", "davit")
 
 _CLASSES = {

@@ -219,7 +219,10 @@ def _markdown(report: Report) -> str:
 def _title(shared: dict) -> str:
     family = shared.get("model")
     model = f"timm {FAMILY_NAMES.get(family, family)}" if family else "several model families"
-    sizes = [("embed_dim", "width {}"), ("depth", "depth {}"), ("num_heads", "{} heads"), ("patch_size", "patch {}")]
+    last = ("patch_size", "patch {}")
+    if family == "nystromformer":
+        model, last = "transformers Nystromformer", ("landmarks", "{} landmarks")
+    sizes = [("embed_dim", "width {}"), ("depth", "depth {}"), ("num_heads", "{} heads"), last]
     size = ", ".join(text.format(shared[f]) if f in shared else text.format("varies") for f, text in sizes)
     return f"{shared.get('task', 'several tasks')}, {model} ({size})"
 

@@ -1,57 +1,128 @@
-"""Image classification tasks for the training harness: ``load_task(config)`` and ``task_shape(name)``.
+"""Classification tasks for the training harness: ``load_task(config)`` and ``task_shape(name)``.
 
-A task is a prepared dataset (``speccond data prepare NAME``; every image dataset stores uint8
-(N, C, H, W)) cut to the config's sizes and standardised per channel with the training subset's
-statistics: x = (pixels / 255 - mean_c) / std_c, mean_c and std_c over (N, H, W) of the training subset.
+A task reads a prepared dataset (``speccond data prepare NAME``) in one of three ways:
+
+- "image": the dataset's uint8 (N, C, H, W) images, standardised per channel with the training subset's
+  statistics: x = (pixels / 255 - mean_c) / std_c, mean_c and std_c over (N, H, W) of that subset;
+- "pixels": the same images as sequences of H * W grey-level tokens (LRA's Image and Pathfinder
+  tasks): grey = round(0.299 R + 0.587 G + 0.114 B) for colour images, token = grey + 1, so 0 stays
+  PAD and the vocabulary is 257;
+- "tokens": a token dataset (ListOps) with its own vocabulary, PAD = 0.
+
+Sequences are padded with PAD up to a multiple of ``config.landmarks`` (sequence_model.py).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from speccond import data
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.sequence_model import PAD, padded_length
+
+PIXEL_VOCAB = 257  # PAD and 256 grey levels
 
 
-def task_shape(name: str) -> tuple[int, int, int]:
-    """(image_size, channels, classes) of image dataset ``name``, from its spec (nothing is loaded)."""
-    spec = data.spec(name)
-    if spec.image_shape is None:
-        raise ValueError(f"dataset {name!r} is not an image dataset; image tasks: {', '.join(image_tasks())}")
-    channels, height, width = spec.image_shape
-    assert height == width, (name, spec.image_shape)  # the ViT here takes square images
-    return height, channels, len(spec.classes)
+@dataclass(frozen=True)
+class Task:
+    name: str
+    dataset: str  # the prepared dataset it reads
+    reading: str  # "image", "pixels" or "tokens" (module docstring)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What a model needs to know about a task's inputs: images (kind "image") or token sequences."""
+
+    kind: str  # "image" or "sequence"
+    classes: int
+    image_size: int = 0  # images: the side of the square image
+    channels: int = 0  # images
+    length: int = 0  # sequences: tokens per example before padding to the landmarks
+    vocab: int = 0  # sequences: token ids are 0 (PAD) .. vocab - 1
+
+
+def _tasks() -> dict[str, Task]:
+    tasks = {name: Task(name, name, "image") for name, spec in data.DATASETS.items() if spec.image_shape is not None}
+    tasks["lra-image"] = Task("lra-image", "cifar10", "pixels", "LRA Image: CIFAR-10 as 1,024 grey-level tokens")
+    tasks["lra-listops"] = Task("lra-listops", "listops-small", "tokens", "LRA ListOps at 100 to 256 tokens")
+    tasks["lra-listops-full"] = Task("lra-listops-full", "listops", "tokens", "LRA ListOps at LRA's settings")
+    return tasks
+
+
+def task(name: str) -> Task:
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}")
+    return tasks[name]
+
+
+def task_shape(name: str) -> TaskShape:
+    """The input shape and class count of task ``name``, from its dataset's spec (nothing is loaded)."""
+    chosen = task(name)
+    spec = data.spec(chosen.dataset)
+    if chosen.reading in ("image", "pixels"):
+        channels, height, width = spec.image_shape
+        assert height == width, (name, spec.image_shape)  # the models here take square images
+        if chosen.reading == "image":
+            return TaskShape("image", len(spec.classes), image_size=height, channels=channels)
+        return TaskShape("sequence", len(spec.classes), length=height * width, vocab=PIXEL_VOCAB)
+    length, vocab = spec.sequence_shape
+    return TaskShape("sequence", len(spec.classes), length=length, vocab=vocab)
 
 
 def image_tasks() -> list[str]:
-    """Names of the registered image datasets."""
-    return sorted(name for name, spec in data.DATASETS.items() if spec.image_shape is not None)
+    """Names of the tasks that read images as images."""
+    return sorted(name for name, t in _tasks().items() if t.reading == "image")
 
 
 def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
-    """train_x, test_x float32 (N, C, H, W) standardised per channel with the training subset; int64 labels.
+    """train_x, test_x (float (N, C, H, W) images or int64 (N, L) tokens), int64 train_y, test_y.
 
     The training subset is the first ``config.train_size`` (0 = all) of a permutation seeded by
-    ``config.seed``; the test subset is the first ``config.test_size`` (0 = all) test images, in stored order.
+    ``config.seed``; the test subset is the first ``config.test_size`` (0 = all) test examples, in stored order.
     """
-    task_shape(config.task)  # a clear error for a dataset that is not images
-    arrays = data.load(config.task)
-    available = {"train_size": arrays["train_images"].shape[0], "test_size": arrays["test_images"].shape[0]}
+    chosen = task(config.task)
+    arrays = data.load(chosen.dataset)
+    stored = "tokens" if chosen.reading == "tokens" else "images"
+    train_images, test_images = arrays[f"train_{stored}"], arrays[f"test_{stored}"]
+    available = {"train_size": train_images.shape[0], "test_size": test_images.shape[0]}
     for field, count in available.items():
         if getattr(config, field) > count:
             raise ValueError(
-                f"TrainConfig.{field}={getattr(config, field)} but dataset {config.task!r} has {count} "
-                f"{field.split('_')[0]} images; use at most {count}, or 0 for all"
+                f"TrainConfig.{field}={getattr(config, field)} but task {config.task!r} has {count} "
+                f"{field.split('_')[0]} examples; use at most {count}, or 0 for all"
             )
     order = torch.randperm(available["train_size"], generator=torch.Generator().manual_seed(config.seed))
     train_index = order[: config.train_size or None]
     test_count = config.test_size or available["test_size"]
-    train = arrays["train_images"][train_index].float().div(255)  # (N, C, H, W)
-    test = arrays["test_images"][:test_count].float().div(255)  # (M, C, H, W)
+    labels = {"train_y": arrays["train_labels"][train_index], "test_y": arrays["test_labels"][:test_count]}
+    if chosen.reading == "tokens":
+        return {"train_x": pad_tokens(train_images[train_index], config.landmarks),
+                "test_x": pad_tokens(test_images[:test_count], config.landmarks), **labels}
+    if chosen.reading == "pixels":
+        return {"train_x": pixel_tokens(train_images[train_index], config.landmarks),
+                "test_x": pixel_tokens(test_images[:test_count], config.landmarks), **labels}
+    train = train_images[train_index].float().div(255)  # (N, C, H, W)
+    test = test_images[:test_count].float().div(255)  # (M, C, H, W)
     mean = train.mean(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
     std = train.std(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
-    return {
-        "train_x": (train - mean) / std,
-        "train_y": arrays["train_labels"][train_index],
-        "test_x": (test - mean) / std,
-        "test_y": arrays["test_labels"][:test_count],
-    }
+    return {"train_x": (train - mean) / std, "test_x": (test - mean) / std, **labels}
+
+
+def pixel_tokens(images: torch.Tensor, landmarks: int) -> torch.Tensor:
+    """uint8 (N, C, H, W) -> int64 (N, L) grey-level tokens + 1, PAD-padded to a multiple of ``landmarks``."""
+    if images.shape[1] == 3:
+        weights = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+        grey = (images.float() * weights).sum(1).round().clamp(0, 255).long()  # (N, H, W)
+    else:
+        grey = images[:, 0].long()  # (N, H, W)
+    return pad_tokens(grey.flatten(1) + 1, landmarks)  # (N, L)
+
+
+def pad_tokens(tokens: torch.Tensor, landmarks: int) -> torch.Tensor:
+    """(N, L0) token ids -> int64 (N, L), PAD appended up to L, the next multiple of ``landmarks``."""
+    length = padded_length(tokens.shape[1], landmarks)
+    return torch.nn.functional.pad(tokens.long(), (0, length - tokens.shape[1]), value=PAD)

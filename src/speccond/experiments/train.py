@@ -25,28 +25,41 @@ import speccond
 from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.distributed import Context
-from speccond.experiments.families import build_backbone
+from speccond.experiments.families import FAMILIES, SEQUENCE_FAMILIES, build_backbone
 from speccond.experiments.methods import apply_method
-from speccond.experiments.tasks import load_task, task_shape
+from speccond.experiments.sequence_model import build_nystromformer, padded_length
+from speccond.experiments.tasks import TaskShape, load_task, task_shape
 
 log = logging.getLogger(__name__)
 TRAIN_ROW_EVERY = 10
 
 
-def build_model(config: TrainConfig, image_size: int, channels: int, classes: int) -> nn.Module:
-    """The config's timm family (families.py) for these images, seeded, with the config's method applied."""
+def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
+    """The config's model family for the task's inputs, seeded, with the config's method applied: a timm
+    family (families.py) for images, a Nystromformer (sequence_model.py) for token sequences."""
+    sequence = config.model in SEQUENCE_FAMILIES
+    if sequence != (shape.kind == "sequence"):
+        wanted = "a token-sequence task (lra-...)" if sequence else "an image task"
+        raise ValueError(f"model {config.model!r} takes {wanted}, but task {config.task!r} is {shape.kind}s; "
+                         f"choose model from {SEQUENCE_FAMILIES if shape.kind == 'sequence' else FAMILIES}")
     torch.manual_seed(config.seed)
-    model = build_backbone(
-        config.model, image_size, channels, classes, embed_dim=config.embed_dim, depth=config.depth,
-        num_heads=config.num_heads, patch_size=config.patch_size,
-    )
+    if sequence:
+        model = build_nystromformer(
+            padded_length(shape.length, config.landmarks), shape.vocab, shape.classes, embed_dim=config.embed_dim,
+            depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks,
+        )
+    else:
+        model = build_backbone(
+            config.model, shape.image_size, shape.channels, shape.classes, embed_dim=config.embed_dim,
+            depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size,
+        )
     apply_method(model, config)
     return model
 
 
 def model_for(config: TrainConfig) -> nn.Module:
     """The model a run of ``config`` trains, with the input shape of its task (for loading checkpoints)."""
-    return build_model(config, *task_shape(config.task))
+    return build_model(config, task_shape(config.task))
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -81,18 +94,18 @@ def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
     return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
+def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
     device = next(model.parameters()).device
     model.eval()
     correct, loss = 0, 0.0
     with torch.no_grad():
-        for start in range(0, images.shape[0], batch_size):
-            logits = model(images[start : start + batch_size].to(device))  # (b, classes)
+        for start in range(0, inputs.shape[0], batch_size):
+            logits = model(inputs[start : start + batch_size].to(device))  # (b, classes)
             target = labels[start : start + batch_size].to(device)
             loss += float(F.cross_entropy(logits, target, reduction="sum"))
             correct += int((logits.argmax(-1) == target).sum())
     model.train()
-    return {"accuracy": correct / images.shape[0], "loss": loss / images.shape[0]}
+    return {"accuracy": correct / inputs.shape[0], "loss": loss / inputs.shape[0]}
 
 
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
@@ -118,7 +131,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     task = load_task(config)
     samples = task["train_x"].shape[0]
     _check_shards(samples, config.batch_size, context)
-    model = build_model(config, task["train_x"].shape[-1], task["train_x"].shape[1], int(task["train_y"].max()) + 1)
+    model = build_model(config, task_shape(config.task))
     model.to(context.device)  # the task stays on the CPU; each batch is moved
     optimizer = make_optimizer(model, config)
     steps_per_epoch = math.ceil(samples / config.batch_size)
@@ -143,13 +156,15 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             epoch, index = divmod(step, steps_per_epoch)
             order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
             batch = order[index * config.batch_size : (index + 1) * config.batch_size]
-            images = augment(task["train_x"][batch], torch.Generator().manual_seed(config.seed * 10**6 + step))
+            inputs = task["train_x"][batch]  # (b, C, H, W) images or (b, L) tokens
+            if inputs.dim() == 4:
+                inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
             labels = task["train_y"][batch]
-            images = context.shard(images).to(context.device)  # (b / world, C, H, W)
+            inputs = context.shard(inputs).to(context.device)  # (b / world, ...)
             local_labels = context.shard(labels).to(context.device)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, total_steps)
-            local_mean = F.cross_entropy(trained(images), local_labels)
+            local_mean = F.cross_entropy(trained(inputs), local_labels)
             loss_value = context.global_mean(local_mean, local_labels.shape[0], labels.shape[0])
             if not math.isfinite(loss_value):
                 final = {"kind": "diverged", "step": step + 1, "loss": str(loss_value), "total_steps": total_steps}
@@ -228,8 +243,8 @@ def _check_shards(samples: int, batch_size: int, context: Context) -> None:
     last = samples % batch_size or batch_size
     if context.distributed and min(batch_size, last) < context.world:
         raise ValueError(
-            f"batch_size {batch_size} over {samples} images leaves a batch of {min(batch_size, last)} for "
-            f"{context.world} processes; choose batch_size and train_size so every batch has >= {context.world} images"
+            f"batch_size {batch_size} over {samples} examples leaves a batch of {min(batch_size, last)} for "
+            f"{context.world} processes; choose batch_size and train_size so every batch has >= {context.world} examples"
         )
 
 
@@ -248,7 +263,7 @@ def _diverged_row(metrics: Path) -> Optional[dict]:
 
 
 def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
-    """Spectra and entropy rows every config.track_every steps, on the first 8 test images (None = off)."""
+    """Spectra and entropy rows every config.track_every steps, on the first 8 test examples (None = off)."""
     if not config.track_every:
         return None
     from speccond.diagnostics import Tracker

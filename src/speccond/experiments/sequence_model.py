@@ -1,0 +1,85 @@
+"""Sequence classifiers for the Long Range Arena tasks: a Hugging Face Nystromformer built from config.
+
+    model = build_nystromformer(length=1024, vocab=257, classes=10, embed_dim=64, depth=2, num_heads=2,
+                                landmarks=64)
+    logits = model(tokens)   # tokens (B, 1024) int64, PAD = 0 -> logits (B, 10)
+
+The encoder is transformers' ``NystromformerModel`` (no pretrained weights); the classifier is a linear
+layer on the mean of the encoder's outputs over the non-PAD tokens (LRA's mean pooling), so no CLS token
+is needed and an image of 32 x 32 pixels stays 1,024 tokens. Dropout is off, as in the vision families.
+
+Nystrom attention (Xiong et al. 2021) averages q and k over ``length / landmarks`` consecutive tokens
+to form the landmarks. transformers' implementation takes the segment length from its config
+(``segment_means_seq_len``) and, when ``num_landmarks`` equals it, silently computes full softmax
+attention instead. So every sequence is padded to exactly the configured length, a multiple of the
+landmark count (``padded_length``), and :func:`attention_mode` names which of the two a configuration
+gets; the harness records it. PAD tokens are masked out of the pooling only: transformers 5.24 expands
+an attention mask to (B, 1, L, L), which its Nystrom branch cannot add to its (landmarks x L) scores (a
+shape error), so the encoder sees PAD tokens as tokens, as the landmark means do in any case. The
+pixel tasks have no padding; ListOps pads up to the longest sequence of its split.
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+PAD = 0  # token id of padding in every sequence task
+CONV_KERNEL = 35  # the depthwise convolution on V that LRA's Nystromformer configuration uses
+
+
+def padded_length(length: int, landmarks: int) -> int:
+    """The smallest multiple of ``landmarks`` that holds ``length`` tokens."""
+    if landmarks < 1:
+        raise ValueError(f"landmarks must be >= 1, got {landmarks}")
+    return math.ceil(length / landmarks) * landmarks
+
+
+def attention_mode(length: int, landmarks: int) -> str:
+    """"nystrom" when the landmarks approximate attention, "full" when transformers falls back to
+    exact softmax attention (landmarks == length). ``length`` must be a multiple of ``landmarks``."""
+    if length % landmarks:
+        raise ValueError(
+            f"sequence length {length} is not a multiple of landmarks {landmarks}: transformers' Nystromformer "
+            f"would group tokens wrongly; pad to {padded_length(length, landmarks)}"
+        )
+    return "full" if length == landmarks else "nystrom"
+
+
+class SequenceClassifier(nn.Module):
+    """Encoder, masked mean pooling, linear head: tokens (B, L) int64 -> logits (B, classes)."""
+
+    def __init__(self, encoder: nn.Module, width: int, classes: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        mask = (tokens != PAD).long()  # (B, L)
+        hidden = self.encoder(input_ids=tokens).last_hidden_state  # (B, L, D); no attention mask, see above
+        weights = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1)  # (B, D)
+        return self.head(pooled)  # (B, classes)
+
+
+def build_nystromformer(
+    length: int, vocab: int, classes: int, embed_dim: int, depth: int, num_heads: int, landmarks: int
+) -> SequenceClassifier:
+    """A plain Nystromformer classifier for sequences of exactly ``length`` tokens (seed torch first)."""
+    from transformers import NystromformerConfig, NystromformerModel
+
+    if embed_dim % num_heads:
+        raise ValueError(f"nystromformer: num_heads ({num_heads}) must divide embed_dim ({embed_dim})")
+    mode = attention_mode(length, landmarks)
+    if mode == "full":
+        log.warning("nystromformer: landmarks (%d) == sequence length: transformers computes full attention", landmarks)
+    config = NystromformerConfig(
+        vocab_size=vocab, hidden_size=embed_dim, num_hidden_layers=depth, num_attention_heads=num_heads,
+        intermediate_size=2 * embed_dim, max_position_embeddings=length, segment_means_seq_len=length,
+        num_landmarks=landmarks, conv_kernel_size=CONV_KERNEL, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, pad_token_id=PAD,
+    )
+    return SequenceClassifier(NystromformerModel(config), embed_dim, classes)

@@ -1,0 +1,73 @@
+"""Sequence tasks: the Nystromformer classifier, landmark padding, and LRA Image read from CIFAR-10."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import speccond
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.sequence_model import PAD, attention_mode, build_nystromformer, padded_length
+from speccond.experiments.tasks import load_task, pixel_tokens, task_shape
+from speccond.experiments.train import build_model, train
+
+from tests.test_data import cifar10_home  # noqa: F401  (the session's prepared CIFAR-10)
+
+
+def test_sequences_are_padded_to_a_multiple_of_the_landmarks_and_the_fallback_is_named():
+    assert [padded_length(n, 64) for n in (1, 64, 65, 1024)] == [64, 64, 128, 1024]
+    assert attention_mode(1024, 64) == "nystrom" and attention_mode(64, 64) == "full"
+    with pytest.raises(ValueError, match="not a multiple of landmarks 64.*pad to 1024"):
+        attention_mode(1000, 64)
+    with pytest.raises(ValueError, match="not a multiple"):
+        build_nystromformer(100, 20, 10, 32, 1, 2, 64)
+
+
+def test_pixel_tokens_are_grey_levels_plus_one_then_pad():
+    images = torch.randint(0, 256, (3, 3, 4, 4), dtype=torch.uint8)
+    tokens = pixel_tokens(images, landmarks=24)  # 16 pixels -> padded to 24
+    assert tokens.shape == (3, 24) and tokens.dtype == torch.int64
+    r, g, b = images[1, :, 2, 3].double()
+    assert tokens[1, 2 * 4 + 3] == round(0.299 * float(r) + 0.587 * float(g) + 0.114 * float(b)) + 1
+    assert (tokens[:, 16:] == PAD).all() and (tokens[:, :16] >= 1).all()
+    grey = torch.randint(0, 256, (2, 1, 4, 4), dtype=torch.uint8)
+    assert torch.equal(pixel_tokens(grey, 16), grey.flatten(1).long() + 1)
+
+
+def test_mean_pooling_ignores_pad_tokens_and_spectral_conditions_every_projection():
+    model = build_nystromformer(128, 20, 10, 32, 2, 2, 64).eval()
+    tokens = torch.randint(1, 20, (2, 128))
+    report = speccond.apply(model, speccond.SpectralConfig(lam=10))
+    assert sorted(r.role for r in report.rows) == sorted("qkv" * 2)
+    assert model(tokens).shape == (2, 10) and torch.isfinite(model(tokens)).all()
+
+
+def test_a_nystromformer_trains_on_lra_image(cifar10_home, monkeypatch, tmp_path):  # noqa: F811
+    monkeypatch.setenv("SPECCOND_DATA", str(cifar10_home))
+    config = TrainConfig(task="lra-image", model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
+                         train_size=64, test_size=32, batch_size=32, epochs=1, warmup_steps=1, method="spectral")
+    task = load_task(config)
+    assert task["train_x"].shape == (64, 1024) and task["train_x"].dtype == torch.int64
+    assert int(task["train_x"].min()) >= 1 and int(task["train_x"].max()) <= 256
+    shape = task_shape("lra-image")
+    assert (shape.kind, shape.length, shape.vocab) == ("sequence", 1024, 257)
+    result = train(config, tmp_path / "run", progress=False)
+    assert result["kind"] == "eval" and result["step"] == 2 and 0 <= result["accuracy"] <= 1
+    with pytest.raises(ValueError, match="model 'vit' takes an image task, but task 'lra-image' is sequences"):
+        build_model(TrainConfig(task="lra-image", model="vit"), shape)
+
+
+def test_a_nystromformer_trains_on_lra_listops(tmp_path, monkeypatch):
+    from speccond import data
+
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
+    data.prepare("listops-small")
+    config = TrainConfig(task="lra-listops", model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
+                         train_size=64, test_size=32, batch_size=32, epochs=1, warmup_steps=1, method="qk-norm")
+    task = load_task(config)
+    assert task["train_x"].shape == (64, 256) and task["train_x"].dtype == torch.int64
+    shape = task_shape("lra-listops")
+    assert (shape.kind, shape.length, shape.vocab, shape.classes) == ("sequence", 256, 16, 10)
+    arrays = data.load("listops-small")
+    assert torch.equal(task["test_x"], arrays["test_tokens"][:32].long())  # 256 is already a multiple of 64
+    result = train(config, tmp_path / "run", progress=False)
+    assert result["kind"] == "eval" and result["step"] == 2
