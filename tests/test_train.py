@@ -254,3 +254,54 @@ def test_device_is_validated_and_cuda_without_a_gpu_is_a_clear_error():
         assert Context.from_environment("auto").device == torch.device("cpu")
         with pytest.raises(ValueError, match="torch sees no CUDA device"):
             Context.from_environment("cuda")
+
+
+@pytest.mark.parametrize("corrected", ["q", "k", "v", "qk", "qkv"])
+def test_corrected_chooses_the_projections_that_carry_the_correction(corrected):
+    import speccond
+
+    for method in ("spectral", "spectral-svd"):
+        model = build_model(TINY.with_overrides([f"method={method}", f"corrected={corrected}"]), FASHION)
+        rows = speccond.describe(model).rows
+        assert sorted({r.role for r in rows}) == sorted(corrected)
+    with pytest.raises(ValueError, match="corrected names projections from 'qkv'"):
+        TINY.with_overrides(["corrected=qx"])
+
+
+def test_attention_norm_none_drops_the_layernorm_before_attention():
+    images = torch.randn(2, 1, 28, 28)
+    plain = build_model(TINY.with_overrides(["method=baseline"]), FASHION).eval()
+    dropped = build_model(TINY.with_overrides(["method=baseline", "attention_norm=none"]), FASHION).eval()
+    assert all(isinstance(block.norm1, torch.nn.Identity) for block in dropped.blocks)
+    dropped.load_state_dict({k: v for k, v in plain.state_dict().items() if ".norm1." not in k})
+    with torch.no_grad():  # the same weights: each block now reads x where it read norm1(x)
+        for block, reference in zip(dropped.blocks, plain.blocks):
+            reference.norm1 = torch.nn.Identity()
+        torch.testing.assert_close(dropped(images), plain(images))
+    with pytest.raises(ValueError, match="no blocks with a LayerNorm norm1"):
+        build_model(TrainConfig(task="lra-listops", model="nystromformer", attention_norm="none", embed_dim=32,
+                                num_heads=2), task_shape("lra-listops"))
+
+
+@needs_data
+def test_refresh_every_keeps_the_svd_correction_on_the_current_weights(prepared, tmp_path):
+    import speccond
+    from speccond.backends import attachments
+    from speccond.experiments.train import model_for
+
+    def drift(refresh_every: int) -> float:
+        """Largest change of a saved svd correction when recomputed from the saved weights."""
+        config = TINY.with_overrides(["method=spectral-svd", f"refresh_every={refresh_every}", "epochs=1"])
+        train(config, tmp_path / str(refresh_every), progress=False)  # 3 steps
+        model = model_for(config)
+        checkpoint.load(checkpoint.latest(tmp_path / str(refresh_every)), model)
+        largest = 0.0
+        for found in attachments(model):
+            stored = found.correction.matrix.clone()
+            found.correction.recompute(found.stored_weight())
+            largest = max(largest, float((found.correction.matrix - stored).abs().max()))
+        assert speccond.refresh(model) == len(list(attachments(model)))
+        return largest
+
+    assert drift(1) < 1e-6  # refreshed after every step: on the final weights
+    assert drift(0) > 1e-4  # never refreshed: still the correction of the initial weights

@@ -27,6 +27,10 @@ class TrainConfig:
     method: str = "spectral"  # one of METHODS
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
+    corrected: str = "qkv"  # which projections the spectral methods correct: any of q, k, v (ablation)
+    granularity: str = "head"  # svd correction per "head" or per "projection" block
+    refresh_every: int = 0  # steps between speccond.refresh (recomputes svd corrections; 0 = never)
+    attention_norm: str = "layernorm"  # "none" drops the LayerNorm before each attention (ablation; timm)
     embed_dim: int = 128  # transformer width D
     depth: int = 4  # number of blocks
     num_heads: int = 4  # heads per block
@@ -52,6 +56,12 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.model must be one of {FAMILIES + SEQUENCE_FAMILIES}, got {self.model!r}")
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
+        if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):
+            raise ValueError(f"TrainConfig.corrected names projections from 'qkv' (e.g. 'qk', 'v'), got {self.corrected!r}")
+        if self.granularity not in ("head", "projection"):
+            raise ValueError(f"TrainConfig.granularity must be 'head' or 'projection', got {self.granularity!r}")
+        if self.attention_norm not in ("layernorm", "none"):
+            raise ValueError(f"TrainConfig.attention_norm must be 'layernorm' or 'none', got {self.attention_norm!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.correction not in ("identity", "svd"):
@@ -59,7 +69,7 @@ class TrainConfig:
         for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("train_size", "test_size", "warmup_steps", "track_every"):
+        for name in ("train_size", "test_size", "warmup_steps", "track_every", "refresh_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("lam", "lr", "weight_decay", "grad_clip"):

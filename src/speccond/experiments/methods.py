@@ -58,11 +58,13 @@ def apply_method(model: nn.Module, config: TrainConfig) -> None:
     if method == "baseline":
         return
     if method == "spectral":
-        speccond.apply(model, speccond.SpectralConfig(lam=config.lam, correction=config.correction))
+        speccond.apply(model, speccond.SpectralConfig(
+            lam=config.lam, correction=config.correction, granularity=config.granularity, **_scales(config)))
     elif method == "spectral-svd":
-        speccond.apply(model, speccond.SpectralConfig(correction="svd"))
+        speccond.apply(model, speccond.SpectralConfig(
+            correction="svd", granularity=config.granularity, **_scales(config)))
     elif method == "shifted-init":  # W0 + C as a plain initialisation: decay then pulls it to 0, not to C
-        speccond.apply(model, speccond.SpectralConfig(lam=config.lam))
+        speccond.apply(model, speccond.SpectralConfig(lam=config.lam, **_scales(config)))
         speccond.remove(model, merge=True)
     elif method in ("sigma-reparam", "spectral-norm"):
         sites = _sites(model, method)
@@ -90,6 +92,11 @@ def apply_method(model: nn.Module, config: TrainConfig) -> None:
     else:
         raise ValueError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
     log.info("applied method %s to %s", method, type(model).__name__)
+
+
+def _scales(config: TrainConfig) -> dict[str, float]:
+    """lam_q, lam_k, lam_v: config.lam for the projections in config.corrected, 0 (untouched) for the rest."""
+    return {f"lam_{role}": (config.lam if role in config.corrected else 0.0) for role in "qkv"}
 
 
 class BlockSpectralNorm(nn.Module):

@@ -53,8 +53,20 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
             config.model, shape.image_size, shape.channels, shape.classes, embed_dim=config.embed_dim,
             depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size,
         )
+    if config.attention_norm == "none":
+        _drop_attention_norms(model, config)
     apply_method(model, config)
     return model
+
+
+def _drop_attention_norms(model: nn.Module, config: TrainConfig) -> None:
+    """Replace the LayerNorm before every attention (timm blocks' ``norm1``) by the identity (ablation)."""
+    blocks = [module for module in model.modules() if isinstance(getattr(module, "norm1", None), nn.LayerNorm)]
+    if not blocks:
+        raise ValueError(f"attention_norm='none': model {config.model!r} has no blocks with a LayerNorm norm1 "
+                         "before attention (the timm families have one; the Nystromformer does not)")
+    for block in blocks:
+        block.norm1 = nn.Identity()
 
 
 def model_for(config: TrainConfig) -> nn.Module:
@@ -186,6 +198,8 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             bar.set_postfix(loss=f"{loss_value:.3f}")
             if step % TRAIN_ROW_EVERY == 0 and context.is_main:
                 _append(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]})
+            if config.refresh_every and step % config.refresh_every == 0:
+                speccond.refresh(model)  # svd corrections follow the weights (PAPER.md section 5)
             if tracker is not None and step % tracker.every == 0 and _all_finite(model):
                 tracker.step(step)  # non-finite weights are left to the next step's divergence check
             epoch_done = step % steps_per_epoch == 0
