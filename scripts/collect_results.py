@@ -1,0 +1,78 @@
+"""Rebuild each comparison's report and collect them under docs/results/, with one summary table.
+
+    .venv/bin/python scripts/collect_results.py runs/fashion-mnist-full runs/cifar10-vit ... [--docs docs/results]
+
+For every folder: ``speccond report FOLDER`` (no training), then results.md, results.json and the plots
+are copied to ``<docs>/<folder name>/``. The summary (printed, and written to ``<docs>/summary.md``)
+has one row per (folder, method): accuracy with its 95 % interval, the paired difference from the
+baseline, kappa at the end, diverged runs, wall time per run, next to the paper's ImageNet-1k row for
+that model family (PAPER.md section 4).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from speccond.experiments.report import write_report
+
+# ImageNet-1k top-1, baseline -> spectral conditioning, as the paper reports (PAPER.md section 4).
+PAPER_IMAGENET = {
+    "vit": "ViT-B 80.7 -> 81.7 (+1.0)",
+    "deit": "DeiT-B 81.6 -> 82.6 (+1.0)",
+    "swin": "Swin-B 83.4 -> 84.1 (+0.7)",
+    "xcit": "XCiT-M 82.6 -> 83.5 (+0.9)",
+    "davit": "DaViT-B 84.3 -> 84.9 (+0.6)",
+}
+
+
+def _pct(interval: dict | None, signed: bool = False) -> str:
+    if not interval:
+        return "-"
+    mean, half = 100 * interval["mean"], 100 * interval["half_width"]
+    sign = "+" if signed and mean >= 0 else ""
+    return f"{sign}{mean:.1f} +- {half:.1f}" if interval["n"] > 1 else f"{sign}{mean:.1f} (n=1)"
+
+
+def summarise(folder: Path, docs: Path) -> list[str]:
+    report = write_report([folder], folder)
+    target = docs / folder.name
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("results.md", "results.json", *report.plots):
+        shutil.copyfile(folder / name, target / name)
+    results = json.loads((folder / "results.json").read_text())
+    rows = []
+    for group in results["groups"]:
+        settings = group["settings"]
+        paper = PAPER_IMAGENET.get(settings["model"], "-") if group["method"] == "spectral" else ""
+        minutes = f"{group['seconds'] / 60:.1f}" if group.get("seconds") else "-"
+        kappa = f"{group['kappa_qkv']:.3g}" if group.get("kappa_qkv") is not None else "-"
+        rows.append(
+            f"| {settings['task']} | {settings['model']} | {group['label']} | {len(group['seeds'])} | "
+            f"{_pct(group['accuracy'])} | {_pct(group['difference'], signed=True)} | {kappa} | {group['diverged']} | "
+            f"{minutes} | {paper} | [{folder.name}]({folder.name}/results.md) |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--docs", type=Path, default=Path("docs/results"))
+    args = parser.parse_args()
+    lines = [
+        "| task | model | method | seeds | test accuracy, % | difference vs baseline, points | kappa(W_q,k,v) at end "
+        "| diverged | minutes per run | paper, ImageNet-1k top-1 | report |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for folder in args.folders:
+        lines += summarise(folder, args.docs)
+    text = "\n".join(lines) + "\n"
+    args.docs.mkdir(parents=True, exist_ok=True)
+    (args.docs / "summary.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
