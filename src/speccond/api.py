@@ -37,14 +37,18 @@ def apply(
 
     Every projection that the adapters (or ``config.layouts``) find and ``config.targets`` selects gets
     its fixed correction C: lam * I_k per q/k/v block (Theorem 3.8) or sigma_max U V^T (Theorem 3.5).
-    Nothing is attached when every lam is 0, so the model stays bit for bit unchanged.
+    With lam="auto", each block's (or head's) lam = sigma_max (t + 1) / (t - 1), t = config.target_kappa,
+    is chosen from the weight as it is now. Nothing is attached when every lam is 0, so the model stays
+    bit for bit unchanged.
 
     Raises:
         TypeError: ``model`` is not an nn.Module or ``config`` not a SpectralConfig.
         ValueError: the model is already conditioned; a selected module looks like attention but no
             adapter or declared layout covers it (the message shows the declaration that would); targets
             select nothing; a weight does not fit its layout; the activation backend was asked for a
-            projection that reads its weight directly.
+            projection that reads its weight directly; lam="auto" met an all-zero (or non-finite) block,
+            or granularity="head" with heads whose rows run past the block's diagonal (block_out > in).
+        Every check runs before the first correction is attached: an error leaves the model untouched.
     """
     config = SpectralConfig() if config is None else config
     if not isinstance(model, nn.Module):
@@ -66,18 +70,25 @@ def apply(
     if config.is_noop():
         log.info("every lam is 0: nothing attached")
         return report
+    built = []  # every correction is built (and its errors raised) before the first is attached
     for site in sites:
         scales = {role: config.scale(role) for role in site.layout.roles}
         if all(s == 0 for s in scales.values()):
             continue
-        for note in site.notes:
-            warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
         weight = getattr(site.module, site.param_name)
-        correction = SpectralCorrection(
-            site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight, notes=site.notes
-        )
+        try:
+            correction = SpectralCorrection(
+                site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight,
+                notes=site.notes, target_kappa=config.target_kappa,
+            )
+        except ValueError as err:
+            raise ValueError(f"{site.qualified_name} ({site.source}): {err}") from None
         correction.acts_as = site.acts_as or site.layout.roles  # what verify probes for
         correction.probe_skip = site.probe_skip
+        built.append((site, correction))
+    for site, correction in built:
+        for note in site.notes:
+            warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
         attach(site.module, site.param_name, correction, config.backend, config.init)
     if verify_with is not None:
         _verify_or_undo(model, config, verify_with)
@@ -104,17 +115,27 @@ def describe(model: nn.Module) -> SpectralReport:
 
 
 def refresh(model: nn.Module) -> int:
-    """Recompute every SVD correction from the current stored weights W; return how many were recomputed.
+    """Recompute every correction that follows the weights from the current stored weights W; return how
+    many corrections were recomputed.
 
-    The identity correction is fixed and is left as it is. Refreshing moves W + C (the paper's correction is
-    set once; PAPER.md section 5 makes periodic refresh an option).
+    That is every SVD correction (C = sigma_max U V^T of the current W) and every lam="auto" (lam =
+    sigma_max (t + 1) / (t - 1) of the current W, per head or per block; numeric lams of the same
+    projection stay). A numeric identity correction is fixed and is left as it is. Refreshing moves
+    W + C. The paper sets its correction once; PAPER.md section 5 makes periodic refresh an option: calling
+    ``refresh`` every N steps is the caller's (or the training harness's) choice, and between two calls C
+    is fixed, a buffer that is not trained, exactly as in the paper. All new corrections are computed
+    before any is stored, so an error (an all-zero block under "auto") leaves the model as it was.
     """
-    count = 0
-    for found in attachments(model):
-        if found.correction.kind == "svd":
-            found.correction.recompute(found.stored_weight())
-            count += 1
-    return count
+    found = [item for item in attachments(model) if item.correction.follows_weights]
+    fresh = []
+    for item in found:
+        try:
+            fresh.append(item.correction.recomputed(item.stored_weight()))
+        except ValueError as err:
+            raise ValueError(f"speccond.refresh: {item.qualified_name}: {err}") from None
+    for item, buffer in zip(found, fresh):
+        item.correction.store(buffer)
+    return len(found)
 
 
 def remove(model: nn.Module, merge: bool = True) -> nn.Module:

@@ -6,6 +6,10 @@ The paper (Saratchandran and Lucey, NeurIPS 2025) adds a fixed matrix C to each 
 
 with C = lam * I_k (Theorem 3.8, the "identity" correction) or C = sigma_max(W) U V^T from the thin
 SVD W = U S V^T (Theorem 3.5, the "svd" correction, which gives kappa(W + C) <= 2).
+
+Beyond the paper, ``lam="auto"`` picks lam per corrected block (per head with granularity="head") from
+the block's sigma_max so that the Weyl bound meets ``target_kappa`` = t:
+lam = sigma_max(W_block) (t + 1) / (t - 1) (see ``speccond.spectral.auto_lam``).
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ Granularity = Literal["head", "projection"]
 Backend = Literal["weight", "activation"]
 Init = Literal["add", "preserve"]
 Patterns = Union[str, Sequence[str], None]
+Lam = Union[float, Literal["auto"]]
+
+AUTO = "auto"  # lam chosen from sigma_max of each corrected block (identity correction only)
 
 ROLES = ("q", "k", "v")
 _CORRECTIONS = ("identity", "svd")
@@ -35,13 +42,24 @@ class SpectralConfig:
     """Configuration of spectral conditioning; validated once, on construction.
 
     Attributes:
-        lam: scale of the identity correction C = lam * I_k (paper default 10.0).
-        lam_q, lam_k, lam_v: per-projection overrides of ``lam``; 0 leaves that projection untouched.
-            For ``correction="svd"`` only zero versus non-zero matters (the SVD correction has its own
-            scale, sigma_max of the weight).
+        lam: scale of the identity correction C = lam * I_k (paper default 10.0), or "auto": for each
+            corrected block, lam = sigma_max(W_block) (target_kappa + 1) / (target_kappa - 1), so that the
+            Weyl bound kappa(W + lam I_k) <= (lam + sigma_max) / (lam - sigma_max) equals target_kappa
+            (3 sigma_max for the default 2). The block is one head's rows (granularity="head") or the
+            whole q (k, v) block ("projection"); the bound holds for rectangular blocks too (kappa over
+            the min(rows, cols) singular values). Chosen from the weights when applied, recomputed only
+            by ``speccond.refresh``; fixed (a buffer, not trained) in between. Identity correction only.
+        lam_q, lam_k, lam_v: per-projection overrides of ``lam``: a number, "auto", or None (take
+            ``lam``); 0 leaves that projection untouched. Numeric and "auto" roles may be mixed. For
+            ``correction="svd"`` only zero versus non-zero matters (the SVD correction has its own
+            scale, sigma_max of the weight) and "auto" is refused.
+        target_kappa: the kappa bound that "auto" aims at, > 1 (default 2.0, the SVD correction's bound);
+            unused by numeric lams.
         correction: "identity" (Theorem 3.8) or "svd" (Theorem 3.5).
-        granularity: for "svd" only: "head" makes every head's own block have kappa <= 2,
-            "projection" does so for the whole q (k, v) block.
+        granularity: "head" or "projection". For "svd": "head" makes every head's own block have
+            kappa <= 2, "projection" does so for the whole q (k, v) block. For lam="auto": one lam per head
+            (every head's kappa <= target_kappa; needs block_out <= in_features or one head, so that every
+            head's slice of I_k holds a full diagonal) or one lam per q (k, v) block. Numeric lams ignore it.
         backend: "weight" (a torch parametrization: ``module.weight`` reads W + C) or "activation"
             (a forward hook adds x C^T to the projection's output; needs an nn.Linear-like module).
         init: "add" (W_eff = W + C, the paper) or "preserve" (stored W becomes W - C, so the model's
@@ -54,10 +72,11 @@ class SpectralConfig:
             :class:`ProjectionLayout`. Declared layouts take precedence over adapters.
     """
 
-    lam: float = 10.0
-    lam_q: Optional[float] = None
-    lam_k: Optional[float] = None
-    lam_v: Optional[float] = None
+    lam: Lam = 10.0
+    lam_q: Optional[Lam] = None
+    lam_k: Optional[Lam] = None
+    lam_v: Optional[Lam] = None
+    target_kappa: float = 2.0
     correction: Correction = "identity"
     granularity: Granularity = "head"
     backend: Backend = "weight"
@@ -69,16 +88,35 @@ class SpectralConfig:
     def __post_init__(self) -> None:
         for name in ("lam", "lam_q", "lam_k", "lam_v"):
             value = getattr(self, name)
-            if value is None and name != "lam":
+            if (value is None and name != "lam") or value == AUTO:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"SpectralConfig.{name} must be a number, got {type(value).__name__} {value!r}")
+                raise TypeError(
+                    f"SpectralConfig.{name} must be a number or 'auto', got {type(value).__name__} {value!r}"
+                )
             if not math.isfinite(value) or value < 0:
                 raise ValueError(
                     f"SpectralConfig.{name} must be finite and >= 0 (0 leaves the projection untouched), "
                     f"got {value!r}"
                 )
+        if isinstance(self.target_kappa, bool) or not isinstance(self.target_kappa, (int, float)):
+            raise TypeError(
+                f"SpectralConfig.target_kappa must be a number > 1, got {type(self.target_kappa).__name__} "
+                f"{self.target_kappa!r}"
+            )
+        if not math.isfinite(self.target_kappa) or self.target_kappa <= 1:
+            raise ValueError(
+                f"SpectralConfig.target_kappa must be finite and > 1 (kappa >= 1 always; lam='auto' needs "
+                f"room above 1), got {self.target_kappa!r}"
+            )
         _check_choice("correction", self.correction, _CORRECTIONS)
+        auto = self.auto_roles()
+        if auto and self.correction != "identity":
+            raise ValueError(
+                f"lam='auto' (for {', '.join(auto)}) works only with correction='identity', got "
+                f"correction={self.correction!r}: the svd correction already has its own scale, sigma_max(W), "
+                "and bounds kappa by 2; give lam a number (only zero versus non-zero matters for svd)"
+            )
         _check_choice("granularity", self.granularity, _GRANULARITIES)
         _check_choice("backend", self.backend, _BACKENDS)
         _check_choice("init", self.init, _INITS)
@@ -98,7 +136,7 @@ class SpectralConfig:
                 )
         object.__setattr__(self, "layouts", dict(self.layouts))
         if self.correction == "identity":
-            small = {r: s for r, s in self.role_scales().items() if 0 < s <= 2}
+            small = {r: s for r, s in self.role_scales().items() if s != AUTO and 0 < s <= 2}
             if small:
                 warnings.warn(
                     f"identity correction with lam {small} in (0, 2]: Theorem 3.8 states "
@@ -108,13 +146,18 @@ class SpectralConfig:
                     stacklevel=3,
                 )
 
-    def scale(self, role: str) -> float:
-        """The lam of projection ``role`` ("q", "k" or "v"), after per-projection overrides."""
+    def scale(self, role: str) -> Lam:
+        """The lam of projection ``role`` ("q", "k" or "v") after per-projection overrides: a float or "auto"."""
         override = getattr(self, f"lam_{role}")
-        return float(self.lam if override is None else override)
+        value = self.lam if override is None else override
+        return AUTO if value == AUTO else float(value)
 
-    def role_scales(self) -> dict[str, float]:
+    def role_scales(self) -> dict[str, Lam]:
         return {role: self.scale(role) for role in ROLES}
+
+    def auto_roles(self) -> tuple[str, ...]:
+        """The roles whose lam is "auto", in q, k, v order."""
+        return tuple(role for role in ROLES if self.scale(role) == AUTO)
 
     def is_noop(self) -> bool:
         """True when every projection's lam is 0: applying changes nothing."""
@@ -141,6 +184,7 @@ class SpectralConfig:
             "lam_q": self.lam_q,
             "lam_k": self.lam_k,
             "lam_v": self.lam_v,
+            "target_kappa": self.target_kappa,
             "correction": self.correction,
             "granularity": self.granularity,
             "backend": self.backend,

@@ -7,8 +7,10 @@ activations). C is a buffer, never a parameter: no optimiser state, no gradient,
 Two representations:
 
 - identity (Theorem 3.8): lam_role times the rectangular identity of each q/k/v block, stored sparsely
-  as (out_index, in_index, values) in (out, in) coordinates. Derivable from the config, so the buffers
-  are not saved in the state_dict.
+  as (out_index, in_index, values) in (out, in) coordinates, one value per diagonal entry. With numeric
+  lams all of it derives from the config, so nothing is saved in the state_dict. With lam "auto" the
+  values vary per block or per head (lam = sigma_max (t + 1) / (t - 1) of that part of W, t =
+  target_kappa) and depend on the weights they were chosen from, so ``values`` is saved.
 - svd (Theorem 3.5): a dense (out, in) matrix, sigma_max U V^T per head or per block. It depends on the
   weights at the moment it was computed, so it is saved in the state_dict.
 """
@@ -18,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from speccond.config import AUTO
 from speccond.layout import ProjectionLayout
-from speccond.spectral import svd_correction
+from speccond.spectral import auto_lam, svd_correction
 
 
 class SpectralCorrection(nn.Module):
@@ -28,13 +31,20 @@ class SpectralCorrection(nn.Module):
     Args:
         layout: where the q, k, v blocks sit in the parameter.
         shape: the parameter's stored shape.
-        scales: lam per role present in ``layout.roles`` (0 leaves a block untouched). For "svd" only zero
-            versus non-zero matters: the SVD correction's scale is sigma_max of the weight.
+        scales: lam per role present in ``layout.roles`` (0 leaves a block untouched), a number or "auto"
+            (identity only). For "svd" only zero versus non-zero matters: the SVD correction's scale is
+            sigma_max of the weight.
         kind: "identity" or "svd".
-        granularity: for "svd": "head" or "projection".
-        weight: the stored weight: C is computed from it ("svd") and takes its dtype (both kinds; without
-            it the identity values are float64, so no lam is rounded before it meets the weight).
+        granularity: "head" or "projection": the parts of a q/k/v block that get their own SVD
+            correction, or their own lam when it is "auto".
+        weight: the stored weight: C is computed from it ("svd", "auto") and takes its dtype (both kinds;
+            without it the identity values are float64, so no lam is rounded before it meets the weight).
         notes: caveats the adapter reported (shown in reports).
+        target_kappa: what "auto" aims at: each part's lam is sigma_max(W_part) (t + 1) / (t - 1), so
+            kappa(W_part + lam E_part) <= t by Weyl's inequality, where E_part is the part's slice of its
+            block's rectangular identity I_k (``speccond.spectral.auto_lam``). The bound needs E_part to
+            have min(rows, cols) unit singular values: true for a whole block of any shape, and for every
+            head when block_out <= in_features (or one head); otherwise per-head "auto" is refused.
     """
 
     def __init__(
@@ -46,6 +56,7 @@ class SpectralCorrection(nn.Module):
         granularity: str = "head",
         weight: torch.Tensor | None = None,
         notes: tuple[str, ...] = (),
+        target_kappa: float = 2.0,
     ) -> None:
         super().__init__()
         self.notes = tuple(notes)
@@ -54,14 +65,20 @@ class SpectralCorrection(nn.Module):
         self.layout = layout
         self.kind = kind
         self.granularity = granularity
-        self.scales = {role: float(scales[role]) for role in layout.roles}
+        self.scales = {role: AUTO if scales[role] == AUTO else float(scales[role]) for role in layout.roles}
+        self.auto_roles = tuple(role for role, lam in self.scales.items() if lam == AUTO)
+        self.target_kappa = float(target_kappa)
         self.block_out, self.in_features = layout.check_shape(shape, "SpectralCorrection")
         self.out_features = self.block_out * len(layout.roles)
+        if self.auto_roles:
+            self._check_auto(weight)
         if kind == "identity":
-            out_index, in_index, values = self._identity_entries(torch.float64 if weight is None else weight.dtype)
+            out_index, in_index = self._identity_indices()
+            values = self._identity_values(weight, torch.float64 if weight is None else weight.dtype)
             self.register_buffer("out_index", out_index, persistent=False)  # (n,)
             self.register_buffer("in_index", in_index, persistent=False)  # (n,)
-            self.register_buffer("values", values, persistent=False)  # (n,)
+            # Saved only when some lam is "auto": then the values depend on the weights they came from.
+            self.register_buffer("values", values, persistent=bool(self.auto_roles))  # (n,)
             # Blocked layouts put each role's diagonal on contiguous output rows fed by x[..., :k]:
             # then the activation backend adds lam * x[..., :k] to a slice in place, saving nothing for
             # backward. (start_row, length, offset into values) per corrected role; None when rows are
@@ -75,20 +92,72 @@ class SpectralCorrection(nn.Module):
             raise ValueError(f"unknown correction kind {kind!r}; expected 'identity' or 'svd'")
 
     # -- construction -------------------------------------------------------------------------------
-    def _identity_entries(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _corrected_roles(self) -> list[str]:
+        """Roles with a non-zero (or "auto") lam, in block order: the order of the identity entries."""
+        return [role for role, lam in self.scales.items() if lam != 0]
+
+    def _check_auto(self, weight: torch.Tensor | None) -> None:
+        if self.kind != "identity":
+            raise ValueError(f"lam='auto' needs the identity correction, got kind={self.kind!r}")
+        if weight is None:
+            raise ValueError("lam='auto' needs the weight its lam is chosen from")
+        if not self.target_kappa > 1:
+            raise ValueError(f"lam='auto' needs target_kappa > 1, got {self.target_kappa}")
+        heads = self.layout.num_heads
+        if self.granularity == "head" and heads > 1 and self.block_out > self.in_features:
+            head_out = self.block_out // heads
+            raise ValueError(
+                f"lam='auto' with granularity='head' needs every head's slice of the rectangular identity to "
+                f"hold a full diagonal, but the {'/'.join(self.auto_roles)} block is {self.block_out} x "
+                f"{self.in_features} with {heads} heads of {head_out} rows: the rows past {self.in_features} "
+                "carry no diagonal entry, so no lam brings those heads' kappa to target_kappa; use "
+                "SpectralConfig(granularity='projection') (one lam per q/k/v block, which bounds the block's "
+                "kappa)"
+            )
+
+    def _identity_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
         diagonal = min(self.block_out, self.in_features)
-        outs, ins, vals = [], [], []
-        for role, lam in self.scales.items():
-            if lam == 0:
-                continue
+        outs, ins = [], []
+        for role in self._corrected_roles():
             rows = self.layout.block_rows(role, self.out_features)  # (block_out,) logical order
             outs.append(rows[:diagonal])
             ins.append(torch.arange(diagonal))
-            vals.append(torch.full((diagonal,), lam, dtype=dtype))
         if not outs:
             empty = torch.zeros(0, dtype=torch.long)
-            return empty, empty.clone(), torch.zeros(0, dtype=dtype)
-        return torch.cat(outs), torch.cat(ins), torch.cat(vals)
+            return empty, empty.clone()
+        return torch.cat(outs), torch.cat(ins)
+
+    def _identity_values(self, weight: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        """lam of every diagonal entry, role after role: (n,); "auto" roles chosen from ``weight``."""
+        diagonal = min(self.block_out, self.in_features)
+        device = None if weight is None else weight.device
+        vals = []
+        for role in self._corrected_roles():
+            lam = self.scales[role]
+            if lam == AUTO:
+                vals.append(self._auto_diagonal(weight, role)[:diagonal].to(dtype))
+            else:
+                vals.append(torch.full((diagonal,), lam, dtype=dtype, device=device))
+        return torch.cat(vals) if vals else torch.zeros(0, dtype=dtype, device=device)
+
+    def _auto_diagonal(self, weight: torch.Tensor, role: str) -> torch.Tensor:
+        """The lam of each row of ``role``'s block: (block_out,), float64, constant per head or per block."""
+        w = self.layout.out_in(weight.detach()).to(torch.float64)  # (out, in)
+        rows = self.layout.block_rows(role, self.out_features).to(w.device)
+        parts = self.layout.num_heads if self.granularity == "head" else 1
+        part_out = self.block_out // parts
+        blocks = w[rows].reshape(parts, part_out, self.in_features)  # (parts, rows per part, in)
+        sigma_max = torch.linalg.matrix_norm(blocks, ord=2)  # (parts,)
+        bad = ~(torch.isfinite(sigma_max) & (sigma_max > 0))
+        if bad.any():
+            part = int(bad.nonzero()[0])
+            what = f"head {part}" if self.granularity == "head" else "block"
+            raise ValueError(
+                f"lam='auto' follows sigma_max of each corrected part, but {what} of the {role} block has "
+                f"sigma_max = {float(sigma_max[part])} (all-zero or non-finite weight); give lam_{role} a number"
+            )
+        lams = auto_lam(sigma_max, self.target_kappa)  # (parts,)
+        return lams.repeat_interleave(part_out)  # (block_out,)
 
     def _contiguous_segments(self, out_index: torch.Tensor, in_index: torch.Tensor):
         diagonal = min(self.block_out, self.in_features)
@@ -118,13 +187,43 @@ class SpectralCorrection(nn.Module):
                 matrix[head_rows] = svd_correction(w[head_rows])
         return matrix
 
-    def recompute(self, weight: torch.Tensor) -> None:
-        """Recompute an svd correction from ``weight`` (stored orientation); identity is a no-op."""
+    @property
+    def follows_weights(self) -> bool:
+        """Whether C is computed from the weights ("svd", or an identity with some lam "auto")."""
+        return self.kind == "svd" or bool(self.auto_roles)
+
+    def recomputed(self, weight: torch.Tensor) -> torch.Tensor:
+        """The buffer that follows the weights (``matrix`` or ``values``), computed from ``weight`` (stored
+        orientation), without storing it; numeric identity lams are kept."""
         if self.kind == "svd":
-            with torch.no_grad():
-                self.matrix.copy_(self._svd_matrix(weight).to(self.matrix.dtype))
+            return self._svd_matrix(weight).to(self.matrix.dtype)
+        return self._identity_values(weight, self.values.dtype)
+
+    def recompute(self, weight: torch.Tensor) -> None:
+        """Recompute an svd correction or the "auto" lams from ``weight``; a numeric identity is a no-op."""
+        if self.follows_weights:
+            self.store(self.recomputed(weight))
+
+    def store(self, buffer: torch.Tensor) -> None:
+        """Copy a result of :meth:`recomputed` into place."""
+        with torch.no_grad():
+            (self.matrix if self.kind == "svd" else self.values).copy_(buffer)
 
     # -- views ----------------------------------------------------------------------------------------
+    def head_lams(self, role: str) -> tuple[float, ...]:
+        """Identity only: the lam on each head's slice of ``role``'s block, read from the ``values`` buffer
+        (so it follows refresh and load_state_dict); 0.0 for a head whose rows hold no diagonal entry."""
+        if self.kind != "identity":
+            raise ValueError("head_lams is defined for the identity correction only")
+        heads = self.layout.num_heads
+        if self.scales[role] == 0:
+            return (0.0,) * heads
+        diagonal = min(self.block_out, self.in_features)
+        position = self._corrected_roles().index(role)
+        values = self.values[position * diagonal : (position + 1) * diagonal].tolist()  # (diagonal,)
+        head_out = self.block_out // heads
+        return tuple(float(values[h * head_out]) if h * head_out < diagonal else 0.0 for h in range(heads))
+
     def dense_out_in(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """C as a dense (out, in) matrix."""
         if self.kind == "svd":
@@ -161,13 +260,15 @@ class SpectralCorrection(nn.Module):
             # In place on the projection's fresh output (Linear saves its input and weight, not its
             # output, for backward), so no (..., out) temporary is created or kept for backward.
             for start, length, offset in self.segments:
-                lam = self.values[offset].to(output.dtype)  # 0-dim: follows .to() and stays in the graph
+                lam = self.values[offset : offset + length].to(output.dtype)  # (length,): per head with "auto"
                 output[..., start : start + length].add_(inputs[..., :length].to(output.dtype) * lam)
             return output
         shifted = inputs.index_select(-1, self.in_index) * self.values.to(inputs.dtype)  # (..., n)
         return output.index_add(-1, self.out_index, shifted.to(output.dtype))
 
     def extra_repr(self) -> str:
-        scales = ", ".join(f"{r}={s:g}" for r, s in self.scales.items())
+        scales = ", ".join(f"{r}={s}" if s == AUTO else f"{r}={s:g}" for r, s in self.scales.items())
+        if self.auto_roles:
+            scales += f", target_kappa={self.target_kappa:g}"
         kind = self.kind if self.kind == "identity" else f"svd/{self.granularity}"
         return f"{kind}, {scales}, layout=({self.layout.describe()})"

@@ -3,6 +3,10 @@
 One row per conditioned projection (q, k or v block). kappa is computed in float64 on the logical
 (out_block, in) block: ``kappa_w`` of the stored trainable weight W, ``kappa_eff`` of W + C, and
 ``head_kappa_eff_max`` the largest kappa of W + C over the block's heads.
+
+The ``correction`` column names the correction and its lam: "identity lam=10", or for lam="auto" the
+lam it chose from the weights, "identity lam=auto(3.1)" (one value: every head carries it) or
+"identity lam=auto(2.9..3.4)" (per head: smallest..largest; ``head_lams`` lists them).
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator, Optional
 
 from speccond.backends import Attachment
+from speccond.config import AUTO
 from speccond.spectral import spectrum
 
 
@@ -25,12 +30,13 @@ class ReportRow:
     block_shape: tuple[int, int]
     heads: int
     correction: str
-    scale: float
+    scale: float  # size of C on the block: lam (the largest head's lam under "auto"); svd: sigma_max(W)
     backend: str
     kappa_w: float
     kappa_eff: float
     head_kappa_eff_max: float
     notes: tuple[str, ...] = ()
+    head_lams: tuple[float, ...] = ()  # identity: lam on each head's slice of C (0.0: none there); svd: ()
 
 
 @dataclass
@@ -80,13 +86,15 @@ def rows_for(found: Attachment) -> list[ReportRow]:
     for role, lam in correction.scales.items():
         if lam == 0:
             continue
+        head_lams: tuple[float, ...] = ()
         index = layout.block_rows(role, correction.out_features).to(stored.device)
         eff_block = effective[index]  # (block_out, in)
         heads = [spectrum(eff_block[h * head_out : (h + 1) * head_out]).kappa for h in range(layout.num_heads)]
         if correction.kind == "svd":
             name, scale = f"svd/{correction.granularity}", spectrum(stored[index]).sigma_max
         else:
-            name, scale = f"identity lam={lam:g}", lam
+            head_lams = correction.head_lams(role)
+            name, scale = f"identity lam={_lam_text(lam, head_lams)}", max(head_lams) if lam == AUTO else lam
         rows.append(
             ReportRow(
                 module=found.module_name,
@@ -103,9 +111,19 @@ def rows_for(found: Attachment) -> list[ReportRow]:
                 kappa_eff=spectrum(eff_block).kappa,
                 head_kappa_eff_max=max(heads),
                 notes=correction.notes,
+                head_lams=head_lams,
             )
         )
     return rows
+
+
+def _lam_text(lam: float | str, head_lams: tuple[float, ...]) -> str:
+    """The lam as the report shows it: "10"; for "auto" the chosen value(s), "auto(3.1)" or "auto(2.9..3.4)"."""
+    if lam != AUTO:
+        return f"{lam:g}"
+    carried = [value for value in head_lams if value != 0] or [0.0]
+    low, high = min(carried), max(carried)
+    return f"auto({low:.3g})" if f"{low:.3g}" == f"{high:.3g}" else f"auto({low:.3g}..{high:.3g})"
 
 
 def _fmt(value: float) -> str:

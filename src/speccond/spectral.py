@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import torch
 
 
-
 @dataclass(frozen=True)
 class Spectrum:
     """Extreme singular values of a matrix and its condition number kappa = sigma_max / sigma_min.
@@ -78,3 +77,25 @@ def weyl_identity_bound(lam: float, sigma_max: float) -> float:
     if lam <= sigma_max:
         raise ValueError(f"the Weyl bound needs lam > sigma_max(W); got lam={lam}, sigma_max={sigma_max}")
     return (lam + sigma_max) / (lam - sigma_max)
+
+
+def auto_lam(sigma_max: float | torch.Tensor, target_kappa: float) -> float | torch.Tensor:
+    """The smallest lam whose Weyl bound meets ``target_kappa`` = t: lam = sigma_max (t + 1) / (t - 1).
+
+    Solving (lam + sigma_max) / (lam - sigma_max) = t (see :func:`weyl_identity_bound`) for lam gives the
+    formula (t = 2: lam = 3 sigma_max). For t > 1 and sigma_max > 0, lam > sigma_max, so the bound applies
+    and kappa(W + lam I_k) <= t.
+
+    Rectangular W (m x n, tall or wide): I_k = I_{m,n} has exactly min(m, n) singular values, all 1, and
+    Weyl's inequality |sigma_i(W + lam I_k) - sigma_i(lam I_k)| <= sigma_max(W) holds for each of them, so
+    all min(m, n) singular values of W + lam I_k lie in [lam - sigma_max, lam + sigma_max]. With kappa
+    taken over those min(m, n) values (PAPER.md section 1) the bound and this lam hold for every shape,
+    independent of m and n. The argument needs only that the matrix added has min(m, n) singular values
+    equal to 1: it holds for a head's row slice of its block's I_k when that slice holds a full diagonal
+    (every head does when block_out <= in), and fails for a head whose rows run past the diagonal.
+
+    ``sigma_max`` may be a tensor (one lam per entry).
+    """
+    if not target_kappa > 1.0:
+        raise ValueError(f"auto_lam needs target_kappa > 1 (kappa >= 1 always), got {target_kappa}")
+    return sigma_max * (target_kappa + 1.0) / (target_kappa - 1.0)
