@@ -200,7 +200,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert "speccond report: error:" in capsys.readouterr().err and not (tmp_path / "empty" / "results.md").exists()
 
 
-@pytest.mark.parametrize("task", ["fashion-mnist", "cifar10", "digits", "lra-image", "lra-listops"])
+@pytest.mark.parametrize("task", ["fashion-mnist", "cifar10", "digits", "lra-image", "lra-pathfinder", "lra-listops"])
 @pytest.mark.parametrize("name", ["quick", "full"])
 def test_every_preset_builds_a_model_for_its_task(task, name):
     from speccond.experiments.compare import preset

@@ -309,10 +309,11 @@ def test_load_task_refuses_sizes_beyond_the_dataset(data_home):
 
 
 def test_task_shape_needs_no_prepared_data(data_home):
-    assert image_tasks() == ["cifar10", "digits", "fashion-mnist"]
+    assert image_tasks() == ["cifar10", "digits", "fashion-mnist", "pathfinder", "pathfinder-small"]
     shapes = {name: task_shape(name) for name in image_tasks()}
     assert {name: (s.image_size, s.channels, s.classes) for name, s in shapes.items()} == {
         "cifar10": (32, 3, 10), "digits": (8, 1, 10), "fashion-mnist": (28, 1, 10),
+        "pathfinder": (32, 1, 2), "pathfinder-small": (32, 1, 2),
     }
     assert {s.kind for s in shapes.values()} == {"image"}
     lra_image = task_shape("lra-image")

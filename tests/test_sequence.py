@@ -71,3 +71,17 @@ def test_a_nystromformer_trains_on_lra_listops(tmp_path, monkeypatch):
     assert torch.equal(task["test_x"], arrays["test_tokens"][:32].long())  # 256 is already a multiple of 64
     result = train(config, tmp_path / "run", progress=False)
     assert result["kind"] == "eval" and result["step"] == 2
+
+
+def test_lra_pathfinder_reads_the_generated_images_as_pixel_tokens(tmp_path, monkeypatch):
+    from speccond import data
+
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
+    data.prepare("pathfinder-small")
+    config = TrainConfig(task="lra-pathfinder", model="nystromformer", train_size=16, test_size=8, landmarks=64)
+    task = load_task(config)
+    arrays = data.load("pathfinder-small")
+    assert task["test_x"].shape == (8, 1024)
+    assert torch.equal(task["test_x"], arrays["test_images"][:8].flatten(1).long() + 1)  # 0 / 255 -> 1 / 256
+    shape = task_shape("lra-pathfinder")
+    assert (shape.kind, shape.length, shape.vocab, shape.classes) == ("sequence", 1024, 257, 2)

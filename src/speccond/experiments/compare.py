@@ -41,11 +41,31 @@ PRESETS = {
         "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
                  "epochs=5", "warmup_steps=100", "track_every=100"],
     },
+    "lra-pathfinder": {  # LRA Pathfinder-32 as 1,024 pixel tokens (pathfinder-small), a 2-layer Nystromformer
+        "quick": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                  "train_size=2048", "test_size=500", "epochs=1", "warmup_steps=10", "track_every=16"],
+        "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                 "epochs=5", "warmup_steps=100", "track_every=100"],
+    },
     "lra-listops": {  # LRA ListOps at 100 to 256 tokens (listops-small), a 2-layer Nystromformer
         "quick": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
                   "train_size=2048", "test_size=500", "epochs=1", "warmup_steps=10", "track_every=16"],
         "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
                  "epochs=5", "warmup_steps=100", "track_every=100"],
+    },
+    "lra-text": {  # analogue of LRA Text: MultiEmo reviews as 2,048 bytes (text-bytes), a 2-layer Nystromformer
+        "quick": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                  "train_size=2048", "test_size=500", "epochs=1", "warmup_steps=10", "track_every=16"],
+        # all 6,573 reviews for 5 epochs (1,030 steps; a step costs about twice an lra-image step), all 821 test reviews
+        "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                 "epochs=5", "warmup_steps=100", "track_every=100"],
+    },
+    "lra-retrieval": {  # analogue of LRA Retrieval: two 256-byte lines (pairs-bytes), one shared Nystromformer
+        "quick": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                  "train_size=2048", "test_size=500", "epochs=1", "warmup_steps=10", "track_every=16"],
+        # all 39,827 pairs for 2 epochs (2,490 steps; a step costs about 0.8 of an lra-image step), all 4,978 test pairs
+        "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
+                 "epochs=2", "warmup_steps=100", "track_every=200"],
     },
     "digits": {  # 8 x 8 images, seconds per run: for tests and smoke checks
         "quick": ["embed_dim=32", "depth=2", "num_heads=2", "patch_size=2", "epochs=15", "batch_size=64", "warmup_steps=20"],

@@ -3,10 +3,15 @@
     model = build_nystromformer(length=1024, vocab=257, classes=10, embed_dim=64, depth=2, num_heads=2,
                                 landmarks=64)
     logits = model(tokens)   # tokens (B, 1024) int64, PAD = 0 -> logits (B, 10)
+    pairs = build_nystromformer(256, 257, 2, 64, 2, 2, 64, pairs=True)
+    logits = pairs(tokens)   # tokens (B, 2, 256): two texts per example -> logits (B, 2)
 
 The encoder is transformers' ``NystromformerModel`` (no pretrained weights); the classifier is a linear
 layer on the mean of the encoder's outputs over the non-PAD tokens (LRA's mean pooling), so no CLS token
 is needed and an image of 32 x 32 pixels stays 1,024 tokens. Dropout is off, as in the vision families.
+For two-text tasks (pairs-bytes, the analogue of LRA's Retrieval) :class:`PairClassifier` is LRA's dual
+encoder (``classifier_head_dual`` with NLI interaction in google-research/long-range-arena): one shared
+encoder embeds each text as the masked mean u or v, and an MLP reads [u, v, u * v, u - v].
 
 Nystrom attention (Xiong et al. 2021) averages q and k over ``length / landmarks`` consecutive tokens
 to form the landmarks. transformers' implementation takes the segment length from its config
@@ -49,6 +54,13 @@ def attention_mode(length: int, landmarks: int) -> str:
     return "full" if length == landmarks else "nystrom"
 
 
+def pooled(encoder: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """The mean of the encoder's outputs over the non-PAD tokens: tokens (B, L) -> (B, D)."""
+    hidden = encoder(input_ids=tokens).last_hidden_state  # (B, L, D); no attention mask, see above
+    weights = (tokens != PAD).unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1)  # (B, D)
+
+
 class SequenceClassifier(nn.Module):
     """Encoder, masked mean pooling, linear head: tokens (B, L) int64 -> logits (B, classes)."""
 
@@ -58,17 +70,39 @@ class SequenceClassifier(nn.Module):
         self.head = nn.Linear(width, classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        mask = (tokens != PAD).long()  # (B, L)
-        hidden = self.encoder(input_ids=tokens).last_hidden_state  # (B, L, D); no attention mask, see above
-        weights = mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1)  # (B, D)
-        return self.head(pooled)  # (B, classes)
+        return self.head(pooled(self.encoder, tokens))  # (B, classes)
+
+
+class PairClassifier(nn.Module):
+    """LRA's dual encoder: tokens (B, 2, L) int64 (text a, text b) -> logits (B, classes).
+
+    Both texts go through the one shared encoder, in one batch of 2B sequences; their masked means
+    u, v (B, D) are combined as [u, v, u * v, u - v] (B, 4D) and read by Linear(4D, H), ReLU,
+    Linear(H, H / 2), ReLU, Linear(H / 2, classes), with H = ``hidden``.
+    """
+
+    def __init__(self, encoder: nn.Module, width: int, classes: int, hidden: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Sequential(
+            nn.Linear(4 * width, hidden), nn.ReLU(), nn.Linear(hidden, hidden // 2), nn.ReLU(),
+            nn.Linear(hidden // 2, classes),
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.dim() != 3 or tokens.shape[1] != 2:
+            raise ValueError(f"PairClassifier: expected tokens of shape (batch, 2, length), two texts per example, "
+                             f"got {tuple(tokens.shape)}; a one-text task wants SequenceClassifier (pairs=False)")
+        u, v = pooled(self.encoder, tokens.flatten(0, 1)).unflatten(0, (tokens.shape[0], 2)).unbind(1)  # (B, D) each
+        return self.head(torch.cat([u, v, u * v, u - v], dim=-1))  # (B, 4D) -> (B, classes)
 
 
 def build_nystromformer(
-    length: int, vocab: int, classes: int, embed_dim: int, depth: int, num_heads: int, landmarks: int
-) -> SequenceClassifier:
-    """A plain Nystromformer classifier for sequences of exactly ``length`` tokens (seed torch first)."""
+    length: int, vocab: int, classes: int, embed_dim: int, depth: int, num_heads: int, landmarks: int,
+    pairs: bool = False,
+) -> SequenceClassifier | PairClassifier:
+    """A plain Nystromformer classifier for sequences of exactly ``length`` tokens (seed torch first);
+    ``pairs``: a PairClassifier for two texts of ``length`` tokens each, MLP width 2 * embed_dim."""
     from transformers import NystromformerConfig, NystromformerModel
 
     if embed_dim % num_heads:
@@ -82,4 +116,6 @@ def build_nystromformer(
         num_landmarks=landmarks, conv_kernel_size=CONV_KERNEL, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0, pad_token_id=PAD,
     )
+    if pairs:
+        return PairClassifier(NystromformerModel(config), embed_dim, classes, hidden=2 * embed_dim)
     return SequenceClassifier(NystromformerModel(config), embed_dim, classes)

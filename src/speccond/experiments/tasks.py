@@ -1,13 +1,15 @@
 """Classification tasks for the training harness: ``load_task(config)`` and ``task_shape(name)``.
 
-A task reads a prepared dataset (``speccond data prepare NAME``) in one of three ways:
+A task reads a prepared dataset (``speccond data prepare NAME``) in one of four ways:
 
 - "image": the dataset's uint8 (N, C, H, W) images, standardised per channel with the training subset's
   statistics: x = (pixels / 255 - mean_c) / std_c, mean_c and std_c over (N, H, W) of that subset;
 - "pixels": the same images as sequences of H * W grey-level tokens (LRA's Image and Pathfinder
   tasks): grey = round(0.299 R + 0.587 G + 0.114 B) for colour images, token = grey + 1, so 0 stays
   PAD and the vocabulary is 257;
-- "tokens": a token dataset (ListOps) with its own vocabulary, PAD = 0.
+- "tokens": a token dataset (ListOps; text-bytes, the analogue of LRA's Text) with its own vocabulary, PAD = 0;
+- "pairs": a token dataset of two texts per example, (N, 2, L) (pairs-bytes, the analogue of LRA's
+  Retrieval), read by a model with one shared encoder (sequence_model.PairClassifier).
 
 Sequences are padded with PAD up to a multiple of ``config.landmarks`` (sequence_model.py).
 """
@@ -28,7 +30,7 @@ PIXEL_VOCAB = 257  # PAD and 256 grey levels
 class Task:
     name: str
     dataset: str  # the prepared dataset it reads
-    reading: str  # "image", "pixels" or "tokens" (module docstring)
+    reading: str  # "image", "pixels", "tokens" or "pairs" (module docstring)
     note: str = ""
 
 
@@ -42,13 +44,20 @@ class TaskShape:
     channels: int = 0  # images
     length: int = 0  # sequences: tokens per example before padding to the landmarks
     vocab: int = 0  # sequences: token ids are 0 (PAD) .. vocab - 1
+    pairs: bool = False  # sequences: each example is two texts of ``length`` tokens, (2, length)
 
 
 def _tasks() -> dict[str, Task]:
     tasks = {name: Task(name, name, "image") for name, spec in data.DATASETS.items() if spec.image_shape is not None}
     tasks["lra-image"] = Task("lra-image", "cifar10", "pixels", "LRA Image: CIFAR-10 as 1,024 grey-level tokens")
+    tasks["lra-pathfinder"] = Task("lra-pathfinder", "pathfinder-small", "pixels", "LRA Pathfinder-32, 8k / 2k")
+    tasks["lra-pathfinder-full"] = Task("lra-pathfinder-full", "pathfinder", "pixels", "LRA Pathfinder-32, LRA's sizes")
     tasks["lra-listops"] = Task("lra-listops", "listops-small", "tokens", "LRA ListOps at 100 to 256 tokens")
     tasks["lra-listops-full"] = Task("lra-listops-full", "listops", "tokens", "LRA ListOps at LRA's settings")
+    tasks["lra-text"] = Task("lra-text", "text-bytes", "tokens",
+                             "analogue of LRA Text: English MultiEmo reviews as 2,048 bytes, 4 sentiment classes")
+    tasks["lra-retrieval"] = Task("lra-retrieval", "pairs-bytes", "pairs",
+                                  "analogue of LRA Retrieval: two film-dialogue lines of 256 bytes each, same speaker?")
     return tasks
 
 
@@ -70,7 +79,7 @@ def task_shape(name: str) -> TaskShape:
             return TaskShape("image", len(spec.classes), image_size=height, channels=channels)
         return TaskShape("sequence", len(spec.classes), length=height * width, vocab=PIXEL_VOCAB)
     length, vocab = spec.sequence_shape
-    return TaskShape("sequence", len(spec.classes), length=length, vocab=vocab)
+    return TaskShape("sequence", len(spec.classes), length=length, vocab=vocab, pairs=chosen.reading == "pairs")
 
 
 def image_tasks() -> list[str]:
@@ -79,14 +88,14 @@ def image_tasks() -> list[str]:
 
 
 def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
-    """train_x, test_x (float (N, C, H, W) images or int64 (N, L) tokens), int64 train_y, test_y.
+    """train_x, test_x (float (N, C, H, W) images, int64 (N, L) tokens or (N, 2, L) pairs), int64 train_y, test_y.
 
     The training subset is the first ``config.train_size`` (0 = all) of a permutation seeded by
     ``config.seed``; the test subset is the first ``config.test_size`` (0 = all) test examples, in stored order.
     """
     chosen = task(config.task)
     arrays = data.load(chosen.dataset)
-    stored = "tokens" if chosen.reading == "tokens" else "images"
+    stored = "tokens" if chosen.reading in ("tokens", "pairs") else "images"
     train_images, test_images = arrays[f"train_{stored}"], arrays[f"test_{stored}"]
     available = {"train_size": train_images.shape[0], "test_size": test_images.shape[0]}
     for field, count in available.items():
@@ -99,7 +108,7 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     train_index = order[: config.train_size or None]
     test_count = config.test_size or available["test_size"]
     labels = {"train_y": arrays["train_labels"][train_index], "test_y": arrays["test_labels"][:test_count]}
-    if chosen.reading == "tokens":
+    if chosen.reading in ("tokens", "pairs"):
         return {"train_x": pad_tokens(train_images[train_index], config.landmarks),
                 "test_x": pad_tokens(test_images[:test_count], config.landmarks), **labels}
     if chosen.reading == "pixels":
@@ -123,6 +132,6 @@ def pixel_tokens(images: torch.Tensor, landmarks: int) -> torch.Tensor:
 
 
 def pad_tokens(tokens: torch.Tensor, landmarks: int) -> torch.Tensor:
-    """(N, L0) token ids -> int64 (N, L), PAD appended up to L, the next multiple of ``landmarks``."""
-    length = padded_length(tokens.shape[1], landmarks)
-    return torch.nn.functional.pad(tokens.long(), (0, length - tokens.shape[1]), value=PAD)
+    """(..., L0) token ids -> int64 (..., L), PAD appended up to L, the next multiple of ``landmarks``."""
+    length = padded_length(tokens.shape[-1], landmarks)
+    return torch.nn.functional.pad(tokens.long(), (0, length - tokens.shape[-1]), value=PAD)

@@ -36,7 +36,8 @@ TRAIN_ROW_EVERY = 10
 
 def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     """The config's model family for the task's inputs, seeded, with the config's method applied: a timm
-    family (families.py) for images, a Nystromformer (sequence_model.py) for token sequences."""
+    family (families.py) for images, a Nystromformer (sequence_model.py) for token sequences (a shared-encoder
+    PairClassifier when each example is two texts)."""
     sequence = config.model in SEQUENCE_FAMILIES
     if sequence != (shape.kind == "sequence"):
         wanted = "a token-sequence task (lra-...)" if sequence else "an image task"
@@ -46,7 +47,7 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     if sequence:
         model = build_nystromformer(
             padded_length(shape.length, config.landmarks), shape.vocab, shape.classes, embed_dim=config.embed_dim,
-            depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks,
+            depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks, pairs=shape.pairs,
         )
     else:
         model = build_backbone(
@@ -168,7 +169,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             epoch, index = divmod(step, steps_per_epoch)
             order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
             batch = order[index * config.batch_size : (index + 1) * config.batch_size]
-            inputs = task["train_x"][batch]  # (b, C, H, W) images or (b, L) tokens
+            inputs = task["train_x"][batch]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
             if inputs.dim() == 4:
                 inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
             labels = task["train_y"][batch]
