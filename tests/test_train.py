@@ -305,3 +305,22 @@ def test_refresh_every_keeps_the_svd_correction_on_the_current_weights(prepared,
 
     assert drift(1) < 1e-6  # refreshed after every step: on the final weights
     assert drift(0) > 1e-4  # never refreshed: still the correction of the initial weights
+
+
+def test_target_kappa_trains_with_lam_auto_and_refresh_rechooses_it():
+    import speccond
+    from speccond.backends import attachments
+
+    config = TINY.with_overrides(["method=spectral", "target_kappa=2", "granularity=projection"])
+    model = build_model(config, FASHION)
+    rows = speccond.describe(model).rows
+    assert all(r.correction.startswith("identity lam=auto(") for r in rows)
+    assert all(r.kappa_eff <= 2 + 1e-6 for r in rows)  # the Weyl bound meets the target at init
+    with torch.no_grad():
+        for found in attachments(model):
+            found.stored_weight().mul_(3)  # the weights grow: the chosen lams no longer meet the target
+    assert max(r.kappa_eff for r in speccond.describe(model).rows) > 2
+    speccond.refresh(model)
+    assert all(r.kappa_eff <= 2 + 1e-6 for r in speccond.describe(model).rows)
+    with pytest.raises(ValueError, match="target_kappa must be 0 \\(off\\) or a number > 1"):
+        TINY.with_overrides(["target_kappa=1"])

@@ -27,6 +27,7 @@ class TrainConfig:
     method: str = "spectral"  # one of METHODS
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
+    target_kappa: float = 0.0  # > 1: lam="auto" (lam per block so the Weyl bound meets it; lam is ignored)
     corrected: str = "qkv"  # which projections the spectral methods correct: any of q, k, v (ablation)
     granularity: str = "head"  # svd correction per "head" or per "projection" block
     refresh_every: int = 0  # steps between speccond.refresh (recomputes svd corrections; 0 = never)
@@ -58,6 +59,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
         if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):
             raise ValueError(f"TrainConfig.corrected names projections from 'qkv' (e.g. 'qk', 'v'), got {self.corrected!r}")
+        if self.target_kappa != 0 and not (math.isfinite(self.target_kappa) and self.target_kappa > 1):
+            raise ValueError(f"TrainConfig.target_kappa must be 0 (off) or a number > 1, got {self.target_kappa}")
         if self.granularity not in ("head", "projection"):
             raise ValueError(f"TrainConfig.granularity must be 'head' or 'projection', got {self.granularity!r}")
         if self.attention_norm not in ("layernorm", "none"):

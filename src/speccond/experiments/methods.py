@@ -59,12 +59,15 @@ def apply_method(model: nn.Module, config: TrainConfig) -> None:
         return
     if method == "spectral":
         speccond.apply(model, speccond.SpectralConfig(
-            lam=config.lam, correction=config.correction, granularity=config.granularity, **_scales(config)))
+            lam=_lam(config), correction=config.correction, granularity=config.granularity,
+            target_kappa=config.target_kappa or 2.0, **_scales(config)))
     elif method == "spectral-svd":
         speccond.apply(model, speccond.SpectralConfig(
             correction="svd", granularity=config.granularity, **_scales(config)))
     elif method == "shifted-init":  # W0 + C as a plain initialisation: decay then pulls it to 0, not to C
-        speccond.apply(model, speccond.SpectralConfig(lam=config.lam, **_scales(config)))
+        speccond.apply(model, speccond.SpectralConfig(
+            lam=_lam(config), granularity=config.granularity, target_kappa=config.target_kappa or 2.0,
+            **_scales(config)))
         speccond.remove(model, merge=True)
     elif method in ("sigma-reparam", "spectral-norm"):
         sites = _sites(model, method)
@@ -94,9 +97,14 @@ def apply_method(model: nn.Module, config: TrainConfig) -> None:
     log.info("applied method %s to %s", method, type(model).__name__)
 
 
-def _scales(config: TrainConfig) -> dict[str, float]:
-    """lam_q, lam_k, lam_v: config.lam for the projections in config.corrected, 0 (untouched) for the rest."""
-    return {f"lam_{role}": (config.lam if role in config.corrected else 0.0) for role in "qkv"}
+def _lam(config: TrainConfig) -> float | str:
+    """config.lam, or "auto" when config.target_kappa is set."""
+    return "auto" if getattr(config, "target_kappa", 0) else config.lam
+
+
+def _scales(config: TrainConfig) -> dict[str, float | str]:
+    """lam_q, lam_k, lam_v: the lam for the projections in config.corrected, 0 (untouched) for the rest."""
+    return {f"lam_{role}": (_lam(config) if role in config.corrected else 0.0) for role in "qkv"}
 
 
 class BlockSpectralNorm(nn.Module):

@@ -174,7 +174,9 @@ def _key(record: RunRecord) -> tuple:
 
 def _method_label(values: dict) -> str:
     parts = [values["method"]]
-    if "lam" in values:
+    if values.get("target_kappa") and values["method"] in ("spectral", "shifted-init"):
+        parts.append(f"lam=auto(kappa<={_value(values['target_kappa'])})")
+    elif "lam" in values:
         parts.append(f"lam={_value(values['lam'])}")
     if values.get("correction", "identity") != "identity":
         parts.append(f"correction={values['correction']}")

@@ -200,7 +200,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             if step % TRAIN_ROW_EVERY == 0 and context.is_main:
                 _append(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]})
             if config.refresh_every and step % config.refresh_every == 0:
-                speccond.refresh(model)  # svd corrections follow the weights (PAPER.md section 5)
+                speccond.refresh(model)  # svd corrections and auto lams follow the weights (PAPER.md section 5)
             if tracker is not None and step % tracker.every == 0 and _all_finite(model):
                 tracker.step(step)  # non-finite weights are left to the next step's divergence check
             epoch_done = step % steps_per_epoch == 0
@@ -313,7 +313,7 @@ def _write_config(run_dir: Path, config: TrainConfig) -> None:
 
     record = {
         "config": config.to_dict(),
-        "label": f"{config.method} lam={config.lam:g}" if config.method in ("spectral", "shifted-init") else config.method,
+        "label": _label(config),
         "command": _command(),
         "versions": {"speccond": speccond.__version__, "torch": torch.__version__, "timm": timm.__version__,
                      "python": platform.python_version()},
@@ -321,6 +321,13 @@ def _write_config(run_dir: Path, config: TrainConfig) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record, indent=2))
     partial.replace(path)
+
+
+def _label(config: TrainConfig) -> str:
+    if config.method not in ("spectral", "shifted-init"):
+        return config.method
+    lam = f"auto(kappa<={config.target_kappa:g})" if config.target_kappa else f"{config.lam:g}"
+    return f"{config.method} lam={lam}"
 
 
 def _command() -> list[str]:
