@@ -58,9 +58,7 @@ or (N, 2), the tokens before the padding; ``{split}_labels`` int64 (N,). ``seque
 """
 from __future__ import annotations
 
-import json
 import logging
-import tarfile
 from pathlib import Path
 
 import torch
@@ -90,14 +88,8 @@ SEPARATOR = '" and "'
 
 
 def read_member(archive: Path, member: str) -> dict:
-    """The JSON file ``member``, streamed out of the archive (it need not be unpacked)."""
-    with tarfile.open(archive, "r|gz") as tar:
-        for entry in tar:
-            if entry.name == member:
-                handle = tar.extractfile(entry)
-                assert handle is not None, entry
-                return json.loads(handle.read())
-    raise ValueError(f"{archive} has no member {member}; expected the bigbench 1.0.0 source archive")
+    """The JSON file ``member``, streamed out of the archive (cifar10.read_member)."""
+    return cifar10.read_member(archive, member)
 
 
 def label_of(example: dict, classes: tuple[str, ...], position: int) -> int:

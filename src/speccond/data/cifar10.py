@@ -46,15 +46,20 @@ SPLIT_SALT = "cifar10:0"
 TEST_FRACTION = 0.2
 
 
-def read_task(archive: Path) -> dict:
-    """The task.json of the CIFAR-10 task, streamed out of the archive (it need not be unpacked)."""
+def read_member(archive: Path, member: str) -> dict:
+    """The JSON file ``member`` of the bigbench archive, streamed out of it (it need not be unpacked)."""
     with tarfile.open(archive, "r|gz") as tar:
-        for member in tar:
-            if member.name == MEMBER:
-                handle = tar.extractfile(member)
-                assert handle is not None, member
+        for entry in tar:
+            if entry.name == member:
+                handle = tar.extractfile(entry)
+                assert handle is not None, entry
                 return json.loads(handle.read())
-    raise ValueError(f"{archive} has no member {MEMBER}; expected the bigbench 1.0.0 source archive")
+    raise ValueError(f"{archive} has no member {member}; expected the bigbench 1.0.0 source archive")
+
+
+def read_task(archive: Path) -> dict:
+    """The task.json of the CIFAR-10 task."""
+    return read_member(archive, MEMBER)
 
 
 def decode(example: dict, position: int) -> tuple[torch.Tensor, int]:
