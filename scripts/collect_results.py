@@ -47,7 +47,8 @@ def summarise(folder: Path, docs: Path) -> list[str]:
         settings = group["settings"]
         paper = PAPER_IMAGENET.get(settings["model"], "-") if group["method"] == "spectral" else ""
         minutes = f"{group['seconds'] / 60:.1f}" if group.get("seconds") else "-"
-        kappa = f"{group['kappa_qkv']:.3g}" if group.get("kappa_qkv") is not None else "-"
+        value = group.get("kappa_qkv")
+        kappa = "-" if value is None else value if isinstance(value, str) else f"{value:.3g}"  # "inf" is a string
         rows.append(
             f"| {settings['task']} | {settings['model']} | {group['label']} | {len(group['seeds'])} | "
             f"{_pct(group['accuracy'])} | {_pct(group['difference'], signed=True)} | {kappa} | {group['diverged']} | "
