@@ -168,3 +168,15 @@ def reference_at_w_plus_c(model: nn.Module, params: dict[str, speccond.Projectio
     """A plain copy of ``model`` with each listed weight set by hand to W + lam_role * I per block."""
     weights = {name: model.get_parameter(name).detach().clone() for name in params}
     return plain_at(model, {n: w + expected_identity(w, params[n], lam) for n, w in weights.items()})
+
+
+def build_case(case, seed: int = 0) -> nn.Module:
+    """A case's model (any case with ``build()``: this file's or adapter_models'), seeded, in eval mode."""
+    torch.manual_seed(seed)
+    return case.build().eval()
+
+
+def case_inputs(case) -> tuple:
+    """A case's inputs, drawn with a fixed seed."""
+    torch.manual_seed(1)
+    return case.inputs()

@@ -20,6 +20,8 @@ import speccond
 from tests.adapter_models import CASE_IDS, CASES, case
 from tests.conftest import assert_close
 from tests.models import Case, expected_identity, plain_at, reference_at_w_plus_c
+from tests.models import build_case as _build
+from tests.models import case_inputs as _inputs
 
 LAM = {"q": 10.0, "k": 10.0, "v": 10.0}
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -40,16 +42,6 @@ def _one_thread():
 
 def _config(case: Case, **fields) -> speccond.SpectralConfig:
     return speccond.SpectralConfig(**{**case.config, **fields})
-
-
-def _build(case: Case, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    return case.build().eval()
-
-
-def _inputs(case: Case) -> tuple:
-    torch.manual_seed(1)
-    return case.inputs()
 
 
 def _stored(model: nn.Module, case: Case) -> dict[str, torch.Tensor]:

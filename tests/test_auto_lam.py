@@ -41,6 +41,8 @@ from speccond.spectral import auto_lam, kappa, weyl_identity_bound
 from tests.adapter_models import case as adapter_case
 from tests.conftest import assert_close
 from tests.models import CASES as CORE_CASES
+from tests.models import build_case as _build
+from tests.models import case_inputs as _inputs
 from tests.models import Case, plain_at
 
 float64 = pytest.mark.usefixtures("float64_default")
@@ -120,16 +122,6 @@ def hand_correction(
         rows = torch.from_numpy(_rows(layout, out, role))
         c[rows] = per_row[:, None] * torch.eye(block_out, inp, dtype=torch.float64)  # (block_out, in)
     return layout.out_in(c).to(weight.dtype)
-
-
-def _build(case: Case, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    return case.build().eval()
-
-
-def _inputs(case: Case) -> tuple:
-    torch.manual_seed(1)
-    return case.inputs()
 
 
 def _config(case: Case, **fields) -> speccond.SpectralConfig:

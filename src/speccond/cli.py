@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
 
     comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
     comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
-    comparison.add_argument("--task", help="task (default fashion-mnist): fashion-mnist, cifar10, digits, lra-image")
+    comparison.add_argument("--task", help="task (default fashion-mnist): an image dataset (fashion-mnist, cifar10, digits, ...) "
+                            "or a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval)")
     comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit; nystromformer for lra-* tasks")
     comparison.add_argument("--methods", default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")

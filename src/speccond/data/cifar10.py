@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from speccond.data.split import stratified_split
+from speccond.data.split import split_images
 from speccond.data.store import DatasetSpec, Source
 
 log = logging.getLogger(__name__)
@@ -90,14 +90,9 @@ def parse(files: dict[str, Path]) -> dict[str, torch.Tensor]:
     counts = torch.bincount(labels, minlength=len(CLASSES))
     if not torch.equal(counts, torch.full((len(CLASSES),), PER_CLASS)):
         raise ValueError(f"expected {PER_CLASS} images per class, found {dict(zip(CLASSES, counts.tolist()))}")
-    train, test = stratified_split(labels, TEST_FRACTION, SPLIT_SALT)
-    log.info("cifar10: %d images decoded, split %d / %d", len(labels), len(train), len(test))
-    return {
-        "train_images": images[train],
-        "train_labels": labels[train],
-        "test_images": images[test],
-        "test_labels": labels[test],
-    }
+    arrays = split_images(images, labels, TEST_FRACTION, SPLIT_SALT)
+    log.info("cifar10: %d images decoded, split %d / %d", len(labels), len(arrays["train_labels"]), len(arrays["test_labels"]))
+    return arrays
 
 
 SPEC = DatasetSpec(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from speccond.data.split import stratified_split
+from speccond.data.split import split_images
 from speccond.data.store import DatasetSpec
 
 CLASSES = tuple(str(digit) for digit in range(10))
@@ -36,13 +36,8 @@ def parse(files: dict[str, Path]) -> dict[str, torch.Tensor]:
         raise ValueError(f"expected 1797 8 x 8 images with values 0..16 from load_digits, found {tuple(values.shape)}")
     images = (values * 255 / 16).round().to(torch.uint8).unsqueeze(1)  # (1797, 1, 8, 8)
     labels = torch.as_tensor(bunch.target, dtype=torch.long)
-    train, test = stratified_split(labels, TEST_FRACTION, SPLIT_SALT)
-    return {
-        "train_images": images[train],
-        "train_labels": labels[train],
-        "test_images": images[test],
-        "test_labels": labels[test],
-    }
+    arrays = split_images(images, labels, TEST_FRACTION, SPLIT_SALT)
+    return arrays
 
 
 SPEC = DatasetSpec(

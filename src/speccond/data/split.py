@@ -29,3 +29,10 @@ def stratified_split(labels: torch.Tensor, test_fraction: float, salt: str) -> t
         torch.tensor(sorted(train, key=by_key), dtype=torch.long),
         torch.tensor(sorted(test, key=by_key), dtype=torch.long),
     )
+
+
+def split_images(images: torch.Tensor, labels: torch.Tensor, test_fraction: float, salt: str) -> dict[str, torch.Tensor]:
+    """train_images / train_labels / test_images / test_labels by :func:`stratified_split`."""
+    train, test = stratified_split(labels, test_fraction, salt)
+    return {"train_images": images[train], "train_labels": labels[train],
+            "test_images": images[test], "test_labels": labels[test]}
