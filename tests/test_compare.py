@@ -217,3 +217,51 @@ def test_every_preset_builds_a_model_for_its_task(task, name):
     assert model(inputs).shape == (2, shape.classes)
     with pytest.raises(ValueError, match="unknown preset 'long'"):
         preset("long", task)
+
+
+def test_a_sweep_runs_each_method_at_the_values_it_reads():
+    from speccond.experiments.compare import parse_sweep, variants
+
+    sweep = parse_sweep(["lam=2,10", "weight_decay=0,0.05"])
+    assert sweep == {"lam": ["2", "10"], "weight_decay": ["0", "0.05"]}
+    planned = variants(TINY, ["baseline", "spectral", "spectral-svd"], sweep)
+    # lam changes nothing for baseline and spectral-svd: each runs once per weight_decay, not once per lam
+    assert [name for name, _ in planned] == [
+        "baseline-weight_decay=0", "baseline-weight_decay=0.05",
+        "spectral-lam=2-weight_decay=0", "spectral-lam=2-weight_decay=0.05",
+        "spectral-lam=10-weight_decay=0", "spectral-lam=10-weight_decay=0.05",
+        "spectral-svd-weight_decay=0", "spectral-svd-weight_decay=0.05",
+    ]
+    assert [(c.method, c.lam, c.weight_decay) for _, c in planned][2:4] == [("spectral", 2.0, 0.0), ("spectral", 2.0, 0.05)]
+    assert [name for name, _ in variants(TINY, ["baseline", "spectral"], {})] == ["baseline", "spectral"]
+    assert [name for name, _ in variants(TINY, ["spectral", "spectral-svd"], parse_sweep(["corrected=q,qk"]))] == [
+        "spectral-corrected=q", "spectral-corrected=qk", "spectral-svd-corrected=q", "spectral-svd-corrected=qk"]
+    with pytest.raises(ValueError, match="unknown TrainConfig field 'lamda'"):
+        variants(TINY, ["spectral"], parse_sweep(["lamda=1,2"]))
+    with pytest.raises(ValueError, match="TrainConfig.lam expects float, got 'ten'"):
+        variants(TINY, ["spectral"], parse_sweep(["lam=1,ten"]))
+    with pytest.raises(ValueError, match="once per field"):
+        parse_sweep(["lam=1", "lam=2"])
+    with pytest.raises(ValueError, match="names no values"):
+        variants(TINY, ["spectral"], parse_sweep(["lam="]))
+
+
+@needs_data
+def test_a_sweep_is_reported_in_value_order_with_labels(data_home, tmp_path):
+    from speccond.cli import main
+
+    torch.set_num_threads(1)
+    folder = tmp_path / "sweep"
+    sets = [*SETS, "epochs=1"]
+    args = ["compare", "--out", str(folder), "--seeds", "1", "--methods", "baseline,spectral", "--sweep", "lam=10,2",
+            "--sweep", "corrected=q", *[f"--set={s}" for s in sets]]
+    assert main(args) == 0
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == [
+        "baseline", "spectral-lam=10-corrected=q", "spectral-lam=2-corrected=q"]
+    results = json.loads((folder / "results.json").read_text())
+    assert [g["label"] for g in results["groups"]] == [
+        "baseline", "spectral lam=2 corrected=q", "spectral lam=10 corrected=q"]
+    configs = {r["group"]: r for r in results["runs"]}
+    assert set(configs) == {"baseline", "spectral lam=2 corrected=q", "spectral lam=10 corrected=q"}
+    recorded = json.loads((folder / "spectral-lam=2-corrected=q" / "seed-0" / "config.json").read_text())["config"]
+    assert (recorded["lam"], recorded["corrected"], recorded["method"]) == (2.0, "q", "spectral")

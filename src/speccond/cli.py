@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     comparison.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
     comparison.add_argument("--preset", choices=("quick", "full"), default="quick")
     comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+    comparison.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                            help="run every method at each value (repeat for a grid), e.g. --sweep lam=1,10; "
+                                 "values a method does not read (lam for baseline) are not rerun")
 
     summary = commands.add_parser("report", help="tables and plots from finished runs (no training)")
     summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
@@ -99,7 +102,7 @@ def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from speccond import data
-    from speccond.experiments.compare import compare, preset
+    from speccond.experiments.compare import compare, parse_sweep, preset
     from speccond.experiments.tasks import task as task_of
     from speccond.experiments.config import TrainConfig
 
@@ -108,7 +111,7 @@ def _compare(args: argparse.Namespace) -> None:
     base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set])
     data.prepare(task_of(base.task).dataset)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    compare(base, methods, range(args.seeds), Path(args.out))
+    compare(base, methods, range(args.seeds), Path(args.out), sweep=parse_sweep(args.sweep))
     print((Path(args.out) / "results.md").read_text())
     print(f"written: {Path(args.out) / 'results.md'}, results.json, comparison.png")
 

@@ -1,6 +1,7 @@
 """``speccond compare``: the same training run per method and seed, then a table anyone can check.
 
-Every (method, seed) is an ordinary resumable run in ``<out>/<method>/seed-<k>``; finished (or diverged)
+Every (method, seed) is an ordinary resumable run in ``<out>/<method>/seed-<k>`` (``<out>/<method>-lam=2/...``
+for a swept value, ``--sweep lam=2,10``); finished (or diverged)
 runs are not trained again, so an interrupted comparison continues where it stopped. The training wall
 time of each run is kept in its timing.json. The report is then built from the folder alone by
 :func:`speccond.experiments.report.write_report`, the code behind ``speccond report``, so
@@ -9,13 +10,14 @@ time of each run is kept in its timing.json. The report is then built from the f
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
 
 from speccond.experiments.config import TrainConfig
-from speccond.experiments.report import Report, write_report
+from speccond.experiments.report import Report, config_key, reads, write_report
 from speccond.experiments.train import train
 
 # Presets per task: (quick, full). Each is a list of TrainConfig overrides; --set overrides them.
@@ -83,14 +85,51 @@ def preset(name: str, task: str) -> list[str]:
     return list(PRESETS[task][name])
 
 
-def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out: Path, progress: bool = True) -> Report:
-    """Train every (method, seed) that is not finished, then write the report of ``out``; return it."""
+def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out: Path, progress: bool = True,
+            sweep: Optional[Mapping[str, Sequence[str]]] = None) -> Report:
+    """Train every (variant, seed) that is not finished, then write the report of ``out``; return it.
+
+    ``sweep`` maps TrainConfig fields to values ({"lam": ["1", "10"]}): every method runs at every
+    combination of them that changes what it computes (see :func:`variants`).
+    """
     out = Path(out)
-    for method in methods:
+    for folder, config in variants(base, methods, sweep or {}):
         for seed in seeds:
-            config = dataclasses.replace(base, method=method, seed=seed)
-            train_timed(config, out / method / f"seed-{seed}", progress)
+            train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
     return write_report([out], out)
+
+
+def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequence[str]]) -> list[tuple[str, TrainConfig]]:
+    """(folder name, config) per method and combination of swept values, in that order.
+
+    A combination that only changes fields the method does not read (lam for the baseline) is the run
+    already listed and is not repeated; the folder name is the method plus the swept fields it reads,
+    e.g. ``spectral-lam=2`` (the same names as before for an empty sweep).
+    """
+    for name, values in sweep.items():
+        base.with_overrides([f"{name}={v}" for v in values])  # unknown field or bad value: ValueError now
+        if not values:
+            raise ValueError(f"--sweep {name}= names no values; give them comma-separated, e.g. {name}=1,10")
+    chosen, seen = [], set()
+    for method in methods:
+        for combination in itertools.product(*([(name, v) for v in values] for name, values in sweep.items())):
+            config = dataclasses.replace(base, method=method).with_overrides([f"{n}={v}" for n, v in combination])
+            if config_key(config) in seen:
+                continue
+            seen.add(config_key(config))
+            chosen.append(("-".join([method, *(f"{n}={v}" for n, v in combination if reads(method, n))]), config))
+    return chosen
+
+
+def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
+    """``["lam=1,10", "weight_decay=0,0.05"]`` -> {"lam": ["1", "10"], "weight_decay": ["0", "0.05"]}."""
+    sweep = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        if not sep or name in sweep:
+            raise ValueError(f"--sweep takes FIELD=V1,V2,... once per field, got {text!r}")
+        sweep[name] = [v.strip() for v in values.split(",") if v.strip()]
+    return sweep
 
 
 def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True) -> dict:

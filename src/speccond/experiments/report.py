@@ -29,11 +29,16 @@ from speccond.experiments.stats import Interval, mean_interval, paired_differenc
 log = logging.getLogger(__name__)
 
 IGNORED_FIELDS = ("seed", "track_every", "checkpoint_every")  # change how a run is recorded, not its result
+# The TrainConfig fields each method reads beyond the shared ones; the others never change its runs.
+_SPECTRAL = ("corrected", "granularity", "target_kappa")
 METHOD_PARAMETERS = {
-    "baseline": (), "spectral": ("lam", "correction"), "spectral-svd": (), "shifted-init": ("lam",),
+    "baseline": (), "spectral": ("lam", "correction", *_SPECTRAL, "refresh_every"),
+    "spectral-svd": ("corrected", "granularity", "refresh_every"), "shifted-init": ("lam", *_SPECTRAL),
     "sigma-reparam": (), "spectral-norm": (), "qk-norm": (),
 }
-_PARAMETERS = ("lam", "correction")  # every field some method reads; unknown methods keep them all
+_PARAMETERS = ("lam", "correction", *_SPECTRAL, "refresh_every")  # every field some method reads; unknown methods keep all
+# Parameters a label shows only when they differ from TrainConfig's default
+_LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "refresh_every": 0}
 FAMILY_NAMES = {"vit": "ViT", "deit": "DeiT", "swin": "Swin", "xcit": "XCiT", "davit": "DaViT"}
 DEFAULT_OUT = Path("report")
 VARIES = "(varies)"
@@ -125,9 +130,11 @@ def group_runs(records: Sequence[RunRecord]) -> list[Group]:
                 )
             seen[run.seed] = run
     settings = [dict(key) for key in by_key]
+    order = _group_order(settings)
+    settings, run_lists = [settings[i] for i in order], [list(by_key.values())[i] for i in order]
     varying = sorted({f for s in settings for f in s if len({t.get(f) for t in settings}) > 1} - {"method", *_PARAMETERS})
     groups = []
-    for values, runs in zip(settings, by_key.values()):
+    for values, runs in zip(settings, run_lists):
         label = _method_label(values)
         extra = [f"{f}={_value(values[f])}" for f in varying if f in values]
         groups.append(Group(label + (f" ({', '.join(extra)})" if extra else ""), values["method"], values,
@@ -162,14 +169,42 @@ def summarize(group: Group, reference: Group) -> Summary:
     )
 
 
-def _key(record: RunRecord) -> tuple:
-    values = record.config.to_dict()
+def config_key(config) -> tuple:
+    """The settings that define a run's group: its TrainConfig without the seed, the recording-only fields
+    and the parameters its method does not read (so a baseline run ignores lam)."""
+    values = config.to_dict()
     for name in IGNORED_FIELDS:
         values.pop(name, None)
     for name in _PARAMETERS:
-        if name not in METHOD_PARAMETERS.get(record.config.method, _PARAMETERS):
+        if name not in METHOD_PARAMETERS.get(config.method, _PARAMETERS):
             values.pop(name)
     return tuple(sorted(values.items()))
+
+
+def reads(method: str, field: str) -> bool:
+    """Whether runs of ``method`` depend on TrainConfig ``field`` (the seed and recording fields never count)."""
+    if field in IGNORED_FIELDS:
+        return False
+    return field not in _PARAMETERS or field in METHOD_PARAMETERS.get(method, _PARAMETERS)
+
+
+def _key(record: RunRecord) -> tuple:
+    return config_key(record.config)
+
+
+def _group_order(settings: list[dict]) -> list[int]:
+    """Groups of one method stay where the method first appears; within it, numbers sort by value
+    (lam = 2 before lam = 10), so a sweep reads in order whatever its folder names."""
+    first = {}
+    for values in settings:
+        first.setdefault(values["method"], len(first))
+
+    def sort_key(i: int) -> tuple:
+        values = settings[i]
+        ordered = tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for _, v in sorted(values.items()))
+        return first[values["method"]], ordered
+
+    return sorted(range(len(settings)), key=sort_key)
 
 
 def _method_label(values: dict) -> str:
@@ -180,6 +215,8 @@ def _method_label(values: dict) -> str:
         parts.append(f"lam={_value(values['lam'])}")
     if values.get("correction", "identity") != "identity":
         parts.append(f"correction={values['correction']}")
+    parts += [f"{name}={_value(values[name])}" for name, default in _LABELLED_WHEN_SET.items()
+              if name in values and values[name] != default]
     return " ".join(parts)
 
 
