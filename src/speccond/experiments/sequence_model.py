@@ -22,6 +22,16 @@ gets; the harness records it. PAD tokens are masked out of the pooling only: tra
 an attention mask to (B, 1, L, L), which its Nystrom branch cannot add to its (landmarks x L) scores (a
 shape error), so the encoder sees PAD tokens as tokens, as the landmark means do in any case. The
 pixel tasks have no padding; ListOps pads up to the longest sequence of its split.
+
+The Nystrom pseudo-inverse of the (landmarks x landmarks) kernel is 6 Newton-Schulz iterations from
+Z_0 = K^T / c. transformers' default c (``inv_coeff_init_option=False``, the original code's) is one
+maximum over the whole batch, so an example's output depends on the other examples in its batch
+whenever 6 iterations do not converge: at lam = 10 the kernel's condition number reaches about 1e36
+and an example alone differs from the same example in a batch of 8 by about 1e-2 (about 1e-7 at
+lam = 0). The models here use the per-matrix c (1 / ||K||_1 of each matrix), so predictions never
+depend on batch composition (tested). transformers offers it as ``inv_coeff_init_option=True``, but in
+5.24 that option fails while the model is built (it indexes the config like a dict), so
+:func:`_per_matrix_inverse_scale` sets the attribute that option would have set.
 """
 from __future__ import annotations
 
@@ -116,6 +126,20 @@ def build_nystromformer(
         num_landmarks=landmarks, conv_kernel_size=CONV_KERNEL, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0, pad_token_id=PAD,
     )
+    encoder = _per_matrix_inverse_scale(NystromformerModel(config))
     if pairs:
-        return PairClassifier(NystromformerModel(config), embed_dim, classes, hidden=2 * embed_dim)
-    return SequenceClassifier(NystromformerModel(config), embed_dim, classes)
+        return PairClassifier(encoder, embed_dim, classes, hidden=2 * embed_dim)
+    return SequenceClassifier(encoder, embed_dim, classes)
+
+
+def _per_matrix_inverse_scale(encoder: nn.Module) -> nn.Module:
+    """Start every Nystrom pseudo-inverse from its own matrix's scale, not the batch's (module note)."""
+    from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
+
+    attentions = [m for m in encoder.modules() if isinstance(m, NystromformerSelfAttention)]
+    if not attentions or not all(getattr(m, "init_option", None) == "original" for m in attentions):
+        raise RuntimeError("this transformers version's NystromformerSelfAttention has no init_option 'original' "
+                           "to replace; check sequence_model._per_matrix_inverse_scale against its iterative_inv")
+    for attention in attentions:
+        attention.init_option = "exact"  # anything but "original": 1 / max column sum of each matrix
+    return encoder
