@@ -252,7 +252,7 @@ def test_a_sweep_is_reported_in_value_order_with_labels(data_home, tmp_path):
 
     torch.set_num_threads(1)
     folder = tmp_path / "sweep"
-    sets = [*SETS, "epochs=1"]
+    sets = [*SETS, "epochs=1", "track_every=6"]
     args = ["compare", "--out", str(folder), "--seeds", "1", "--methods", "baseline,spectral", "--sweep", "lam=10,2",
             "--sweep", "corrected=q", *[f"--set={s}" for s in sets]]
     assert main(args) == 0
@@ -265,3 +265,19 @@ def test_a_sweep_is_reported_in_value_order_with_labels(data_home, tmp_path):
     assert set(configs) == {"baseline", "spectral lam=2 corrected=q", "spectral lam=10 corrected=q"}
     recorded = json.loads((folder / "spectral-lam=2-corrected=q" / "seed-0" / "config.json").read_text())["config"]
     assert (recorded["lam"], recorded["corrected"], recorded["method"]) == (2.0, "q", "spectral")
+    assert results["plots"] == ["comparison.png", "kappa.png", "sweep.png"]
+    assert (folder / "sweep.png").stat().st_size > 10_000 and "sweep.png (accuracy" in (folder / "results.md").read_text()
+
+
+def test_a_sweep_is_the_one_numeric_field_a_methods_groups_differ_in():
+    from speccond.experiments.report import Group
+    from speccond.experiments.report_sweep import swept_field
+
+    def group(method, **settings):
+        return Group(method, method, {"method": method, "lam": 10.0, "corrected": "qkv", **settings}, ())
+
+    lam = [group("spectral", lam=v) for v in (1.0, 10.0, 2.0)]
+    assert swept_field([group("baseline"), *lam]) == ("lam", lam)
+    assert swept_field([group("baseline"), group("spectral")]) is None  # one group per method
+    assert swept_field([group("spectral", corrected="q"), group("spectral", corrected="k")]) is None  # not numeric
+    assert swept_field([group("spectral", lam=1.0, lr=0.1), group("spectral", lam=2.0, lr=0.2)]) is None  # two fields

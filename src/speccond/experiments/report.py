@@ -92,7 +92,7 @@ def default_out(folders: Sequence[str | Path]) -> Path:
 
 def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None) -> Report:
     """Read every run under ``folders``, write results.md, results.json and plots to ``out``; return them."""
-    from speccond.experiments import report_plots
+    from speccond.experiments import report_plots, report_sweep
 
     folders = [Path(f) for f in folders]
     out = default_out(folders) if out is None else Path(out)
@@ -103,10 +103,13 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     summaries = [summarize(g, reference) for g in tabled]
     out.mkdir(parents=True, exist_ok=True)
     plots = report_plots.write_plots(tabled, out) if tabled else []
-    stale = out / "kappa.png"
-    if "kappa.png" not in plots and stale.is_file():
-        stale.unlink()
-        log.info("removed %s: no run in this report was tracked", stale)
+    sweep = report_sweep.write_sweep_plot(tabled, reference, out)
+    plots += [sweep] if sweep else []
+    for name in ("kappa.png", report_sweep.FILE):
+        stale = out / name
+        if name not in plots and stale.is_file():
+            stale.unlink()
+            log.info("removed %s: this report has nothing to draw there", stale)
     report = Report(out, shlex.join(words), reference.label if reference else None, groups, summaries, plots, "")
     report = dataclasses.replace(report, markdown=_markdown(report))
     (out / "results.md").write_text(report.markdown)
@@ -321,8 +324,12 @@ def _plots_line(plots: list[str]) -> str:
         return "Plots: none (no run has finished or diverged)."
     line = "Plots: comparison.png (training loss, test accuracy per epoch, accuracy per seed)"
     if "kappa.png" in plots:
-        return line + "; kappa.png (kappa of W_q, W_k, W_v and attention entropy over training, mean over layers)."
-    return line + "; kappa.png not written: no run was tracked (train with track_every > 0 to record kappa over training)."
+        line += "; kappa.png (kappa of W_q, W_k, W_v and attention entropy over training, mean over layers)"
+    else:
+        line += "; kappa.png not written: no run was tracked (train with track_every > 0 to record kappa over training)"
+    if "sweep.png" in plots:
+        line += "; sweep.png (accuracy, entropy at step 0 and kappa at the end against the swept value)"
+    return line + "."
 
 
 def _shared(configs: list[dict]) -> dict:
