@@ -133,7 +133,7 @@ def test_runs_are_grouped_by_config_wherever_they_are(comparison, tmp_path, monk
     assert "## Unfinished runs (excluded from all statistics)" in text
     assert f"- `{tmp_path / 'killed'}`: spectral lam=3, seed 2, at step 6 of 12;" in text  # its last checkpoint
     assert f"`speccond report {folder / 'baseline'} {tmp_path / 'lam3-a'} " in text and "--out" not in text
-    assert report.plots == ["comparison.png", "kappa.png"]  # the baseline runs were tracked
+    assert report.plots == ["comparison.png", "kappa.png", "sweep.png"]  # baseline runs tracked; lam 3 vs 10 a sweep
 
     untracked = write_report([tmp_path / "lam3-a", tmp_path / "other"], tmp_path / "untracked")
     assert untracked.plots == ["comparison.png"] and not (tmp_path / "untracked" / "kappa.png").exists()
