@@ -100,3 +100,13 @@ def test_an_example_gets_the_same_output_alone_and_in_a_batch(lam):
         batch = model(tokens)  # (8, 10)
         alone = torch.cat([model(tokens[i : i + 1]) for i in range(8)])  # (8, 10)
     torch.testing.assert_close(alone, batch, rtol=0, atol=1e-5)
+
+
+def test_a_report_names_the_attention_its_nystromformer_runs_computed():
+    from speccond.experiments.report import _title
+
+    length = task_shape("lra-listops").length
+    shared = {"task": "lra-listops", "model": "nystromformer", "embed_dim": 64, "depth": 2, "num_heads": 2}
+    assert f"Nystrom attention over {padded_length(length, 64)} tokens" in _title({**shared, "landmarks": 64})
+    full = padded_length(length, 64)  # as many landmarks as (padded) tokens: transformers' silent fallback
+    assert f"FULL softmax attention (landmarks = sequence length {full}" in _title({**shared, "landmarks": full})

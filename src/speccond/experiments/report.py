@@ -263,10 +263,24 @@ def _title(shared: dict) -> str:
     model = f"timm {FAMILY_NAMES.get(family, family)}" if family else "several model families"
     last = ("patch_size", "patch {}")
     if family == "nystromformer":
-        model, last = "transformers Nystromformer", ("landmarks", "{} landmarks")
+        model, last = f"transformers Nystromformer, {_attention(shared)}", ("landmarks", "{} landmarks")
     sizes = [("embed_dim", "width {}"), ("depth", "depth {}"), ("num_heads", "{} heads"), last]
     size = ", ".join(text.format(shared[f]) if f in shared else text.format("varies") for f, text in sizes)
     return f"{shared.get('task', 'several tasks')}, {model} ({size})"
+
+
+def _attention(shared: dict) -> str:
+    """Which attention the Nystromformer runs compute (sequence_model.attention_mode): transformers falls back
+    to full softmax attention, silently, when the landmarks equal the padded sequence length."""
+    from speccond.experiments.sequence_model import attention_mode, padded_length
+    from speccond.experiments.tasks import task_shape
+
+    if "task" not in shared or "landmarks" not in shared:
+        return "attention varies"
+    length = padded_length(task_shape(shared["task"]).length, shared["landmarks"])
+    if attention_mode(length, shared["landmarks"]) == "full":
+        return f"FULL softmax attention (landmarks = sequence length {length}: no Nystrom approximation)"
+    return f"Nystrom attention over {length} tokens"
 
 
 def _settings(shared: dict, reference: Optional[str]) -> list[str]:
