@@ -3,6 +3,11 @@
 # each (about 1.5 hours each on 2 cores); every run resumes where it stopped, finished runs are skipped.
 #   scripts/reproduce.sh fashion    Fashion-MNIST, ViT, all 7 methods, 3 seeds, full preset
 #   scripts/reproduce.sh cifar      CIFAR-10 (offline test-set split), 5 timm families, baseline vs spectral
+#   scripts/reproduce.sh language   Crammed BERT -> GLUE at small scale: MLM pre-training per method (1 seed,
+#                                   about 15 min each), then the four glue-* tasks fine-tuned from it (3 seeds,
+#                                   about 10 min per method and seed), then the GLUE-like table
+#                                   (runs/language-full/glue.md). PRESET=quick: minutes in all; SEEDS=5 the paper's count; METHODS=... adds
+#                                   peers (any of speccond.experiments.config.METHODS).
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
 # SPECCOND_SRC: run from a frozen checkout (e.g. a git worktree) while the working tree changes
@@ -10,6 +15,17 @@ export OMP_NUM_THREADS=1
 if [ "$1" = fashion ]; then
   .venv/bin/speccond compare --task fashion-mnist --preset full --seeds 3 --out runs/fashion-mnist-full \
     --methods baseline,spectral,spectral-svd,shifted-init,sigma-reparam,spectral-norm,qk-norm --set track_every=100
+elif [ "$1" = language ]; then
+  preset=${PRESET:-full}
+  methods=${METHODS:-baseline,spectral}
+  .venv/bin/speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" \
+    --methods "$methods" || exit 1
+  for task in sentiment fact pairs hyperbaton; do
+    .venv/bin/speccond compare --task "glue-$task" --preset "$preset" --seeds "${SEEDS:-3}" --out "runs/glue-$task-$preset" \
+      --methods "$methods" --set "init_from=runs/language-mlm-$preset/{method}/seed-0" || exit 1
+  done
+  .venv/bin/speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
+    "runs/glue-hyperbaton-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
 else
   for family in vit deit xcit davit swin; do
     patch=4; [ $family = swin ] && patch=8

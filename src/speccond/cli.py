@@ -40,9 +40,12 @@ def main(argv: list[str] | None = None) -> int:
 
     comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
     comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
-    comparison.add_argument("--task", help="task (default fashion-mnist): an image dataset (fashion-mnist, cifar10, digits, ...) "
-                            "or a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval)")
-    comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit; nystromformer for lra-* tasks")
+    comparison.add_argument("--task", help="task (default fashion-mnist): an image dataset (fashion-mnist, cifar10, digits, ...), "
+                            "a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval), "
+                            "a language task (mlm, glue-sentiment, glue-fact, glue-pairs, glue-hyperbaton) "
+                            "or the detection task fashion-scenes")
+    comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit; nystromformer for lra-* tasks; "
+                            "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes")
     comparison.add_argument("--methods", default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")
     comparison.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
@@ -56,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
     summary.add_argument("--out", help="folder for results.md, results.json and plots "
                          "(default: the comparison folder when one is given, else ./report)")
+    summary.add_argument("--glue", action="store_true", help="one table over comparison folders of the language tasks "
+                         "(one per glue-* task, optionally mlm), laid out as the paper's GLUE table: OUT/glue.md")
 
     data = commands.add_parser("data", help="obtain and cache datasets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
@@ -101,6 +106,14 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
+    from speccond.detection.config import TASKS as DETECTION_TASKS
+
+    if args.task in DETECTION_TASKS:  # Mask R-CNN detection (speccond.detection), its own config and report
+        from speccond.detection.compare import compare_command
+
+        print(compare_command(args).markdown)
+        print(f"written: {Path(args.out) / 'results.md'}, results.json")
+        return
     from speccond import data
     from speccond.experiments.compare import compare, parse_sweep, preset
     from speccond.experiments.tasks import task as task_of
@@ -117,8 +130,22 @@ def _compare(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    if args.glue:
+        from pathlib import Path
+
+        from speccond.experiments.glue import glue_table
+
+        print(glue_table(args.runs, args.out or "report"))
+        print(f"written: {Path(args.out or 'report') / 'glue.md'}")
+        return
+    from speccond.detection.report import holds_detection_runs, write_detection_report
     from speccond.experiments.report import write_report
 
+    if holds_detection_runs(args.runs):
+        detection = write_detection_report(args.runs, args.out)
+        print(detection.markdown)
+        print(f"written: {detection.out / 'results.md'}, results.json")
+        return
     report = write_report(args.runs, args.out)
     print(report.markdown)
     print(f"written: {report.out / 'results.md'}, results.json, {', '.join(report.plots) or 'no plots'}")

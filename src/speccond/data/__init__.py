@@ -7,8 +7,10 @@ Every image dataset stores train_images / test_images as uint8 (N, C, H, W) and 
 test_labels as int64 (N,): fashion-mnist (1, 28, 28), cifar10 (3, 32, 32; CIFAR-10's test set split
 8000 / 2000), digits (1, 8, 8; scikit-learn's, split 1438 / 359), pathfinder and pathfinder-small
 (1, 32, 32; generated, with val_images / val_labels too).
+fashion-scenes (detection: images, instance maps, boxes, labels per split) is described in fashion_scenes.py.
 Token datasets (listops, text-bytes, pairs-bytes) store {split}_tokens int16, PAD 0, with
-{split}_lengths and {split}_labels, for split in train, val, test.
+{split}_lengths and {split}_labels, for split in train, val, test. ``language`` (language.py) holds the
+language experiment's data: a WordPiece tokenizer, MLM corpus blocks and four GLUE-like tasks.
 """
 from __future__ import annotations
 
@@ -20,12 +22,16 @@ from speccond.data import cifar10, digits, fashion_mnist
 from speccond.data import listops  # two specs: listops (LRA's sizes) and listops-small
 from speccond.data import byte_text  # two specs: text-bytes and pairs-bytes (analogues of LRA's Text and Retrieval)
 from speccond.data import pathfinder  # two specs: pathfinder (LRA's sizes) and pathfinder-small
+from speccond.data import fashion_scenes  # generated detection scenes (speccond.detection), not an image task
+from speccond.data import language  # the language experiment: tokenizer, MLM corpus, four GLUE-like tasks
 from speccond.data.store import DatasetSpec, data_dir
 
 DATASETS: dict[str, DatasetSpec] = {module.SPEC.name: module.SPEC for module in (fashion_mnist, cifar10, digits)}
 DATASETS.update({generated.name: generated for generated in listops.SPECS})
 DATASETS.update({byte_spec.name: byte_spec for byte_spec in byte_text.SPECS})
 DATASETS.update({generated.name: generated for generated in pathfinder.SPECS})
+DATASETS[fashion_scenes.SPEC.name] = fashion_scenes.SPEC
+DATASETS[language.SPEC.name] = language.SPEC
 
 
 def spec(name: str) -> DatasetSpec:

@@ -48,13 +48,22 @@ TEST_FRACTION = 0.2
 
 def read_member(archive: Path, member: str) -> dict:
     """The JSON file ``member`` of the bigbench archive, streamed out of it (it need not be unpacked)."""
+    return read_members(archive, (member,))[member]
+
+
+def read_members(archive: Path, members: tuple[str, ...]) -> dict[str, dict]:
+    """The JSON files ``members`` of the bigbench archive, by name, in one pass over the stream."""
+    found: dict[str, dict] = {}
     with tarfile.open(archive, "r|gz") as tar:
         for entry in tar:
-            if entry.name == member:
+            if entry.name in members and entry.name not in found:
                 handle = tar.extractfile(entry)
                 assert handle is not None, entry
-                return json.loads(handle.read())
-    raise ValueError(f"{archive} has no member {member}; expected the bigbench 1.0.0 source archive")
+                found[entry.name] = json.loads(handle.read())
+                if len(found) == len(set(members)):
+                    return found
+    missing = sorted(set(members) - set(found))
+    raise ValueError(f"{archive} has no member {', '.join(missing)}; expected the bigbench 1.0.0 source archive")
 
 
 def read_task(archive: Path) -> dict:

@@ -54,8 +54,9 @@ class DatasetSpec:
     image_shape: tuple[int, int, int] | None = None  # (C, H, W) of every image; None if not images
     classes: tuple[str, ...] = ()  # class names, in label order
     sequence_shape: tuple[int, int] | None = None  # token datasets: (tokens per example, vocabulary size)
-    # For a generated dataset (no files: ``parse({})`` generates it from a fixed seed): the SHA-256 of the
-    # arrays it must produce (see arrays_sha256), so a generator that drifts is caught, not cached.
+    # For a generated dataset (no files: ``parse({})`` generates it from a fixed seed), or one whose parse
+    # learns something from its files (language.py's tokenizer): the SHA-256 of the arrays it must produce
+    # (see arrays_sha256), so a generator or a library that drifts is caught, not cached.
     generated_sha256: str | None = None
 
 

@@ -21,6 +21,7 @@ from speccond.experiments.report import Report, config_key, reads, write_report
 from speccond.experiments.train import train
 
 # Presets per task: (quick, full). Each is a list of TrainConfig overrides; --set overrides them.
+_BERT = ["model=bert", "embed_dim=128", "depth=2", "num_heads=2"]  # the language tasks' one model size
 PRESETS = {
     "fashion-mnist": {
         # About 4 minutes for 2 methods x 3 seeds on 2 CPU cores: a ViT of width 64 on 7 x 7 patches
@@ -69,6 +70,29 @@ PRESETS = {
         "full": ["model=nystromformer", "embed_dim=64", "depth=2", "num_heads=2", "landmarks=64", "batch_size=32",
                  "epochs=2", "warmup_steps=100", "track_every=200"],
     },
+    # The language experiment (data/language.py): one BERT size for pre-training and fine-tuning, so a glue-* run
+    # can start from an mlm run (--set init_from=runs/language-mlm/{method}/seed-0): depth 2, width 128, 2 heads
+    # of 64, intermediate 512, 1.49M parameters (1.05M of them the 8,192 x 128 word embeddings). CPU time per
+    # step on one core: mlm batch 64, 0.9 s; glue batch 32, 0.13 s at 64 tokens, 0.25 s at 128 (glue-fact).
+    "mlm": {
+        # 64 steps (4,096 blocks), the first 256 held-out blocks: about a minute per run.
+        "quick": [*_BERT, "batch_size=64", "train_size=4096", "epochs=1", "test_size=256", "lr=1e-3",
+                  "weight_decay=0.01", "warmup_steps=10", "track_every=32"],
+        # 3 epochs over the 21,039 blocks (987 steps, 8.1M tokens seen), all 931 held-out blocks:
+        # about 15 minutes per run on one core.
+        "full": [*_BERT, "batch_size=64", "epochs=3", "lr=1e-3", "weight_decay=0.01", "warmup_steps=100",
+                 "track_every=100"],
+    },
+    **{f"glue-{name}": {
+        # 4,096 training examples, 1 epoch (128 steps, 15 to 35 s), the first 1,000 test examples.
+        "quick": [*_BERT, "batch_size=32", "train_size=4096", "epochs=1", "test_size=1000", "lr=2e-4",
+                  "weight_decay=0.01", "warmup_steps=12", "track_every=64"],
+        # 16,384 training examples (a seeded subset), 2 epochs (1,024 steps), the whole test split: per run
+        # about 2 min (hyperbaton, sentiment, pairs) to 4 (fact) on one core; 10 min for the four tasks, an hour
+        # for 2 methods x 3 seeds. All training examples: --set train_size=0 (2.6x the steps).
+        "full": [*_BERT, "batch_size=32", "train_size=16384", "epochs=2", "lr=2e-4", "weight_decay=0.01",
+                 "warmup_steps=100", "track_every=200"],
+    } for name in ("sentiment", "fact", "pairs", "hyperbaton")},
     "digits": {  # 8 x 8 images, seconds per run: for tests and smoke checks
         "quick": ["embed_dim=32", "depth=2", "num_heads=2", "patch_size=2", "epochs=15", "batch_size=64", "warmup_steps=20"],
         "full": ["embed_dim=32", "depth=2", "num_heads=2", "patch_size=2", "epochs=40", "batch_size=64", "warmup_steps=50"],

@@ -23,7 +23,7 @@ METHODS = ("baseline", "spectral", "spectral-svd", "shifted-init", "sigma-repara
 @dataclass(frozen=True)
 class TrainConfig:
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
-    model: str = "vit"  # families.FAMILIES (timm, for image tasks) or "nystromformer" (sequence tasks)
+    model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*) or "bert" (mlm, glue-*)
     method: str = "spectral"  # one of METHODS
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
@@ -49,12 +49,16 @@ class TrainConfig:
     track_every: int = 0  # steps between diagnostics rows (0 = off)
     landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
     device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
+    # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
+    # from this config, e.g. runs/mlm/{method}/seed-0 or runs/mlm/{method}-lam={lam:g}/seed-{seed}. "" = none.
+    init_from: str = ""
 
     def __post_init__(self) -> None:
-        from speccond.experiments.families import FAMILIES, SEQUENCE_FAMILIES  # imports neither timm nor transformers
+        from speccond.experiments.families import FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES  # no timm, no transformers
 
-        if self.model not in FAMILIES + SEQUENCE_FAMILIES:
-            raise ValueError(f"TrainConfig.model must be one of {FAMILIES + SEQUENCE_FAMILIES}, got {self.model!r}")
+        models = FAMILIES + SEQUENCE_FAMILIES + LANGUAGE_FAMILIES
+        if self.model not in models:
+            raise ValueError(f"TrainConfig.model must be one of {models}, got {self.model!r}")
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
         if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):
@@ -79,8 +83,17 @@ class TrainConfig:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"TrainConfig.{name} must be finite and >= 0, got {value}")
+        try:
+            self.init_path()
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ValueError(f"TrainConfig.init_from may name TrainConfig fields in braces, e.g. {{method}}, {{seed}}, "
+                             f"{{lam:g}}; got {self.init_from!r} ({type(error).__name__}: {error})") from None
         if self.embed_dim % self.num_heads:
             raise ValueError(f"TrainConfig.num_heads ({self.num_heads}) must divide embed_dim ({self.embed_dim})")
+
+    def init_path(self) -> str:
+        """``init_from`` with its ``{field}`` placeholders filled from this config."""
+        return self.init_from.format(**self.to_dict())
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

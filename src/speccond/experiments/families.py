@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # importing this file (as TrainConfig does for FAMILIES) need
 log = logging.getLogger(__name__)
 
 SEQUENCE_FAMILIES = ("nystromformer",)  # token-sequence models: sequence_model.py
+LANGUAGE_FAMILIES = ("bert",)  # WordPiece text models (the language tasks, mlm and glue-*): bert_model.py
 FAMILIES = ("vit", "deit", "swin", "xcit", "davit")
 
 _CLASSES = {

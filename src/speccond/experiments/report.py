@@ -265,6 +265,9 @@ def _title(shared: dict) -> str:
     if family == "nystromformer":
         model, last = f"transformers Nystromformer, {_attention(shared)}", ("landmarks", "{} landmarks")
     sizes = [("embed_dim", "width {}"), ("depth", "depth {}"), ("num_heads", "{} heads"), last]
+    if family == "bert":
+        start = shared.get("init_from", "(varies)")
+        model, sizes = f"transformers BERT, encoder from {start or 'random weights'}", sizes[:3]
     size = ", ".join(text.format(shared[f]) if f in shared else text.format("varies") for f, text in sizes)
     return f"{shared.get('task', 'several tasks')}, {model} ({size})"
 

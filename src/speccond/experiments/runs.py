@@ -198,14 +198,10 @@ def _mean_kappa(rows) -> float:
 
 
 def _classes(config: TrainConfig) -> int:
-    from speccond import data
+    """The number of classes of the run's task (the vocabulary for mlm), for chance accuracy."""
+    from speccond.experiments.tasks import task_shape
 
-    classes = len(getattr(data.spec(config.task), "classes", ()))
-    if classes:
-        return classes
-    from speccond.experiments.train import model_for
-
-    return int(model_for(config).num_classes)
+    return task_shape(config.task).classes
 
 
 def _manifest_step(folder: Path) -> int:

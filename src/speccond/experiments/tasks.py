@@ -9,9 +9,16 @@ A task reads a prepared dataset (``speccond data prepare NAME``) in one of four 
   PAD and the vocabulary is 257;
 - "tokens": a token dataset (ListOps; text-bytes, the analogue of LRA's Text) with its own vocabulary, PAD = 0;
 - "pairs": a token dataset of two texts per example, (N, 2, L) (pairs-bytes, the analogue of LRA's
-  Retrieval), read by a model with one shared encoder (sequence_model.PairClassifier).
+  Retrieval), read by a model with one shared encoder (sequence_model.PairClassifier);
+- "text": one GLUE-like task of the ``language`` dataset (data/language.py), WordPiece ids
+  ``[CLS] a [SEP] (b [SEP])`` then PAD, (N, width), read by BERT (bert_model.py);
+- "mlm": the ``language`` dataset's 128-token corpus blocks for masked-language-model pre-training. The
+  training blocks are masked at each step (experiments/mlm.py), so ``train_y`` is the blocks themselves;
+  the test blocks are masked once (``mlm.EVAL_MASK_SEED``): ``test_x`` (M, 2, 128) ids and prediction
+  flags, ``test_y`` (M, 128) the original tokens where a prediction is asked, IGNORE elsewhere.
 
-Sequences are padded with PAD up to a multiple of ``config.landmarks`` (sequence_model.py).
+Sequences for the Nystromformer are padded with PAD up to a multiple of ``config.landmarks``
+(sequence_model.py); the language tasks keep their stored width.
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from speccond import data
+from speccond.data import language
+from speccond.experiments import mlm
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.sequence_model import PAD, padded_length
 
@@ -30,21 +39,23 @@ PIXEL_VOCAB = 257  # PAD and 256 grey levels
 class Task:
     name: str
     dataset: str  # the prepared dataset it reads
-    reading: str  # "image", "pixels", "tokens" or "pairs" (module docstring)
+    reading: str  # "image", "pixels", "tokens", "pairs", "text" or "mlm" (module docstring)
     note: str = ""
+    subset: str = ""  # "text": the task's name inside its dataset (language.SUBSETS)
 
 
 @dataclass(frozen=True)
 class TaskShape:
-    """What a model needs to know about a task's inputs: images (kind "image") or token sequences."""
+    """What a model needs to know about a task's inputs: images, token sequences or WordPiece text."""
 
-    kind: str  # "image" or "sequence"
-    classes: int
+    kind: str  # "image", "sequence" (Nystromformer) or "text" (BERT)
+    classes: int  # for "mlm", the vocabulary (each prediction is one of vocab tokens)
     image_size: int = 0  # images: the side of the square image
     channels: int = 0  # images
     length: int = 0  # sequences: tokens per example before padding to the landmarks
     vocab: int = 0  # sequences: token ids are 0 (PAD) .. vocab - 1
     pairs: bool = False  # sequences: each example is two texts of ``length`` tokens, (2, length)
+    mlm: bool = False  # text: masked-language-model pre-training instead of classification
 
 
 def _tasks() -> dict[str, Task]:
@@ -58,6 +69,13 @@ def _tasks() -> dict[str, Task]:
                              "analogue of LRA Text: English MultiEmo reviews as 2,048 bytes, 4 sentiment classes")
     tasks["lra-retrieval"] = Task("lra-retrieval", "pairs-bytes", "pairs",
                                   "analogue of LRA Retrieval: two film-dialogue lines of 256 bytes each, same speaker?")
+    tasks["mlm"] = Task("mlm", "language", "mlm", "MLM pre-training: topical_chat and English Wikipedia, 128-token blocks")
+    notes = {"sentiment": "like SST-2: MultiEmo English sentences, 4 sentiment classes",
+             "fact": "like QNLI / MNLI: VitaminC claim vs Wikipedia evidence, true / false / neither",
+             "pairs": "like MRPC / QQP: two adjacent film-dialogue lines, same speaker?",
+             "hyperbaton": "like CoLA: an adjective phrase, acceptable or not (adjective order)"}
+    for name, note in notes.items():
+        tasks[f"glue-{name}"] = Task(f"glue-{name}", "language", "text", note, subset=name)
     return tasks
 
 
@@ -79,6 +97,11 @@ def task_shape(name: str) -> TaskShape:
             return TaskShape("image", len(spec.classes), image_size=height, channels=channels)
         return TaskShape("sequence", len(spec.classes), length=height * width, vocab=PIXEL_VOCAB)
     length, vocab = spec.sequence_shape
+    if chosen.reading == "mlm":
+        return TaskShape("text", vocab, length=length, vocab=vocab, mlm=True)
+    if chosen.reading == "text":
+        subset = language.SUBSETS[chosen.subset]
+        return TaskShape("text", len(subset.classes), length=subset.width, vocab=vocab, pairs=subset.pairs)
     return TaskShape("sequence", len(spec.classes), length=length, vocab=vocab, pairs=chosen.reading == "pairs")
 
 
@@ -95,7 +118,10 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     """
     chosen = task(config.task)
     arrays = data.load(chosen.dataset)
-    stored = "tokens" if chosen.reading in ("tokens", "pairs") else "images"
+    if chosen.reading in ("text", "mlm"):
+        prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
+        arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
+    stored = "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"
     train_images, test_images = arrays[f"train_{stored}"], arrays[f"test_{stored}"]
     available = {"train_size": train_images.shape[0], "test_size": test_images.shape[0]}
     for field, count in available.items():
@@ -107,7 +133,11 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     order = torch.randperm(available["train_size"], generator=torch.Generator().manual_seed(config.seed))
     train_index = order[: config.train_size or None]
     test_count = config.test_size or available["test_size"]
+    if chosen.reading == "mlm":
+        return masked_lm_task(train_images[train_index], test_images, test_count, task_shape(config.task).vocab)
     labels = {"train_y": arrays["train_labels"][train_index], "test_y": arrays["test_labels"][:test_count]}
+    if chosen.reading == "text":
+        return {"train_x": train_images[train_index].long(), "test_x": test_images[:test_count].long(), **labels}
     if chosen.reading in ("tokens", "pairs"):
         return {"train_x": pad_tokens(train_images[train_index], config.landmarks),
                 "test_x": pad_tokens(test_images[:test_count], config.landmarks), **labels}
@@ -119,6 +149,14 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     mean = train.mean(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
     std = train.std(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
     return {"train_x": (train - mean) / std, "test_x": (test - mean) / std, **labels}
+
+
+def masked_lm_task(train: torch.Tensor, test: torch.Tensor, test_count: int, vocab: int) -> dict[str, torch.Tensor]:
+    """The mlm task's tensors: training blocks (N, L) as inputs and targets (masked at each step), and the
+    first ``test_count`` test blocks masked once, the masks drawn for all test blocks so a prefix keeps them."""
+    inputs, labels = mlm.mask_tokens(test, torch.Generator().manual_seed(mlm.EVAL_MASK_SEED), vocab)  # (M, 2, L), (M, L)
+    blocks = train.long()  # (N, L)
+    return {"train_x": blocks, "train_y": blocks, "test_x": inputs[:test_count], "test_y": labels[:test_count]}
 
 
 def pixel_tokens(images: torch.Tensor, landmarks: int) -> torch.Tensor:

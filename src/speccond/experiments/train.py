@@ -1,5 +1,10 @@
 """One training run, readable top to bottom: ``train(config, run_dir)``; resumable at any step.
 
+Classification tasks train on cross-entropy over classes; the mlm task on cross-entropy over the masked
+tokens (mlm.py: masks drawn per step, ``mlm.targets`` lists the labels the model's logits stand for).
+A run with ``config.init_from`` starts from a pre-trained encoder (pretrained.py), loaded once, before
+the first step; a resumed run reads its own checkpoint instead.
+
 The run directory holds config.json (the config, versions, seed, command), metrics.jsonl (rows as they
 happen: "train" every 10 steps, "eval" after each epoch, tracker rows if asked) and checkpoints/
 (checkpoint.py). Data order and augmentation are functions of (seed, epoch, step), so a run resumed from
@@ -22,11 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import speccond
-from speccond.experiments import checkpoint
+from speccond.experiments import checkpoint, mlm
+from speccond.experiments.bert_model import build_bert
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.distributed import Context
-from speccond.experiments.families import FAMILIES, SEQUENCE_FAMILIES, build_backbone
+from speccond.experiments.families import FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone
 from speccond.experiments.methods import apply_method
+from speccond.experiments.pretrained import load_pretrained
 from speccond.experiments.sequence_model import build_nystromformer, padded_length
 from speccond.experiments.tasks import TaskShape, load_task, task_shape
 
@@ -37,14 +44,18 @@ TRAIN_ROW_EVERY = 10
 def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     """The config's model family for the task's inputs, seeded, with the config's method applied: a timm
     family (families.py) for images, a Nystromformer (sequence_model.py) for token sequences (a shared-encoder
-    PairClassifier when each example is two texts)."""
-    sequence = config.model in SEQUENCE_FAMILIES
-    if sequence != (shape.kind == "sequence"):
-        wanted = "a token-sequence task (lra-...)" if sequence else "an image task"
-        raise ValueError(f"model {config.model!r} takes {wanted}, but task {config.task!r} is {shape.kind}s; "
-                         f"choose model from {SEQUENCE_FAMILIES if shape.kind == 'sequence' else FAMILIES}")
+    PairClassifier when each example is two texts), BERT (bert_model.py) for WordPiece text."""
+    kinds = {"image": (FAMILIES, "an image task"), "sequence": (SEQUENCE_FAMILIES, "a token-sequence task (lra-...)"),
+             "text": (LANGUAGE_FAMILIES, "a language task (mlm, glue-...)")}
+    kind = next(k for k, (models, _) in kinds.items() if config.model in models)
+    if kind != shape.kind:
+        raise ValueError(f"model {config.model!r} takes {kinds[kind][1]}, but task {config.task!r} is {shape.kind}s; "
+                         f"choose model from {kinds[shape.kind][0]}")
     torch.manual_seed(config.seed)
-    if sequence:
+    if kind == "text":
+        model = build_bert(shape.vocab, shape.classes, config.embed_dim, config.depth, config.num_heads,
+                           masked_lm=shape.mlm, length=shape.length)
+    elif kind == "sequence":
         model = build_nystromformer(
             padded_length(shape.length, config.landmarks), shape.vocab, shape.classes, embed_dim=config.embed_dim,
             depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks, pairs=shape.pairs,
@@ -108,17 +119,19 @@ def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
 
 
 def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm)."""
     device = next(model.parameters()).device
     model.eval()
-    correct, loss = 0, 0.0
+    correct, loss, count = 0, 0.0, 0
     with torch.no_grad():
         for start in range(0, inputs.shape[0], batch_size):
-            logits = model(inputs[start : start + batch_size].to(device))  # (b, classes)
-            target = labels[start : start + batch_size].to(device)
+            logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
+            target = mlm.targets(labels[start : start + batch_size]).to(device)  # (b,) or (n,)
             loss += float(F.cross_entropy(logits, target, reduction="sum"))
             correct += int((logits.argmax(-1) == target).sum())
+            count += target.shape[0]
     model.train()
-    return {"accuracy": correct / inputs.shape[0], "loss": loss / inputs.shape[0]}
+    return {"accuracy": correct / count, "loss": loss / count}
 
 
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
@@ -144,12 +157,15 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     task = load_task(config)
     samples = task["train_x"].shape[0]
     _check_shards(samples, config.batch_size, context)
-    model = build_model(config, task_shape(config.task))
+    shape = task_shape(config.task)
+    model = build_model(config, shape)
     model.to(context.device)  # the task stays on the CPU; each batch is moved
     optimizer = make_optimizer(model, config)
     steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     step = _resume(run_dir, model, optimizer)
+    if step == 0 and config.init_from:
+        load_pretrained(model, config)  # in place: the optimiser holds the same parameters
     if context.is_main:
         _drop_rows_after(metrics, step)
     trained = context.wrap(model)
@@ -170,15 +186,20 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
             batch = order[index * config.batch_size : (index + 1) * config.batch_size]
             inputs = task["train_x"][batch]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
+            labels = task["train_y"][batch]  # (b,) classes, or (b, L) tokens for mlm
             if inputs.dim() == 4:
                 inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
-            labels = task["train_y"][batch]
+            if shape.mlm:  # inputs (b, 2, L) ids and prediction flags, labels (b, L) with IGNORE
+                masks = torch.Generator().manual_seed(config.seed * 10**6 + step)
+                inputs, labels = mlm.mask_tokens(inputs, masks, shape.vocab)
             inputs = context.shard(inputs).to(context.device)  # (b / world, ...)
             local_labels = context.shard(labels).to(context.device)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, total_steps)
-            local_mean = F.cross_entropy(trained(inputs), local_labels)
-            loss_value = context.global_mean(local_mean, local_labels.shape[0], labels.shape[0])
+            local_targets = mlm.targets(local_labels)  # (b / world,) or (n / world,): what the logits predict
+            local_mean = F.cross_entropy(trained(inputs), local_targets)
+            counts = (local_targets.shape[0], mlm.targets(labels).shape[0])  # this rank's and the global batch's
+            loss_value = context.global_mean(local_mean, *counts)
             if not math.isfinite(loss_value):
                 final = {"kind": "diverged", "step": step + 1, "loss": str(loss_value), "total_steps": total_steps}
                 if context.is_main:
@@ -190,7 +211,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
                 )
                 return final
             optimizer.zero_grad(set_to_none=True)
-            context.local_loss(local_mean, local_labels.shape[0], labels.shape[0]).backward()
+            context.local_loss(local_mean, *counts).backward()
             if config.grad_clip:
                 nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()

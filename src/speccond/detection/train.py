@@ -1,0 +1,231 @@
+"""One detection training run, readable top to bottom: ``train(config, run_dir)``; resumable at any step.
+
+The classification harness's conventions (experiments/train.py), reused where they are the same code:
+config.json (the config, versions, command), metrics.jsonl ("train" rows every 10 steps with each
+Mask R-CNN loss, "val" rows after each epoch, a final "eval" row on the test scenes, or a "diverged"
+row), atomic checkpoints (experiments/checkpoint.py) every ``checkpoint_every`` steps and at each
+epoch's end, a tqdm progress bar with rate and ETA, Ctrl-C honoured at a step boundary, warm-up then
+cosine learning rate, AdamW with decay on matrices only.
+
+The final row is {"kind": "eval", "split": "test", "box_ap", "box_ap50", "box_ap75", "mask_ap", ...,
+"accuracy": box_ap} (COCO AP as fractions, metrics.py; "accuracy" carries the reported figure, box AP,
+for readers of classification rows). Data order and flips are functions of (seed, epoch, step), and the
+global generator, which Mask R-CNN's anchor and proposal sampling draw from, is seeded at every step, so
+a run resumed from any checkpoint ends with the same weights, bit for bit, as one never interrupted.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import math
+import platform
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+import speccond
+from speccond import data
+from speccond.data.fashion_scenes import SceneConfig, Scenes
+from speccond.detection.config import TASKS, DetectionConfig
+from speccond.detection.metrics import coco_evaluate, coco_ground_truth, detections
+from speccond.detection.model import build_detector
+from speccond.experiments import checkpoint
+from speccond.experiments.train import (
+    TRAIN_ROW_EVERY, _StepBoundaryInterrupt, _all_finite, _append, _command, _diverged_row, _drop_rows_after,
+    _keep_good_checkpoint, _label, _progress, _resume, _rows, learning_rate,
+)
+
+log = logging.getLogger(__name__)
+KIND = "detection"  # config.json "kind": tells detection run directories from classification ones
+
+
+def load_scenes(config: DetectionConfig) -> dict[str, Scenes]:
+    """train, val and test scenes of the config's task: the first ``train_size`` (0 = all) training scenes
+    of a permutation seeded by config.seed, the first ``val_size`` and ``test_size`` (0 = all) in stored
+    order."""
+    arrays = data.load(TASKS[config.task])
+    chosen = {}
+    for split, size in (("train", config.train_size), ("val", config.val_size), ("test", config.test_size)):
+        available = arrays[f"{split}_images"].shape[0]
+        if size > available:
+            raise ValueError(f"DetectionConfig.{split}_size={size} but task {config.task!r} has {available} "
+                             f"{split} scenes; use at most {available}, or 0 for all")
+        if split == "train":
+            index = torch.randperm(available, generator=torch.Generator().manual_seed(config.seed))[: size or None]
+        else:
+            index = torch.arange(size or available)
+        chosen[split] = Scenes(*(arrays[f"{split}_{field}"][index] for field in Scenes._fields))
+    return chosen
+
+
+def batch_of(scenes: Scenes, index: torch.Tensor, flip: Optional[torch.Tensor] = None) -> tuple[list, list]:
+    """Mask R-CNN inputs for scenes ``index``: images [(1, S, S) float in [0, 1]] and targets [{"boxes"
+    float (n, 4), "labels" int64 (n,) class + 1, "masks" uint8 (n, S, S)}], each scene flipped left-right
+    where ``flip`` (bool per scene) says."""
+    images, targets = [], []
+    for position, n in enumerate(index.tolist()):
+        image, owner = scenes.images[n].float().div(255), scenes.instances[n]  # (1, S, S), (S, S)
+        present = torch.nonzero(scenes.labels[n] >= 0).flatten()  # (k,)
+        boxes = scenes.boxes[n, present].float()  # (k, 4) x0, y0, x1, y1
+        if flip is not None and bool(flip[position]):
+            image, owner = image.flip(-1), owner.flip(-1)
+            width = image.shape[-1]
+            boxes = torch.stack([width - boxes[:, 2], boxes[:, 1], width - boxes[:, 0], boxes[:, 3]], dim=1)
+        masks = (owner.unsqueeze(0) == (present + 1).view(-1, 1, 1).to(owner.dtype)).to(torch.uint8)  # (k, S, S)
+        images.append(image)
+        targets.append({"boxes": boxes, "labels": scenes.labels[n, present] + 1, "masks": masks})
+    return images, targets
+
+
+def evaluate(model: nn.Module, scenes: Scenes, batch_size: int = 25) -> dict:
+    """COCO box and mask AP of ``model`` on ``scenes`` (metrics.py), and the number of scenes."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    results = []
+    with torch.no_grad():
+        for start in range(0, scenes.images.shape[0], batch_size):
+            index = torch.arange(start, min(start + batch_size, scenes.images.shape[0]))
+            images, _ = batch_of(scenes, index)
+            outputs = model([image.to(device) for image in images])
+            results += detections(index.tolist(), [{k: v.cpu() for k, v in o.items()} for o in outputs])
+    model.train(was_training)
+    truth = coco_ground_truth(scenes.instances, scenes.labels, scenes.boxes)
+    return {**coco_evaluate(truth, results), "scenes": int(scenes.images.shape[0])}
+
+
+def make_optimizer(model: nn.Module, config: DetectionConfig) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay on matrices only: biases, norm scales and the trunk's
+    ``no_weight_decay()`` names (position embeddings; patterns such as XCiT's "pos_embed.*") are not decayed."""
+    exempt = [f"backbone.trunk.{name}" for name in model.backbone.trunk.no_weight_decay()]
+    decay, keep = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        plain = name.replace("parametrizations.", "").replace(".original", "")
+        excluded = parameter.ndim <= 1 or any(fnmatch.fnmatchcase(plain, pattern) for pattern in exempt)
+        (keep if excluded else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": keep, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.lr)
+
+
+def detector_for(config: DetectionConfig) -> nn.Module:
+    """The model a run of ``config`` trains (for loading its checkpoints)."""
+    spec = data.spec(TASKS[config.task])
+    return build_detector(config, len(spec.classes), SceneConfig().canvas)  # the task stores the default scenes
+
+
+def train(config: DetectionConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
+    """Train (or resume) the detection run in ``run_dir``; return the final row (module docstring).
+
+    A run whose training loss becomes NaN or inf stops before that step's update with a "diverged" row
+    and keeps its last good checkpoint, as in the classification harness. ``stop_after``: stop right
+    after that global step, as a kill would (for tests of resumption)."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_config(run_dir, config)
+    diverged = _diverged_row(metrics)
+    if diverged is not None:
+        log.error("%s diverged at step %d (loss %s); not training it again", run_dir, diverged["step"], diverged["loss"])
+        return diverged
+    device = torch.device("cuda" if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()) else "cpu")
+    scenes = load_scenes(config)
+    samples = scenes["train"].images.shape[0]
+    model = detector_for(config).to(device)
+    model.train()
+    optimizer = make_optimizer(model, config)
+    steps_per_epoch = math.ceil(samples / config.batch_size)
+    total_steps = steps_per_epoch * config.epochs
+    step = _resume(run_dir, model, optimizer)
+    _drop_rows_after(metrics, step)
+    finished = [r for r in _rows(metrics) if r.get("kind") == "eval" and r.get("step") == total_steps]
+    if finished:
+        return finished[-1]
+
+    def save() -> None:
+        checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
+
+    bar = _progress(total_steps, step, progress)
+    interrupt = _StepBoundaryInterrupt()
+    try:
+        while step < total_steps:
+            epoch, index = divmod(step, steps_per_epoch)
+            order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
+            chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
+            flip = torch.rand(chosen.numel(), generator=torch.Generator().manual_seed(config.seed * 10**6 + step)) < 0.5
+            images, targets = batch_of(scenes["train"], chosen, flip)
+            images = [image.to(device) for image in images]
+            targets = [{k: v.to(device) for k, v in target.items()} for target in targets]
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(config, step, total_steps)
+            torch.manual_seed(config.seed * 10**6 + step)  # Mask R-CNN samples anchors and proposals from it
+            losses = model(images, targets)  # {"loss_classifier", "loss_box_reg", "loss_mask", "loss_objectness", ...}
+            loss = sum(losses.values())
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                final = {"kind": "diverged", "step": step + 1, "loss": str(loss_value), "total_steps": total_steps}
+                _append(metrics, final)
+                _keep_good_checkpoint(run_dir, step)
+                log.error("training loss is %s at step %d of %s: the run diverged and stops here; its last good "
+                          "checkpoint is kept", loss_value, step + 1, run_dir)
+                return final
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip:
+                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}")
+            if step % TRAIN_ROW_EVERY == 0:
+                _append(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
+                                  **{name: float(value.detach()) for name, value in losses.items()}})
+            if config.refresh_every and step % config.refresh_every == 0:
+                speccond.refresh(model.backbone.trunk)
+            epoch_done = step % steps_per_epoch == 0
+            if epoch_done and config.val_size and _all_finite(model):
+                _append(metrics, {"kind": "val", "step": step, "epoch": step // steps_per_epoch,
+                                  **evaluate(model, scenes["val"], config.eval_batch_size)})
+            if epoch_done or step % config.checkpoint_every == 0:
+                save()
+            if stop_after is not None and step >= stop_after:
+                return {}
+            if interrupt.requested:
+                save()
+                log.warning("interrupted after step %d; checkpoint saved, resume with the same command", step)
+                raise KeyboardInterrupt
+    finally:
+        interrupt.restore()
+        bar.close()
+    result = evaluate(model, scenes["test"], config.eval_batch_size)
+    final = {"kind": "eval", "split": "test", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
+             "accuracy": result["box_ap"], **result}
+    _append(metrics, final)
+    return final
+
+
+def _write_config(run_dir: Path, config: DetectionConfig) -> None:
+    path = run_dir / "config.json"
+    if path.is_file():
+        recorded = json.loads(path.read_text())
+        if recorded.get("kind") != KIND or DetectionConfig.from_dict(recorded["config"]) != config:
+            raise ValueError(f"{run_dir} was started with a different config ({path}); resume with the same "
+                             "config or use a new --out")
+        return
+    import pycocotools
+    import timm
+    import torchvision
+
+    record = {
+        "kind": KIND, "config": config.to_dict(), "label": _label(config), "command": _command(),
+        "versions": {"speccond": speccond.__version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
+                     "timm": timm.__version__, "pycocotools": getattr(pycocotools, "__version__", "?"),
+                     "python": platform.python_version()},
+    }
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(record, indent=2))
+    partial.replace(path)

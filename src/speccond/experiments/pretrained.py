@@ -1,0 +1,119 @@
+"""Starting a run from a pre-trained encoder: ``TrainConfig.init_from`` (the language experiment's fine-tuning).
+
+    speccond train --out runs/ft --set task=glue-sentiment --set model=bert --set init_from=runs/mlm/spectral/seed-0
+    speccond compare --task glue-sentiment --methods baseline,spectral --set init_from=runs/mlm/{method}/seed-0
+
+``{field}`` placeholders in ``init_from`` (``{method}``, ``{seed}``, ``{lam:g}``: any TrainConfig field)
+are filled from the run's own config, so one comparison fine-tunes every method from its own
+pre-trained model (a ``--sweep lam=...`` comparison writes ``<method>-lam=<value>`` folders:
+``runs/mlm/{method}-lam={lam:g}/seed-0``). :func:`load_pretrained` refuses, with a
+ValueError that says what to do, a directory that
+
+- holds no run, or a run that is unfinished or diverged (runs.read_run: finished means an eval row at
+  its final step);
+- is not a pre-training run of this task's dataset (task "mlm" of the same dataset: the same tokenizer);
+- has another architecture (model, embed_dim, depth, num_heads) or another conditioning: the method
+  and, for the spectral methods, lam / target_kappa, correction, corrected and granularity. The
+  encoder's W were learnt with W + C in the forward pass; the same W with another C, or none, is
+  another function, so a fine-tuned model must carry the correction it was pre-trained with.
+
+Otherwise the pre-training model is rebuilt from its recorded config, its final checkpoint is loaded
+with its checksums verified (checkpoint.load: safetensors weights), and every encoder tensor
+(``bert.bert.*`` but the pooler, which MLM does not train) is copied into the new model, in place: the
+names and shapes must agree one for one. Parametrized weights, sigma-reparam's gamma and the stored
+corrections (SVD, lam="auto") are encoder tensors and come along. The heads (MLM decoder, pooler,
+classifier) keep their fresh initialisation.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from speccond.experiments import checkpoint
+from speccond.experiments.bert_model import ENCODER, POOLER
+from speccond.experiments.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+SAME_ARCHITECTURE = ("model", "embed_dim", "depth", "num_heads")
+SPECTRAL_METHODS = ("spectral", "spectral-svd", "shifted-init")
+SPECTRAL_PARAMETERS = ("lam", "target_kappa", "correction", "corrected", "granularity")
+
+
+def init_dir(config: TrainConfig) -> Path:
+    """``config.init_from`` with its ``{field}`` placeholders filled from ``config``."""
+    return Path(config.init_path())
+
+
+def conditioning(config: TrainConfig) -> dict:
+    """The fields that define what the method does to q, k, v (module docstring)."""
+    return _pick(config, ("method",) + (SPECTRAL_PARAMETERS if config.method in SPECTRAL_METHODS else ()))
+
+
+def _pick(config: TrainConfig, names: tuple[str, ...]) -> dict:
+    return {name: getattr(config, name) for name in names}
+
+
+def pretrained_config(config: TrainConfig) -> TrainConfig:
+    """The config of the finished pre-training run ``config.init_from`` names; ValueError when it does not fit."""
+    from speccond.experiments.runs import read_run
+    from speccond.experiments.tasks import task
+
+    folder = init_dir(config)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"init_from={config.init_from!r}: {folder} holds no run (no config.json); pre-train first, "
+                         f"e.g. speccond train --out {folder} --set task=mlm --set model=bert --set method={config.method}")
+    record = read_run(folder)
+    if record.status != "finished":
+        where = f"step {record.step} of {record.total_steps or '?'}"
+        advice = f": finish it with speccond train --resume {folder}" if record.status == "unfinished" else ""
+        raise ValueError(f"init_from: {folder} is {record.status} ({where}); only a finished pre-training run can be "
+                         f"fine-tuned{advice}")
+    pre = record.config
+    if task(pre.task).reading != "mlm" or task(pre.task).dataset != task(config.task).dataset:
+        raise ValueError(f"init_from: {folder} trained task {pre.task!r}; task {config.task!r} starts from a pre-training "
+                         f"run of the mlm task of its dataset {task(config.task).dataset!r} (the same tokenizer)")
+    for what, theirs, ours in (
+        ("architecture", _pick(pre, SAME_ARCHITECTURE), _pick(config, SAME_ARCHITECTURE)),
+        ("conditioning", conditioning(pre), conditioning(config)),
+    ):
+        if theirs != ours:
+            raise ValueError(
+                f"init_from: {folder} was pre-trained with {_fields(theirs)}, but this run has {_fields(ours)}; a "
+                f"fine-tuned model needs the {what} it was pre-trained with (the encoder's weights were learnt under that "
+                f"correction): point init_from at a run of the same {what}, e.g. runs/mlm/{{method}}/seed-0"
+            )
+    return pre
+
+
+def load_pretrained(model: nn.Module, config: TrainConfig) -> TrainConfig:
+    """Copy the encoder of the run ``config.init_from`` names into ``model`` in place; return that run's config."""
+    from speccond.experiments.train import model_for
+
+    pre = pretrained_config(config)
+    folder = checkpoint.latest(init_dir(config))
+    with torch.random.fork_rng(devices=[]):  # building a model seeds the global generator
+        source = model_for(pre)
+    manifest, _ = checkpoint.load(folder, source)
+    encoder = {k: v for k, v in source.state_dict().items() if k.startswith(ENCODER)}
+    wanted = {k: v for k, v in model.state_dict().items() if k.startswith(ENCODER) and not k.startswith(POOLER)}
+    if set(encoder) != set(wanted):
+        missing, extra = sorted(set(wanted) - set(encoder)), sorted(set(encoder) - set(wanted))
+        raise ValueError(f"init_from: the encoder in {folder} does not match this model (missing {missing[:4]}, "
+                         f"unexpected {extra[:4]}); was it pre-trained with another speccond version?")
+    shapes = [(k, tuple(encoder[k].shape), tuple(v.shape)) for k, v in wanted.items() if encoder[k].shape != v.shape]
+    if shapes:
+        raise ValueError(f"init_from: tensor shapes differ between {folder} and this model: {shapes[:4]} (name, "
+                         "pre-trained, this model); pre-train with the same sizes and vocabulary")
+    result = model.load_state_dict(encoder, strict=False)
+    assert not result.unexpected_keys, result.unexpected_keys  # checked above
+    log.info("initialised %d encoder tensors from %s (step %d)", len(encoder), folder, manifest["step"])
+    return pre
+
+
+def _fields(values: dict) -> str:
+    return ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in values.items())

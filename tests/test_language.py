@@ -1,0 +1,286 @@
+"""The language experiment: WordPiece learnt deterministically, the language dataset, MLM masking, BERT
+pre-training that resumes bit for bit, fine-tuning from a pre-trained encoder, every method on BERT.
+
+The data tests read the real sources from the bigbench archive once (one pass) and build the dataset
+from a prefix of each (``TINY``: 30 conversations, 30 articles, 600 examples per task, 1,000 tokens),
+through the same code that builds the full dataset.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from speccond.data import byte_text, cifar10, language, wordpiece
+from speccond.data.store import prepare, sha256
+from speccond.data.wordpiece import CLS, MASK, PAD, SEP, SPECIAL_COUNT
+from speccond.experiments import checkpoint, mlm
+from speccond.experiments.bert_model import ENCODER, POOLER
+from speccond.experiments.compare import compare
+from speccond.experiments.glue import glue_table
+from speccond.experiments.config import METHODS, TrainConfig
+from speccond.experiments.pretrained import load_pretrained
+from speccond.experiments.runs import read_run
+from speccond.experiments.stats import mean_interval, paired_difference
+from speccond.experiments.tasks import load_task, task_shape
+from speccond.experiments.train import build_model, train
+
+TINY = language.LanguageConfig(vocab_size=1000, documents=30, examples=600)
+BERT = dict(model="bert", embed_dim=32, depth=1, num_heads=2, warmup_steps=1)
+PRETRAIN = TrainConfig(task="mlm", **BERT, train_size=64, test_size=16, batch_size=16, epochs=2, checkpoint_every=3)
+FINETUNE = TrainConfig(task="glue-sentiment", **BERT, train_size=32, test_size=16, batch_size=16, epochs=1)
+
+
+@pytest.fixture(scope="session")
+def sources():
+    """The six source task.json objects, cut to what TINY reads, from one pass over the archive."""
+    folders = [Path(f) for f in (os.environ.get("SPECCOND_BIGBENCH"), "/work/cache/bigbench") if f]
+    archives = [f / cifar10.ARCHIVE for f in folders if (f / cifar10.ARCHIVE).is_file()]
+    if not archives:
+        pytest.skip("the bigbench 1.0.0 archive is not here (set SPECCOND_BIGBENCH to a folder holding it)")
+    assert sha256(archives[0]) == cifar10.SHA256
+    full = language.read_sources(archives[0])
+    keep = {"chat": 1200, "wiki": language.WIKI_ENGLISH.stop}  # 30 whole conversations need < 1,200 examples
+    return {key: dict(task, examples=task["examples"][: keep.get(key, TINY.examples)]) for key, task in full.items()}
+
+
+@pytest.fixture(scope="session")
+def tiny_arrays(sources):
+    return language.build_arrays(sources, TINY)
+
+
+@pytest.fixture(scope="session")
+def language_home(tiny_arrays, tmp_path_factory):
+    """A data dir whose prepared ``language`` dataset is the TINY build (stored as ``prepare`` stores it)."""
+    home = tmp_path_factory.mktemp("language") / "data"
+    spec = dataclasses.replace(language.SPEC, files={}, parse=lambda files: tiny_arrays, generated_sha256=None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(home))
+        prepare(spec)
+    return home
+
+
+@pytest.fixture
+def prepared(language_home, monkeypatch):
+    monkeypatch.setenv("SPECCOND_DATA", str(language_home))
+
+
+@pytest.fixture(scope="module")
+def pretrained(language_home, tmp_path_factory):
+    """Finished tiny pre-training runs, baseline and spectral (lam 10), in <root>/<method>/seed-0."""
+    root = tmp_path_factory.mktemp("mlm")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(language_home))
+        for method in ("baseline", "spectral"):
+            train(dataclasses.replace(PRETRAIN, method=method), root / method / "seed-0", progress=False)
+    return root
+
+
+# --- WordPiece ---------------------------------------------------------------------------------------------
+
+
+def test_wordpiece_merges_the_most_frequent_pair_and_breaks_ties_by_the_pieces():
+    words = {"low": 5, "lower": 2, "newest": 6, "widest": 3}  # Sennrich et al.'s example
+    alphabet = sorted({"l", "n", "w", "##o", "##w", "##e", "##r", "##s", "##t", "##i", "##d"})
+    vocabulary = wordpiece.learn_vocabulary(words, len(wordpiece.SPECIALS) + len(alphabet) + 4)
+    assert vocabulary[: SPECIAL_COUNT] == list(wordpiece.SPECIALS) and vocabulary[SPECIAL_COUNT:-4] == alphabet
+    # (##e, ##s) and (##s, ##t) both occur 9 times: ##e sorts first; then ##es ##t (9); (##o, ##w) before (l, ##o) (7)
+    assert vocabulary[-4:] == ["##es", "##est", "##ow", "low"]
+
+
+def test_the_tokenizer_is_the_same_in_any_process_and_encodes_as_bert_does(sources):
+    texts, _ = language.documents(sources, TINY)
+    script = ("import importlib.util, json, sys; spec = importlib.util.spec_from_file_location('w', sys.argv[1]); "
+              "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w); "  # tokenizers only: no torch
+              "print(w.train_tokenizer(json.load(sys.stdin), 600).to_str())")
+    made = [subprocess.run([sys.executable, "-c", script, wordpiece.__file__], input=json.dumps(texts[:20]),
+                           capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2")]
+    tokenizer = wordpiece.train_tokenizer(texts[:20], 600)
+    assert made[0] == made[1] == tokenizer.to_str() + "\n"
+    assert [tokenizer.token_to_id(t) for t in wordpiece.SPECIALS] == list(range(SPECIAL_COUNT))
+    tokens, lengths, cut = wordpiece.encode(tokenizer, ["Do you like SPORTS?"], ["I do."], 12)
+    encoding = tokenizer.encode("do you like sports?", "i do.")
+    assert tokens[0, : lengths[0]].tolist() == encoding.ids and cut == 0 and (tokens[0, lengths[0] :] == PAD).all()
+    assert encoding.ids[0] == CLS and encoding.ids.count(SEP) == 2 and encoding.type_ids[-1] == 1
+    tokens, lengths, cut = wordpiece.encode(tokenizer, ["a b"], ["c d e f g h i j k l"], 8)  # evidence cut first
+    assert cut == 1 and lengths.tolist() == [8] and wordpiece.decode(tokenizer, tokens[0]) == "a b c d e"
+    assert wordpiece.from_bytes(wordpiece.to_bytes(tokenizer)).to_str() == tokenizer.to_str()
+
+
+# --- the dataset -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(language.SUBSETS))
+def test_each_task_is_its_source_encoded_and_split_80_10_10_without_overlap(sources, tiny_arrays, name):
+    subset = language.SUBSETS[name]
+    tokenizer = wordpiece.from_bytes(tiny_arrays["tokenizer"])
+    first, second, labels = language.task_texts(name, sources[name])
+    expected, lengths, _ = wordpiece.encode(tokenizer, first, second, subset.width)
+    splits = {s: tiny_arrays[f"{name}_{s}_tokens"] for s in byte_text.SPLITS}
+    assert all(t.dtype == torch.int16 and t.shape[1] == subset.width for t in splits.values())
+    stored = torch.cat(list(splits.values()))
+    stored_labels = torch.cat([tiny_arrays[f"{name}_{s}_labels"] for s in byte_text.SPLITS])
+    assert sorted(map(tuple, torch.cat([stored, stored_labels[:, None].short()], 1).tolist())) == sorted(
+        map(tuple, torch.cat([expected, torch.tensor(labels)[:, None].short()], 1).tolist()))  # a partition of the source
+    counts = {s: torch.bincount(tiny_arrays[f"{name}_{s}_labels"], minlength=len(subset.classes)) for s in byte_text.SPLITS}
+    total = sum(counts.values())
+    assert ((counts["val"] - total * 0.1).abs() <= 1).all() and ((counts["test"] - total * 0.1).abs() <= 1).all()
+    assert (stored[:, 0] == CLS).all() and ((stored == SEP).sum(1) == (2 if subset.pairs else 1)).all()
+    if name == "hyperbaton":  # option a of the first example, in the right order: acceptable
+        assert first[0] == "obnoxious normal-size brand-new purple glass motorcycle" and labels[0] == 1
+
+
+def test_the_mlm_blocks_are_the_held_out_split_of_whole_documents(sources, tiny_arrays):
+    texts, source = language.documents(sources, TINY)
+    assert len(texts) == 60 and source.tolist() == [0] * 30 + [1] * 30
+    assert texts[0].startswith("Are you a football fan?\nyes, I'm. a football fan.\n")
+    train_blocks, test_blocks = tiny_arrays["mlm_train_tokens"], tiny_arrays["mlm_test_tokens"]
+    assert train_blocks.shape[1] == test_blocks.shape[1] == language.BLOCK and test_blocks.shape[0] >= 1
+    assert (train_blocks[:, 0] == CLS).all() and not (train_blocks == PAD).any()
+    tokenizer = wordpiece.from_bytes(tiny_arrays["tokenizer"])
+    test_docs = language.stratified_split(source, language.MLM_TEST_FRACTION, "language:mlm:0")[1].tolist()
+    assert torch.equal(test_blocks, wordpiece.pack_blocks(tokenizer, [texts[i] for i in test_docs], language.BLOCK))
+    assert len(test_docs) == 4  # 5 % of the 30 documents of each source, rounded
+
+
+# --- masking -----------------------------------------------------------------------------------------------
+
+
+def test_masking_selects_exactly_15_percent_and_replaces_80_10_10():
+    tokens = torch.randint(SPECIAL_COUNT, 8192, (64, 128))
+    tokens[:, 0], tokens[:, 100:] = CLS, PAD  # 99 eligible tokens a row (CLS and PAD are not)
+    tokens[::2, 50] = SEP
+    inputs, labels = mlm.mask_tokens(tokens, torch.Generator().manual_seed(3), 8192)
+    ids, flags = inputs[:, 0], inputs[:, 1].bool()
+    selected = labels != mlm.IGNORE
+    assert torch.equal(flags, selected) and torch.equal(labels[selected], tokens[selected])
+    eligible = (tokens >= SPECIAL_COUNT).sum(1)  # 99 or 98
+    k, masked, randomised = mlm.selected_counts(eligible)
+    assert (k == 15).all() and (masked == 12).all() and (randomised == 2).all()  # 15 % of 98 or 99; 80 %, 10 % of 15
+    assert torch.equal(selected.sum(1), k) and not selected[tokens < SPECIAL_COUNT].any()
+    assert torch.equal((ids == MASK).sum(1), masked)
+    changed = selected & (ids != MASK) & (ids != tokens)  # the random replacements (none drew its original here)
+    assert torch.equal(changed.sum(1), randomised) and (ids[changed] >= SPECIAL_COUNT).all()
+    assert torch.equal(ids[~selected], tokens[~selected])
+    again, _ = mlm.mask_tokens(tokens, torch.Generator().manual_seed(3), 8192)
+    other, _ = mlm.mask_tokens(tokens, torch.Generator().manual_seed(4), 8192)
+    assert torch.equal(again, inputs) and not torch.equal(other, inputs)
+    assert mlm.selected_counts(torch.tensor([0, 1, 3, 4, 10, 127])) [0].tolist() == [0, 0, 0, 1, 2, 19]  # half up
+    assert torch.equal(mlm.targets(labels), tokens[selected]) and torch.equal(mlm.targets(k), k)
+
+
+# --- training ----------------------------------------------------------------------------------------------
+
+
+def test_mlm_pretraining_resumes_to_the_same_weights(prepared, tmp_path):
+    config = dataclasses.replace(PRETRAIN, method="spectral")
+    task = load_task(config)
+    assert task["test_x"].shape == (16, 2, 128) and task["test_y"].shape == (16, 128)
+    assert task_shape("mlm").mlm and task_shape("mlm").classes == language.VOCAB_SIZE
+    straight = train(config, tmp_path / "straight", progress=False)  # 8 steps, checkpoints at 3, 4, 6, 8
+    assert straight["kind"] == "eval" and straight["step"] == 8 and 0 <= straight["accuracy"] <= 1
+    assert train(config, tmp_path / "killed", stop_after=5, progress=False) == {}
+    assert train(config, tmp_path / "killed", progress=False) == straight  # resumed from step 4
+    a, b = (checkpoint.latest(tmp_path / run) / "model.safetensors" for run in ("straight", "killed"))
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_finetuning_starts_from_the_pretrained_encoder(prepared, pretrained, tmp_path):
+    config = dataclasses.replace(FINETUNE, method="spectral", init_from=str(pretrained / "{method}" / "seed-{seed}"))
+    model = build_model(config, task_shape(config.task))
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    load_pretrained(model, config)
+    source = build_model(dataclasses.replace(PRETRAIN, method="spectral"), task_shape("mlm"))
+    checkpoint.load(checkpoint.latest(pretrained / "spectral" / "seed-0"), source)
+    weights, theirs = model.state_dict(), source.state_dict()
+    encoder = [k for k in weights if k.startswith(ENCODER) and not k.startswith(POOLER)]
+    assert len(encoder) > 10 and all(torch.equal(weights[k], theirs[k]) for k in encoder)
+    assert any(not torch.equal(fresh[k], weights[k]) for k in encoder)
+    assert all(torch.equal(fresh[k], weights[k]) for k in weights if k not in encoder)  # pooler and classifier
+    result = train(config, tmp_path / "finetuned", progress=False)
+    assert result["kind"] == "eval" and result["step"] == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"method": "baseline"}, r'pre-trained with method="spectral", lam=10.0.*but this run has method="baseline"'),
+    ({"lam": 3.0}, r"lam=10.0.*but this run has .*lam=3.0.*conditioning it was pre-trained with"),
+    ({"embed_dim": 64}, r"embed_dim=32.*but this run has.*embed_dim=64.*architecture"),
+])
+def test_finetuning_refuses_a_pretrained_model_of_another_method_or_size(prepared, pretrained, change, message):
+    init = str(pretrained / "spectral" / "seed-0")
+    config = dataclasses.replace(FINETUNE, **{"method": "spectral", "init_from": init, **change})
+    with pytest.raises(ValueError, match=message):
+        load_pretrained(build_model(config, task_shape(config.task)), config)
+
+
+def test_finetuning_refuses_an_unfinished_run_a_classifier_and_a_bad_placeholder(prepared, pretrained, tmp_path):
+    train(PRETRAIN, tmp_path / "unfinished", stop_after=3, progress=False)
+    config = dataclasses.replace(FINETUNE, init_from=str(tmp_path / "unfinished"))
+    with pytest.raises(ValueError, match=r"is unfinished \(step 3 of 8\).*speccond train --resume"):
+        train(config, tmp_path / "ft", progress=False)
+    train(FINETUNE, tmp_path / "classifier", progress=False)
+    config = dataclasses.replace(FINETUNE, init_from=str(tmp_path / "classifier"))
+    with pytest.raises(ValueError, match="trained task 'glue-sentiment'.*mlm task"):
+        load_pretrained(build_model(config, task_shape(config.task)), config)
+    with pytest.raises(ValueError, match="holds no run"):
+        load_pretrained(build_model(FINETUNE, task_shape(FINETUNE.task)), dataclasses.replace(FINETUNE, init_from="nowhere"))
+    with pytest.raises(ValueError, match="init_from may name TrainConfig fields"):
+        TrainConfig(init_from="runs/{variant}")
+    swept = TrainConfig(method="spectral", lam=2, init_from="r/{method}-lam={lam:g}/seed-{seed}")
+    assert swept.init_path() == "r/spectral-lam=2/seed-0"
+
+
+@pytest.mark.parametrize("method", [*METHODS, "auto"])
+def test_every_method_trains_bert_on_mlm_and_classification(method):
+    """Each method conditions BERT's q, k, v (or normalises q, k) and a step gives finite gradients everywhere."""
+    extra = {"method": "spectral", "target_kappa": 2.0} if method == "auto" else {"method": method}
+    for task, shape in (("mlm", task_shape("mlm")), ("glue-fact", task_shape("glue-fact"))):
+        config = dataclasses.replace(PRETRAIN, task=task, **extra)
+        model = build_model(config, shape)
+        tokens = torch.randint(SPECIAL_COUNT, 300, (4, 24))
+        tokens[:, 0], tokens[:, 10], tokens[:, 20:] = CLS, SEP, PAD
+        if shape.mlm:
+            inputs, labels = mlm.mask_tokens(tokens, torch.Generator().manual_seed(0), shape.vocab)
+        else:
+            inputs, labels = tokens, torch.tensor([0, 1, 2, 0])
+        torch.nn.functional.cross_entropy(model(inputs), mlm.targets(labels)).backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        assert all(g is not None and torch.isfinite(g).all() for n, g in grads.items() if "pooler" not in n or not shape.mlm)
+    layer = model.bert.bert.encoder.layer[0].attention.self
+    if method in ("sigma-reparam", "spectral-norm"):
+        assert hasattr(layer.query, "parametrizations")
+    if method == "qk-norm":
+        assert hasattr(layer.query, "q_norm") and hasattr(layer.key, "k_norm") and not hasattr(layer.value, "v_norm")
+
+
+def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own_pretraining(prepared, pretrained, tmp_path):
+    from speccond.cli import main
+
+    base = dataclasses.replace(FINETUNE, init_from=str(pretrained / "{method}" / "seed-0"))
+    folders = []
+    for task in ("glue-sentiment", "glue-hyperbaton"):
+        compare(dataclasses.replace(base, task=task), ["baseline", "spectral"], [0, 1], tmp_path / task, progress=False)
+        folders.append(tmp_path / task)
+    table = glue_table([*folders, pretrained], tmp_path / "table")
+    accuracy = {(t, m, s): read_run(tmp_path / t / m / f"seed-{s}").accuracy
+                for t in ("glue-sentiment", "glue-hyperbaton") for m in ("baseline", "spectral") for s in (0, 1)}
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}
+    cell = lambda values: str(mean_interval([100 * v for v in values]))  # noqa: E731
+    assert rows["baseline"][0] == cell([accuracy["glue-sentiment", "baseline", s] for s in (0, 1)])
+    average = {m: [(accuracy["glue-sentiment", m, s] + accuracy["glue-hyperbaton", m, s]) / 2 for s in (0, 1)]
+               for m in ("baseline", "spectral")}
+    assert rows["spectral lam=10"][3].rstrip(" |") == cell(average["spectral"])  # sentiment, hyperbaton, mlm, average
+    difference = str(paired_difference([100 * v for v in average["spectral"]], [100 * v for v in average["baseline"]]))
+    assert rows["spectral lam=10 - baseline (paired)"][3].rstrip(" |").lstrip("+") == difference.lstrip("+")
+    assert rows["method"] == ["glue-sentiment (SST-2)", "glue-hyperbaton (CoLA)", "mlm (masked-token accuracy)",
+                              "average (glue-*) |"]
+    assert rows["paper: Crammed BERT baseline"][0] == "92.3 (SST-2)" and "78.6 (GLUE average)" in table
+    assert main(["report", "--glue", *map(str, [*folders, pretrained]), "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "glue.md").read_text() == (tmp_path / "table" / "glue.md").read_text() == table
