@@ -78,8 +78,14 @@ def write_sweep_plot(groups: Sequence, reference, out: Path) -> Optional[str]:
     kappa_axis.plot(values, kappas, color="C2", marker="o")
     kappa_axis.set(xlabel=field, ylabel="kappa(W_q,k,v) at the end, mean", yscale="log",
                    title=f"({'c' if panels == 3 else 'b'}) conditioning at the end")
+    low, high = min(values), max(values)
     for axis in axes:
-        axis.set_xscale("symlog", linthresh=1) if min(values) <= 0 else axis.set_xscale("log")
+        if low <= 0:  # symmetric-log keeps 0 on the axis; no room for negative values nobody swept
+            axis.set_xscale("symlog", linthresh=1)
+            axis.set_xlim(low - 0.25 * max(1, abs(low)), high * 1.6 if high > 0 else 1)
+        else:
+            axis.set_xscale("log")
+            axis.set_xlim(low / 1.6, high * 1.6)
     figure.tight_layout()
     figure.savefig(out / FILE, dpi=110)
     plt.close(figure)
