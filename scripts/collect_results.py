@@ -1,9 +1,11 @@
 """Rebuild each comparison's report and collect them under docs/results/, with one summary table.
 
     .venv/bin/python scripts/collect_results.py runs/fashion-mnist-full runs/cifar10-vit ... [--docs docs/results]
+        [--summary summary.md]
 
 For every folder: ``speccond report FOLDER`` (no training), then results.md, results.json and the plots
-are copied to ``<docs>/<folder name>/``. The summary (printed, and written to ``<docs>/summary.md``)
+are copied to ``<docs>/<folder name>/``; ``NAME=F1,F2`` reports the runs of several folders together
+(an ablation beside the baseline it is measured against) straight into ``<docs>/NAME/``. The summary (printed, and written to ``<docs>/<summary>``)
 has one row per (folder, method): accuracy with its 95 % interval, the paired difference from the
 baseline, kappa at the end, diverged runs, wall time per run, next to the paper's row for it (PAPER.md
 section 4): ImageNet-1k top-1 for the model family on an image task, the LRA task's accuracy for an
@@ -53,13 +55,23 @@ def _pct(interval: dict | None, signed: bool = False) -> str:
     return f"{sign}{mean:.1f} +- {half:.1f}" if interval["n"] > 1 else f"{sign}{mean:.1f} (n=1)"
 
 
-def summarise(folder: Path, docs: Path) -> list[str]:
-    report = write_report([folder], folder)
-    target = docs / folder.name
-    target.mkdir(parents=True, exist_ok=True)
-    for name in ("results.md", "results.json", *report.plots):
-        shutil.copyfile(folder / name, target / name)
-    results = json.loads((folder / "results.json").read_text())
+def summarise(argument: str, docs: Path) -> list[str]:
+    """Report one comparison folder (its report is rewritten there, then copied), or NAME=F1,F2,... (the runs
+    of several folders in one report, written straight to <docs>/NAME); return the summary rows."""
+    name, joined, paths = argument.partition("=")
+    if joined:
+        folders = [Path(p) for p in paths.split(",") if p]
+        target = docs / name
+        write_report(folders, target)
+    else:
+        folder = Path(argument)
+        target = docs / folder.name
+        target.mkdir(parents=True, exist_ok=True)
+        report = write_report([folder], folder)
+        for file in ("results.md", "results.json", *report.plots):
+            shutil.copyfile(folder / file, target / file)
+    folder = target
+    results = json.loads((target / "results.json").read_text())
     rows = []
     for group in results["groups"]:
         settings = group["settings"]
@@ -77,8 +89,9 @@ def summarise(folder: Path, docs: Path) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("folders", nargs="+", help="comparison folders, or NAME=FOLDER,FOLDER,... for one joint report")
     parser.add_argument("--docs", type=Path, default=Path("docs/results"))
+    parser.add_argument("--summary", default="summary.md", help="file name of the summary table under --docs")
     args = parser.parse_args()
     lines = [
         "| task | model | method | seeds | test accuracy, % | difference vs baseline, points | kappa(W_q,k,v) at end "
@@ -89,7 +102,7 @@ def main() -> None:
         lines += summarise(folder, args.docs)
     text = "\n".join(lines) + "\n"
     args.docs.mkdir(parents=True, exist_ok=True)
-    (args.docs / "summary.md").write_text(text)
+    (args.docs / args.summary).write_text(text)
     print(text)
 
 
