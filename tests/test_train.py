@@ -140,12 +140,12 @@ def test_shifted_init_equals_spectral_at_step_zero_but_carries_no_correction():
 @needs_data
 def test_a_diverging_run_stops_keeps_a_good_checkpoint_and_stays_diverged(prepared, tmp_path, capsys):
     from speccond.cli import main
-    from speccond.experiments.train import _rows
+    from speccond.experiments.run_dir import complete_rows
 
     config = TINY.with_overrides(["method=baseline", "lr=1000", "grad_clip=0"])
     result = train(config, tmp_path / "run", progress=False)
     assert result["kind"] == "diverged" and result["loss"] in ("nan", "inf", "-inf")
-    rows = _rows(tmp_path / "run" / "metrics.jsonl")
+    rows = complete_rows(tmp_path / "run" / "metrics.jsonl")
     assert rows[-1] == result
     kept = checkpoint.latest(tmp_path / "run")
     model = build_model(config, FASHION)

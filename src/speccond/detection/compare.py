@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -49,28 +47,13 @@ def preset(name: str, task: str) -> list[str]:
 def compare(base: DetectionConfig, methods: Sequence[str], seeds: Sequence[int], out: Path, progress: bool = True,
             sweep: Optional[Mapping[str, Sequence[str]]] = None) -> DetectionReport:
     """Train every (variant, seed) not finished, then write the report of ``out``; return it."""
-    from speccond.experiments.compare import variants  # the classification comparison's folder names and sweep rules
+    from speccond.experiments.compare import train_timed, variants  # the classification comparison's folders, timing
 
     out = Path(out)
     for folder, config in variants(base, methods, sweep or {}):
         for seed in seeds:
-            train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
+            train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress, trainer=train)
     return write_detection_report([out], out)
-
-
-def train_timed(config: DetectionConfig, run_dir: str | Path, progress: bool = True) -> dict:
-    """``train``, adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}) when it got
-    further than the recorded step (a finished run asked again adds nothing)."""
-    run_dir = Path(run_dir)
-    timing = run_dir / "timing.json"
-    recorded = json.loads(timing.read_text()) if timing.is_file() else {"seconds": 0.0, "step": -1}
-    started = time.perf_counter()
-    final = train(config, run_dir, progress=progress)
-    if final.get("step", 0) > recorded["step"]:
-        partial = timing.with_suffix(".partial")
-        partial.write_text(json.dumps({"seconds": recorded["seconds"] + time.perf_counter() - started, "step": final["step"]}))
-        partial.replace(timing)
-    return final
 
 
 def compare_command(args: argparse.Namespace) -> DetectionReport:

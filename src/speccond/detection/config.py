@@ -3,24 +3,23 @@
 The method fields (method, lam, correction, target_kappa, corrected, granularity, refresh_every) mean
 exactly what they mean in the classification harness's TrainConfig and are read by the same
 ``apply_method``; the rest follows TrainConfig's names where the meaning is the same.
-``with_overrides(["lr=3e-4", "epochs=2"])`` parses ``key=value`` strings to each field's type and rejects
-unknown keys.
+``with_overrides(["lr=3e-4", "epochs=2"])`` (experiments/config_fields.py) parses ``key=value`` strings to
+each field's type and rejects unknown keys.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, fields
-from typing import Sequence
+from dataclasses import dataclass
 
 from speccond.experiments.config import METHODS
+from speccond.experiments.config_fields import ConfigFields
 
 TASKS = {"fashion-scenes": "fashion-scenes"}  # detection task -> the prepared dataset it reads
 MODELS = ("xcit-maskrcnn", "vit-maskrcnn")  # detection/model.py TRUNKS
 
 
 @dataclass(frozen=True)
-class DetectionConfig:
+class DetectionConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     task: str = "fashion-scenes"  # one of TASKS
     model: str = "xcit-maskrcnn"  # one of MODELS: Mask R-CNN on a timm XCiT or ViT trunk
     method: str = "spectral"  # one of experiments.config.METHODS, applied to the trunk's attention
@@ -72,29 +71,3 @@ class DetectionConfig:
                 raise ValueError(f"DetectionConfig.{name} must be finite and >= 0, got {value}")
         if self.embed_dim % self.num_heads:
             raise ValueError(f"DetectionConfig.num_heads ({self.num_heads}) must divide embed_dim ({self.embed_dim})")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "DetectionConfig":
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown DetectionConfig fields {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
-        return cls(**values)
-
-    def with_overrides(self, pairs: Sequence[str]) -> "DetectionConfig":
-        """A copy with ``key=value`` overrides parsed to each field's type; unknown keys are an error."""
-        types = {f.name: f.type for f in fields(self)}
-        changes = {}
-        for pair in pairs:
-            key, sep, text = pair.partition("=")
-            if not sep:
-                raise ValueError(f"overrides look like key=value, got {pair!r}")
-            if key not in types:
-                raise ValueError(f"unknown DetectionConfig field {key!r}; known: {sorted(types)}")
-            try:
-                changes[key] = {"int": int, "float": float}.get(types[key], str)(text)
-            except ValueError:
-                raise ValueError(f"DetectionConfig.{key} expects {types[key]}, got {text!r}") from None
-        return dataclasses.replace(self, **changes)

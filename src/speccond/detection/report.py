@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 
 from speccond.detection.config import DetectionConfig
 from speccond.experiments.report import Group, default_out, group_runs
+from speccond.experiments.report_format import duration, percent, show_value, signed_percent
 from speccond.experiments.runs import find_runs, read_rows
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
 
@@ -140,7 +141,7 @@ def _markdown(report: DetectionReport) -> str:
                       (("embed_dim", "width"), ("depth", "depth"), ("num_heads", "heads"), ("patch_size", "patch")))
     lines = [f"# speccond detection report: {shared.get('task', 'several tasks')}, Mask R-CNN on {trunk} ({sizes})", "",
              f"Regenerate this report from the run directories (no training): `{report.command}`", ""]
-    setting = lambda f: _value(shared[f]) if f in shared else "(varies)"  # noqa: E731
+    setting = lambda f: show_value(shared[f]) if f in shared else "(varies)"  # noqa: E731
     lines += [
         f"- Training: {setting('epochs')} epoch(s) on {'all' if setting('train_size') == '0' else setting('train_size')} "
         f"training scenes, batch {setting('batch_size')}, AdamW lr {setting('lr')}, weight decay "
@@ -158,9 +159,10 @@ def _markdown(report: DetectionReport) -> str:
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for s in report.summary:
             differences = ["- (reference)" if s["is_reference"] else
-                           (_signed(s["differences"][n]) if s["differences"] else "- (no seed in common)") for n in PAIRED]
+                           (signed_percent(s["differences"][n]) if s["differences"] else "- (no seed in common)")
+                           for n in PAIRED]
             cells = [s["label"], str(len(s["seeds"])), f"{s['diverged']}/{len(s['seeds'])}",
-                     *(_pct(s["figures"][n]) for n in FIGURES), *differences, _duration(s["seconds"])]
+                     *(percent(s["figures"][n]) for n in FIGURES), *differences, duration(s["seconds"])]
             lines.append("| " + " | ".join(cells) + " |")
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
@@ -174,7 +176,7 @@ def _markdown(report: DetectionReport) -> str:
             status = "finished" if r.status == "finished" else f"diverged at step {r.step} of {r.total_steps} (AP counted 0)"
             figures = [f"{100 * r.metrics.get(n, 0.0):.2f}" for n in per_run]
             lines.append(f"| {group.label} | {r.seed} | {status} | " + " | ".join(figures)
-                         + f" | {_duration(r.seconds)} | `{os.path.relpath(r.path, report.out)}` |")
+                         + f" | {duration(r.seconds)} | `{os.path.relpath(r.path, report.out)}` |")
     unfinished = [(g, r) for g in report.groups for r in g.runs if r.status == "unfinished"]
     if unfinished:
         lines += ["", "## Unfinished runs (excluded from all statistics)", ""]
@@ -200,24 +202,3 @@ def _json(report: DetectionReport) -> dict:
                   "total_steps": r.total_steps, "metrics": r.metrics, "seconds": r.seconds,
                   "path": os.path.relpath(r.path, report.out)} for g in report.groups for r in g.runs],
     }
-
-
-def _value(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _pct(interval: Interval) -> str:
-    return str(Interval(100 * interval.mean, 100 * interval.half_width, interval.n))
-
-
-def _signed(interval: Interval) -> str:
-    text = _pct(interval)
-    return text if text.startswith("-") else "+" + text
-
-
-def _duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"

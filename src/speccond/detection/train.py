@@ -1,11 +1,11 @@
 """One detection training run, readable top to bottom: ``train(config, run_dir)``; resumable at any step.
 
-The classification harness's conventions (experiments/train.py), reused where they are the same code:
-config.json (the config, versions, command), metrics.jsonl ("train" rows every 10 steps with each
-Mask R-CNN loss, "val" rows after each epoch, a final "eval" row on the test scenes, or a "diverged"
-row), atomic checkpoints (experiments/checkpoint.py) every ``checkpoint_every`` steps and at each
-epoch's end, a tqdm progress bar with rate and ETA, Ctrl-C honoured at a step boundary, warm-up then
-cosine learning rate, AdamW with decay on matrices only.
+The classification harness's conventions (experiments/train.py), kept by the same run-directory code
+(experiments/run_dir.py): config.json (the config, versions, command), metrics.jsonl ("train" rows every
+10 steps with each Mask R-CNN loss, "val" rows after each epoch, a final "eval" row on the test scenes,
+or a "diverged" row), atomic checkpoints (experiments/checkpoint.py) every ``checkpoint_every`` steps
+and at each epoch's end, a tqdm progress bar with rate and ETA, Ctrl-C honoured at a step boundary,
+warm-up then cosine learning rate, AdamW with decay on matrices only.
 
 The final row is {"kind": "eval", "split": "test", "box_ap", "box_ap50", "box_ap75", "mask_ap", ...,
 "accuracy": box_ap} (COCO AP as fractions, metrics.py; "accuracy" carries the reported figure, box AP,
@@ -16,10 +16,7 @@ a run resumed from any checkpoint ends with the same weights, bit for bit, as on
 from __future__ import annotations
 
 import fnmatch
-import json
-import logging
 import math
-import platform
 from pathlib import Path
 from typing import Optional
 
@@ -33,12 +30,12 @@ from speccond.detection.config import TASKS, DetectionConfig
 from speccond.detection.metrics import coco_evaluate, coco_ground_truth, detections
 from speccond.detection.model import build_detector
 from speccond.experiments import checkpoint
-from speccond.experiments.train import (
-    TRAIN_ROW_EVERY, _StepBoundaryInterrupt, _all_finite, _append, _command, _diverged_row, _drop_rows_after,
-    _keep_good_checkpoint, _label, _progress, _resume, _rows, learning_rate,
+from speccond.experiments.run_dir import (
+    METRICS, StepLoop, all_finite, append_row, complete_rows, drop_rows_after, record_divergence, recorded_divergence,
+    resume, write_config,
 )
+from speccond.experiments.train import TRAIN_ROW_EVERY, learning_rate
 
-log = logging.getLogger(__name__)
 KIND = "detection"  # config.json "kind": tells detection run directories from classification ones
 
 
@@ -125,12 +122,10 @@ def train(config: DetectionConfig, run_dir: Path, stop_after: Optional[int] = No
     and keeps its last good checkpoint, as in the classification harness. ``stop_after``: stop right
     after that global step, as a kill would (for tests of resumption)."""
     run_dir = Path(run_dir)
-    metrics = run_dir / "metrics.jsonl"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(run_dir, config)
-    diverged = _diverged_row(metrics)
+    metrics = run_dir / METRICS
+    write_config(run_dir, config, libraries=("torchvision", "timm", "pycocotools"), kind=KIND)
+    diverged = recorded_divergence(run_dir)
     if diverged is not None:
-        log.error("%s diverged at step %d (loss %s); not training it again", run_dir, diverged["step"], diverged["loss"])
         return diverged
     device = torch.device("cuda" if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()) else "cpu")
     scenes = load_scenes(config)
@@ -140,18 +135,16 @@ def train(config: DetectionConfig, run_dir: Path, stop_after: Optional[int] = No
     optimizer = make_optimizer(model, config)
     steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
-    step = _resume(run_dir, model, optimizer)
-    _drop_rows_after(metrics, step)
-    finished = [r for r in _rows(metrics) if r.get("kind") == "eval" and r.get("step") == total_steps]
+    step = resume(run_dir, model, optimizer)
+    drop_rows_after(metrics, step)
+    finished = [r for r in complete_rows(metrics) if r.get("kind") == "eval" and r.get("step") == total_steps]
     if finished:
         return finished[-1]
 
     def save() -> None:
         checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
 
-    bar = _progress(total_steps, step, progress)
-    interrupt = _StepBoundaryInterrupt()
-    try:
+    with StepLoop(total_steps, step, progress) as steps:
         while step < total_steps:
             epoch, index = divmod(step, steps_per_epoch)
             order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
@@ -167,65 +160,27 @@ def train(config: DetectionConfig, run_dir: Path, stop_after: Optional[int] = No
             loss = sum(losses.values())
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
-                final = {"kind": "diverged", "step": step + 1, "loss": str(loss_value), "total_steps": total_steps}
-                _append(metrics, final)
-                _keep_good_checkpoint(run_dir, step)
-                log.error("training loss is %s at step %d of %s: the run diverged and stops here; its last good "
-                          "checkpoint is kept", loss_value, step + 1, run_dir)
-                return final
+                return record_divergence(run_dir, step, loss_value, total_steps)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if config.grad_clip:
                 nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
             step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_value:.3f}")
+            steps.advanced(loss_value)
             if step % TRAIN_ROW_EVERY == 0:
-                _append(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
-                                  **{name: float(value.detach()) for name, value in losses.items()}})
+                append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
+                                     **{name: float(value.detach()) for name, value in losses.items()}})
             if config.refresh_every and step % config.refresh_every == 0:
                 speccond.refresh(model.backbone.trunk)
             epoch_done = step % steps_per_epoch == 0
-            if epoch_done and config.val_size and _all_finite(model):
-                _append(metrics, {"kind": "val", "step": step, "epoch": step // steps_per_epoch,
-                                  **evaluate(model, scenes["val"], config.eval_batch_size)})
-            if epoch_done or step % config.checkpoint_every == 0:
-                save()
-            if stop_after is not None and step >= stop_after:
+            if epoch_done and config.val_size and all_finite(model):
+                append_row(metrics, {"kind": "val", "step": step, "epoch": step // steps_per_epoch,
+                                     **evaluate(model, scenes["val"], config.eval_batch_size)})
+            if steps.boundary(step, save, epoch_done or step % config.checkpoint_every == 0, stop_after):
                 return {}
-            if interrupt.requested:
-                save()
-                log.warning("interrupted after step %d; checkpoint saved, resume with the same command", step)
-                raise KeyboardInterrupt
-    finally:
-        interrupt.restore()
-        bar.close()
     result = evaluate(model, scenes["test"], config.eval_batch_size)
     final = {"kind": "eval", "split": "test", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
              "accuracy": result["box_ap"], **result}
-    _append(metrics, final)
+    append_row(metrics, final)
     return final
-
-
-def _write_config(run_dir: Path, config: DetectionConfig) -> None:
-    path = run_dir / "config.json"
-    if path.is_file():
-        recorded = json.loads(path.read_text())
-        if recorded.get("kind") != KIND or DetectionConfig.from_dict(recorded["config"]) != config:
-            raise ValueError(f"{run_dir} was started with a different config ({path}); resume with the same "
-                             "config or use a new --out")
-        return
-    import pycocotools
-    import timm
-    import torchvision
-
-    record = {
-        "kind": KIND, "config": config.to_dict(), "label": _label(config), "command": _command(),
-        "versions": {"speccond": speccond.__version__, "torch": torch.__version__, "torchvision": torchvision.__version__,
-                     "timm": timm.__version__, "pycocotools": getattr(pycocotools, "__version__", "?"),
-                     "python": platform.python_version()},
-    }
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(record, indent=2))
-    partial.replace(path)

@@ -14,7 +14,7 @@ import itertools
 import json
 import time
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.report import Report, config_key, reads, write_report
@@ -156,14 +156,16 @@ def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
     return sweep
 
 
-def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True) -> dict:
-    """``train``, adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}) when it
-    got further than the recorded step (so a finished run asked again adds nothing)."""
+def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True,
+                trainer: Callable[..., dict] = train) -> dict:
+    """``trainer(config, run_dir, progress=progress)`` (train.py's ``train``; detection/train.py's for a
+    DetectionConfig), adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}) when
+    it got further than the recorded step (so a finished run asked again adds nothing)."""
     run_dir = Path(run_dir)
     timing = run_dir / "timing.json"
     recorded = json.loads(timing.read_text()) if timing.is_file() else {"seconds": 0.0, "step": -1}
     started = time.perf_counter()
-    final = train(config, run_dir, progress=progress)
+    final = trainer(config, run_dir, progress=progress)
     if final.get("step", 0) > recorded["step"]:
         spent = recorded["seconds"] + time.perf_counter() - started
         partial = timing.with_suffix(".partial")

@@ -1,14 +1,14 @@
 """TrainConfig: one training run, every field typed and commented, validated once.
 
-``with_overrides(["lr=3e-4", "epochs=2"])`` parses ``key=value`` strings to each field's type and
-rejects unknown keys, so a command line can set any field and nothing else.
+``with_overrides(["lr=3e-4", "epochs=2"])`` (config_fields.py) parses ``key=value`` strings to each field's
+type and rejects unknown keys, so a command line can set any field and nothing else.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, fields
-from typing import Sequence
+from dataclasses import dataclass
+
+from speccond.experiments.config_fields import ConfigFields
 
 # baseline: no correction; spectral: the fixed correction (lam, correction); spectral-svd: the fixed SVD
 # correction; shifted-init: W0 + lam I_k baked in at initialisation and no correction afterwards (the
@@ -21,7 +21,7 @@ METHODS = ("baseline", "spectral", "spectral-svd", "shifted-init", "sigma-repara
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
     model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*) or "bert" (mlm, glue-*)
     method: str = "spectral"  # one of METHODS
@@ -94,37 +94,3 @@ class TrainConfig:
     def init_path(self) -> str:
         """``init_from`` with its ``{field}`` placeholders filled from this config."""
         return self.init_from.format(**self.to_dict())
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "TrainConfig":
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
-        return cls(**values)
-
-    def with_overrides(self, pairs: Sequence[str]) -> "TrainConfig":
-        """A copy with ``key=value`` overrides parsed to each field's type; unknown keys are an error."""
-        types = {f.name: f.type for f in fields(self)}
-        changes = {}
-        for pair in pairs:
-            key, sep, text = pair.partition("=")
-            if not sep:
-                raise ValueError(f"overrides look like key=value, got {pair!r}")
-            if key not in types:
-                raise ValueError(f"unknown TrainConfig field {key!r}; known: {sorted(types)}")
-            changes[key] = _parse(key, text, types[key])
-        return dataclasses.replace(self, **changes)
-
-
-def _parse(key: str, text: str, kind: str):
-    try:
-        if kind == "int":
-            return int(text)
-        if kind == "float":
-            return float(text)
-    except ValueError:
-        raise ValueError(f"TrainConfig.{key} expects {kind}, got {text!r}") from None
-    return text

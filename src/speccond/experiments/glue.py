@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from speccond.experiments.report import Group, group_runs
+from speccond.experiments.report_format import percent, signed_percent
 from speccond.experiments.runs import find_runs, read_run
-from speccond.experiments.stats import Interval, mean_interval, paired_difference
+from speccond.experiments.stats import mean_interval, paired_difference
 
 # task -> (the GLUE task it stands for, paper's baseline, paper's spectral); None: the paper gives none.
 PAPER = {
@@ -56,10 +57,10 @@ def glue_table(folders: Sequence[str | Path], out: Optional[str | Path] = None) 
     lines = ["| method | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for label in labels:
         accuracy = {t: {r.seed: r.accuracy for r in columns[t][label].included} for t in columns}
-        cells = [_pct(mean_interval(list(accuracy[t].values()))) for t in columns]
+        cells = [percent(mean_interval(list(accuracy[t].values()))) for t in columns]
         average = _average(accuracy, glue)
         if glue:
-            cells.append(_pct(mean_interval(list(average.values()))) if average else "- (no seed in all tasks)")
+            cells.append(percent(mean_interval(list(average.values()))) if average else "- (no seed in all tasks)")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
         if reference is not None and label != reference:
             theirs = {t: {r.seed: r.accuracy for r in columns[t][reference].included} for t in columns}
@@ -98,8 +99,7 @@ def _difference(ours: dict[int, float], theirs: dict[int, float]) -> str:
     common = sorted(set(ours) & set(theirs))
     if not common:
         return "- (no seed in common)"
-    text = _pct(paired_difference([ours[s] for s in common], [theirs[s] for s in common]))
-    return text if text.startswith("-") else "+" + text
+    return signed_percent(paired_difference([ours[s] for s in common], [theirs[s] for s in common]))
 
 
 def _paper_rows(tasks: list[str], average: bool) -> list[str]:
@@ -110,7 +110,3 @@ def _paper_rows(tasks: list[str], average: bool) -> list[str]:
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     cells = [f"{paper[2] - paper[1]:+.1f}" if paper else "-" for paper in papers]
     return rows + ["| paper: difference | " + " | ".join(cells) + " |"]
-
-
-def _pct(interval: Interval) -> str:
-    return str(Interval(100 * interval.mean, 100 * interval.half_width, interval.n))

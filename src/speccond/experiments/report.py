@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from speccond.experiments.report_format import duration, jsonable, percent, show_value, signed_percent
 from speccond.experiments.runs import RunRecord, find_runs, read_run
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
 
@@ -113,7 +113,7 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     report = Report(out, shlex.join(words), reference.label if reference else None, groups, summaries, plots, "")
     report = dataclasses.replace(report, markdown=_markdown(report))
     (out / "results.md").write_text(report.markdown)
-    (out / "results.json").write_text(json.dumps(_jsonable(_json(report)), indent=2) + "\n")
+    (out / "results.json").write_text(json.dumps(jsonable(_json(report)), indent=2) + "\n")
     log.info("report of %d runs in %d groups written to %s", sum(len(g.runs) for g in groups), len(groups), out)
     return report
 
@@ -139,7 +139,7 @@ def group_runs(records: Sequence[RunRecord]) -> list[Group]:
     groups = []
     for values, runs in zip(settings, run_lists):
         label = _method_label(values)
-        extra = [f"{f}={_value(values[f])}" for f in varying if f in values]
+        extra = [f"{f}={show_value(values[f])}" for f in varying if f in values]
         groups.append(Group(label + (f" ({', '.join(extra)})" if extra else ""), values["method"], values,
                             tuple(sorted(runs, key=lambda r: r.seed))))
     assert len({g.label for g in groups}) == len(groups), [g.label for g in groups]
@@ -213,12 +213,12 @@ def _group_order(settings: list[dict]) -> list[int]:
 def _method_label(values: dict) -> str:
     parts = [values["method"]]
     if values.get("target_kappa") and values["method"] in ("spectral", "shifted-init"):
-        parts.append(f"lam=auto(kappa<={_value(values['target_kappa'])})")
+        parts.append(f"lam=auto(kappa<={show_value(values['target_kappa'])})")
     elif "lam" in values:
-        parts.append(f"lam={_value(values['lam'])}")
+        parts.append(f"lam={show_value(values['lam'])}")
     if values.get("correction", "identity") != "identity":
         parts.append(f"correction={values['correction']}")
-    parts += [f"{name}={_value(values[name])}" for name, default in _LABELLED_WHEN_SET.items()
+    parts += [f"{name}={show_value(values[name])}" for name, default in _LABELLED_WHEN_SET.items()
               if name in values and values[name] != default]
     return " ".join(parts)
 
@@ -288,7 +288,7 @@ def _attention(shared: dict) -> str:
 
 def _settings(shared: dict, reference: Optional[str]) -> list[str]:
     fields = ("epochs", "train_size", "batch_size", "lr", "weight_decay", "warmup_steps", "grad_clip", "test_size")
-    value = {f: _value(shared[f]) if f in shared else VARIES for f in fields}
+    value = {f: show_value(shared[f]) if f in shared else VARIES for f in fields}
     train = "all training images" if value["train_size"] == "0" else f"{value['train_size']} training images" + (
         " (a seeded subset)" if value["train_size"] != VARIES else "")
     test = "all test images" if value["test_size"] == "0" else f"the first {value['test_size']} test images"
@@ -316,10 +316,11 @@ def _summary_row(s: Summary) -> str:
     elif s.difference is None:
         difference = "- (no seed in common)"
     else:
-        difference = _signed(s.difference) + ("" if s.difference_seeds == len(s.seeds) else f" ({s.difference_seeds} seeds)")
+        some = "" if s.difference_seeds == len(s.seeds) else f" ({s.difference_seeds} seeds)"
+        difference = signed_percent(s.difference) + some
     kappa = "-" if s.kappa_qkv is None else f"{s.kappa_qkv:.3g}"
-    return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {_pct(s.accuracy)} | {difference} | "
-            f"{s.loss if s.loss is not None else '-'} | {kappa} | {_duration(s.seconds)} |")
+    return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {percent(s.accuracy)} | {difference} | "
+            f"{s.loss if s.loss is not None else '-'} | {kappa} | {duration(s.seconds)} |")
 
 
 def _run_row(group: Group, run: RunRecord, out: Path) -> str:
@@ -332,7 +333,7 @@ def _run_row(group: Group, run: RunRecord, out: Path) -> str:
         status, accuracy = "finished", f"{100 * run.accuracy:.2f}"
     loss = "-" if run.loss is None else f"{run.loss:.4f}"
     kappa = "-" if run.kappa_qkv is None else f"{run.kappa_qkv:.3g} ({run.kappa_step})"
-    return (f"| {group.label} | {run.seed} | {status} | {accuracy} | {loss} | {kappa} | {_duration(run.seconds)} | "
+    return (f"| {group.label} | {run.seed} | {status} | {accuracy} | {loss} | {kappa} | {duration(run.seconds)} | "
             f"`{os.path.relpath(run.path, out)}` |")
 
 
@@ -354,27 +355,6 @@ def _shared(configs: list[dict]) -> dict:
     return {k: v for k, v in configs[0].items() if all(c[k] == v for c in configs)} if configs else {}
 
 
-def _value(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _pct(interval: Interval) -> str:
-    return str(Interval(100 * interval.mean, 100 * interval.half_width, interval.n))
-
-
-def _signed(interval: Interval) -> str:
-    text = _pct(interval)
-    return text if text.startswith("-") else "+" + text
-
-
-def _duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
-
-
 def _json(report: Report) -> dict:
     return {
         "command": report.command,
@@ -394,14 +374,3 @@ def _json(report: Report) -> dict:
         ],
         "plots": report.plots,
     }
-
-
-def _jsonable(value):
-    """JSON has no nan or inf: write them as strings, as the metrics rows do."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value

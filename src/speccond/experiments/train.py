@@ -5,20 +5,14 @@ tokens (mlm.py: masks drawn per step, ``mlm.targets`` lists the labels the model
 A run with ``config.init_from`` starts from a pre-trained encoder (pretrained.py), loaded once, before
 the first step; a resumed run reads its own checkpoint instead.
 
-The run directory holds config.json (the config, versions, seed, command), metrics.jsonl (rows as they
-happen: "train" every 10 steps, "eval" after each epoch, tracker rows if asked) and checkpoints/
-(checkpoint.py). Data order and augmentation are functions of (seed, epoch, step), so a run resumed from
+The run directory (run_dir.py) holds config.json (the config, versions, seed, command), metrics.jsonl
+(rows as they happen: "train" every 10 steps, "eval" after each epoch, tracker rows if asked) and
+checkpoints/ (checkpoint.py). Data order and augmentation are functions of (seed, epoch, step), so a run resumed from
 any checkpoint ends with the same weights, bit for bit, as one that was never interrupted.
 """
 from __future__ import annotations
 
-import json
-import logging
 import math
-import platform
-import signal
-import sys
-import threading
 from pathlib import Path
 from typing import Optional
 
@@ -34,10 +28,13 @@ from speccond.experiments.distributed import Context
 from speccond.experiments.families import FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone
 from speccond.experiments.methods import apply_method
 from speccond.experiments.pretrained import load_pretrained
+from speccond.experiments.run_dir import (
+    METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
+    write_config,
+)
 from speccond.experiments.sequence_model import build_nystromformer, padded_length
 from speccond.experiments.tasks import TaskShape, load_task, task_shape
 
-log = logging.getLogger(__name__)
 TRAIN_ROW_EVERY = 10
 
 
@@ -145,14 +142,12 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     """
     context = Context.from_environment(config.device)
     run_dir = Path(run_dir)
-    metrics = run_dir / "metrics.jsonl"
+    metrics = run_dir / METRICS
     if context.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _write_config(run_dir, config)
+        write_config(run_dir, config, libraries=("timm",))
     context.barrier()
-    diverged = _diverged_row(metrics)
+    diverged = recorded_divergence(run_dir)
     if diverged is not None:
-        log.error("%s diverged at step %d (loss %s); not training it again", run_dir, diverged["step"], diverged["loss"])
         return diverged
     task = load_task(config)
     samples = task["train_x"].shape[0]
@@ -163,13 +158,12 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     optimizer = make_optimizer(model, config)
     steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
-    step = _resume(run_dir, model, optimizer)
+    step = resume(run_dir, model, optimizer)
     if step == 0 and config.init_from:
         load_pretrained(model, config)  # in place: the optimiser holds the same parameters
     if context.is_main:
-        _drop_rows_after(metrics, step)
+        drop_rows_after(metrics, step)
     trained = context.wrap(model)
-    bar = _progress(total_steps, step, progress and context.is_main)
     tracker = _tracker(config, model, task, metrics) if context.is_main else None
     if tracker is not None and step == 0:
         tracker.step(0)
@@ -179,8 +173,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
 
     final: dict = {}
-    interrupt = _StepBoundaryInterrupt()
-    try:
+    with StepLoop(total_steps, step, progress and context.is_main) as steps:
         while step < total_steps:
             epoch, index = divmod(step, steps_per_epoch)
             order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
@@ -201,77 +194,32 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             counts = (local_targets.shape[0], mlm.targets(labels).shape[0])  # this rank's and the global batch's
             loss_value = context.global_mean(local_mean, *counts)
             if not math.isfinite(loss_value):
-                final = {"kind": "diverged", "step": step + 1, "loss": str(loss_value), "total_steps": total_steps}
-                if context.is_main:
-                    _append(metrics, final)
-                    _keep_good_checkpoint(run_dir, step)
-                log.error(
-                    "training loss is %s at step %d of %s: the run diverged and stops here; its last good checkpoint "
-                    "is kept (lower lr or lam, or raise warmup_steps, and start a new --out)", loss_value, step + 1, run_dir,
-                )
-                return final
+                return record_divergence(run_dir, step, loss_value, total_steps, write=context.is_main)
             optimizer.zero_grad(set_to_none=True)
             context.local_loss(local_mean, *counts).backward()
             if config.grad_clip:
                 nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
             step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_value:.3f}")
+            steps.advanced(loss_value)
             if step % TRAIN_ROW_EVERY == 0 and context.is_main:
-                _append(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]})
+                append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]})
             if config.refresh_every and step % config.refresh_every == 0:
                 speccond.refresh(model)  # svd corrections and auto lams follow the weights (PAPER.md section 5)
-            if tracker is not None and step % tracker.every == 0 and _all_finite(model):
+            if tracker is not None and step % tracker.every == 0 and all_finite(model):
                 tracker.step(step)  # non-finite weights are left to the next step's divergence check
             epoch_done = step % steps_per_epoch == 0
             if epoch_done:
                 final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
                          **evaluate(model, task["test_x"], task["test_y"])}
                 if context.is_main:
-                    _append(metrics, final)
-            if epoch_done or step % config.checkpoint_every == 0:
-                save()
-            if stop_after is not None and step >= stop_after:
+                    append_row(metrics, final)
+            if steps.boundary(step, save, epoch_done or step % config.checkpoint_every == 0, stop_after):
                 return {}
-            if interrupt.requested:
-                save()
-                log.warning("interrupted after step %d; checkpoint saved, resume with the same command", step)
-                raise KeyboardInterrupt
-    finally:
-        interrupt.restore()
-        bar.close()
     if not final:  # resumed after the last epoch had finished
         final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
                  **evaluate(model, task["test_x"], task["test_y"])}
     return final
-
-
-class _StepBoundaryInterrupt:
-    """Ctrl-C (SIGINT) during training is honoured at the next step boundary, where the weights, the
-    optimiser state and the step counter agree, so the checkpoint saved then resumes exactly. A second
-    Ctrl-C interrupts at once (the last checkpoint on disk is still complete)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.previous = None
-        # Not from a worker thread (signals go to the main one), and not where SIGINT is ignored (a shell's
-        # background job): the process keeps ignoring it there, as it did before training started.
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self.previous = signal.signal(signal.SIGINT, self._request)
-
-    def _request(self, signum, frame) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        log.warning("Ctrl-C: stopping after this step (press again to stop at once)")
-
-    def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-
-
-def _all_finite(model: nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
 def _check_shards(samples: int, batch_size: int, context: Context) -> None:
@@ -282,20 +230,6 @@ def _check_shards(samples: int, batch_size: int, context: Context) -> None:
             f"batch_size {batch_size} over {samples} examples leaves a batch of {min(batch_size, last)} for "
             f"{context.world} processes; choose batch_size and train_size so every batch has >= {context.world} examples"
         )
-
-
-def _keep_good_checkpoint(run_dir: Path, step: int) -> None:
-    """A checkpoint taken at ``step`` holds the weights whose loss was not finite: drop it."""
-    folder = checkpoint.latest(run_dir)
-    if folder is not None and json.loads((folder / "manifest.json").read_text())["step"] == step:
-        checkpoint.discard_latest(run_dir)
-
-
-def _diverged_row(metrics: Path) -> Optional[dict]:
-    for row in _rows(metrics):
-        if row.get("kind") == "diverged":
-            return row
-    return None
 
 
 def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
@@ -309,85 +243,3 @@ def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
     entropy = config.model in ("vit", "deit") and config.method != "qk-norm"
     probe = task["test_x"][:8].to(next(model.parameters()).device)  # (8, C, H, W)
     return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy)
-
-
-def _resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    folder = checkpoint.latest(run_dir)
-    if folder is None:
-        return 0
-    manifest, state = checkpoint.load(folder, model)
-    optimizer.load_state_dict(state["optimizer"])
-    log.info("resumed %s at step %d", run_dir, manifest["step"])
-    return int(manifest["step"])
-
-
-def _write_config(run_dir: Path, config: TrainConfig) -> None:
-    path = run_dir / "config.json"
-    if path.is_file():
-        recorded = TrainConfig.from_dict(json.loads(path.read_text())["config"])
-        if recorded != config:
-            raise ValueError(
-                f"{run_dir} was started with a different config ({path}); resume with the same config or use a new --out"
-            )
-        return
-    import timm
-
-    record = {
-        "config": config.to_dict(),
-        "label": _label(config),
-        "command": _command(),
-        "versions": {"speccond": speccond.__version__, "torch": torch.__version__, "timm": timm.__version__,
-                     "python": platform.python_version()},
-    }
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(record, indent=2))
-    partial.replace(path)
-
-
-def _label(config: TrainConfig) -> str:
-    if config.method not in ("spectral", "shifted-init"):
-        return config.method
-    lam = f"auto(kappa<={config.target_kappa:g})" if config.target_kappa else f"{config.lam:g}"
-    return f"{config.method} lam={lam}"
-
-
-def _command() -> list[str]:
-    """The command line that started this run, with the program named as a user would type it."""
-    program = Path(sys.argv[0]).name if sys.argv else ""
-    if program in ("speccond", "__main__.py"):
-        return ["speccond", *sys.argv[1:]]
-    return list(sys.argv)
-
-
-def _append(path: Path, row: dict) -> None:
-    with path.open("a") as handle:
-        handle.write(json.dumps(row) + "\n")
-
-
-def _rows(path: Path) -> list[dict]:
-    """The complete rows of a metrics file; a line cut short by a kill is skipped."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            log.warning("%s: skipping an incomplete line (a run killed while writing)", path)
-    return rows
-
-
-def _drop_rows_after(path: Path, step: int) -> None:
-    """On resume, forget rows written after the checkpoint (they will be written again)."""
-    if not path.is_file():
-        return
-    kept = [row for row in _rows(path) if row.get("step", 0) <= step]
-    partial = path.with_suffix(".partial")
-    partial.write_text("".join(json.dumps(row) + "\n" for row in kept))
-    partial.replace(path)
-
-
-def _progress(total: int, start: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=start, disable=not enabled, unit="step", dynamic_ncols=True, file=sys.stderr)

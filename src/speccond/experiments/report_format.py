@@ -1,0 +1,47 @@
+"""How the reports write numbers: table cells and results.json values.
+
+Shared by the classification report (report.py), the GLUE table (glue.py) and the detection report
+(detection/report.py), so a figure reads the same in all of them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from speccond.experiments.stats import Interval
+
+
+def show_value(value) -> str:
+    """A config value as a report shows it: floats by ``:g`` (1e-3 -> "0.001", 10.0 -> "10"), others by str."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def percent(interval: Interval) -> str:
+    """A fraction's interval in %: "87.3 +- 0.41" (or "87.3 (n=1)")."""
+    return str(Interval(100 * interval.mean, 100 * interval.half_width, interval.n))
+
+
+def signed_percent(interval: Interval) -> str:
+    """``percent`` with its sign always written: "+1.2 +- 0.3", "-0.4 +- 0.5"."""
+    text = percent(interval)
+    return text if text.startswith("-") else "+" + text
+
+
+def duration(seconds: Optional[float]) -> str:
+    """Wall time in s, min or h ("-" when not recorded)."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
+
+
+def jsonable(value):
+    """JSON has no nan or inf: write them as strings, as the metrics rows do (recursively through dicts and lists)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
