@@ -3,6 +3,9 @@
 # each (about 1.5 hours each on 2 cores); every run resumes where it stopped, finished runs are skipped.
 #   scripts/reproduce.sh fashion    Fashion-MNIST, ViT, all 7 methods, 3 seeds, full preset
 #   scripts/reproduce.sh cifar      CIFAR-10 (offline test-set split), 5 timm families, baseline vs spectral
+#   scripts/reproduce.sh lra        LRA, Nystromformer: the five tasks' quick comparisons (about an hour), then
+#                                   ListOps full (1,250 steps a run, 20 to 40 min): baseline, spectral, the
+#                                   peers and lam = auto, 3 seeds each
 #   scripts/reproduce.sh language   Crammed BERT -> GLUE at small scale: MLM pre-training per method (1 seed,
 #                                   about 15 min each), then the four glue-* tasks fine-tuned from it (3 seeds,
 #                                   about 10 min per method and seed), then the GLUE-like table
@@ -15,6 +18,14 @@ export OMP_NUM_THREADS=1
 if [ "$1" = fashion ]; then
   .venv/bin/speccond compare --task fashion-mnist --preset full --seeds 3 --out runs/fashion-mnist-full \
     --methods baseline,spectral,spectral-svd,shifted-init,sigma-reparam,spectral-norm,qk-norm --set track_every=100
+elif [ "$1" = lra ]; then
+  for task in listops retrieval pathfinder image text; do
+    .venv/bin/speccond compare --task lra-$task --preset quick --seeds 3 --out runs/lra-$task-quick \
+      --methods baseline,spectral || exit 1
+  done
+  full() { .venv/bin/speccond compare --task lra-listops --preset full --seeds 3 --out runs/lra-listops-full "$@"; }
+  full --methods baseline,spectral && full --methods spectral-svd,qk-norm,sigma-reparam,spectral-norm &&
+    full --methods spectral --sweep target_kappa=2
 elif [ "$1" = language ]; then
   preset=${PRESET:-full}
   methods=${METHODS:-baseline,spectral}
