@@ -255,5 +255,7 @@ def test_cli_compare_and_report_for_the_detection_task(tiny_task, tmp_path, caps
     assert [g["label"] for g in results["groups"]] == ["baseline", "spectral lam=10"]
     assert set(results["groups"][1]["differences"]) == {"box_ap", "mask_ap"}
     before = (out / "results.md").read_text()
-    assert main(["report", str(out)]) == 0  # rebuilt from the folder alone: the same table
-    assert (out / "results.md").read_text() == before
+    assert "](detection.png)" in before and (out / "detection.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (out / "detection.png").unlink()
+    assert main(["report", str(out)]) == 0  # rebuilt from the folder alone: the same table and the figure
+    assert (out / "results.md").read_text() == before and (out / "detection.png").is_file()

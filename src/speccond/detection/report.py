@@ -6,7 +6,8 @@ results.md. Runs are grouped as the classification report groups them (experimen
 ``group_runs``: the config without the seed and the parameters the method does not read); statistics
 come from experiments/stats.py: per group the mean and 95 % Student-t interval over seeds of box AP,
 AP50, AP75 and mask AP (COCO, pycocotools, in %), and the paired-by-seed difference of box AP and mask AP
-against the "baseline" group (else the first). A diverged run counts with AP 0 (its detector outputs
+against the "baseline" group (else the first). detection.png (detection/plots.py) shows the training loss
+and the AP of every seed. A diverged run counts with AP 0 (its detector outputs
 NaN), the analogue of chance accuracy in the classification report; unfinished runs are left out.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from speccond.detection.config import DetectionConfig
+from speccond.detection.plots import FILE as PLOT, write_detection_plot
 from speccond.experiments.report import Group, default_out, group_runs
 from speccond.experiments.report_format import duration, percent, show_value, signed_percent
 from speccond.experiments.runs import find_runs, read_rows
@@ -112,6 +114,8 @@ def write_detection_report(folders: Sequence[str | Path], out: Optional[str | Pa
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(markdown)
     (out / "results.json").write_text(json.dumps(_json(report), indent=2) + "\n")
+    if tabled:
+        write_detection_plot(tabled, out)
     return DetectionReport(out, report.command, report.reference, groups, markdown, summary)
 
 
@@ -164,6 +168,7 @@ def _markdown(report: DetectionReport) -> str:
             cells = [s["label"], str(len(s["seeds"])), f"{s['diverged']}/{len(s['seeds'])}",
                      *(percent(s["figures"][n]) for n in FIGURES), *differences, duration(s["seconds"])]
             lines.append("| " + " | ".join(cells) + " |")
+        lines += ["", f"![training loss, box AP and mask AP per seed]({PLOT})"]
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
     per_run = [*FIGURES, "mask_ap50"]

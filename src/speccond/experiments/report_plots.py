@@ -32,7 +32,7 @@ def write_plots(groups: Sequence, out: Path) -> list[str]:
         color = f"C{index % 10}"
         for number, run in enumerate(group.included):
             label = group.label if number == 0 else None
-            train = [r for r in rows[run.path] if r.get("kind") == "train" and _finite(r.get("loss"))]
+            train = [r for r in rows[run.path] if r.get("kind") == "train" and finite_number(r.get("loss"))]
             loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train], color=color, alpha=0.7,
                            marker="o", markersize=2, label=label)
             evals = [r for r in rows[run.path] if r.get("kind") == "eval"]
@@ -48,7 +48,7 @@ def write_plots(groups: Sequence, out: Path) -> list[str]:
     seed_axis.set_xticks(range(len(groups)), [g.label for g in groups], rotation=20, ha="right")
     seed_axis.set(ylabel="final test accuracy, %", title="(c) one dot per seed (x: diverged, at chance)")
     loss_axis.legend(fontsize="small")
-    _save(figure, out / "comparison.png")
+    save_figure(figure, out / "comparison.png")
 
     tracked = {path: [r for r in found if r.get("kind") in ("spectra", "entropy")] for path, found in rows.items()}
     if not any(tracked.values()):
@@ -70,30 +70,30 @@ def write_plots(groups: Sequence, out: Path) -> list[str]:
         axis.set(xlabel="training step", ylabel=f"kappa(W_{role}), mean over layers", yscale="log",
                  title=f"effective W_{role.upper()}")
     if entropy:
-        log_n = [r["log_n"] for found in tracked.values() for r in found if _finite(r.get("log_n"))]
+        log_n = [r["log_n"] for found in tracked.values() for r in found if finite_number(r.get("log_n"))]
         if log_n:
             axes[3].axhline(max(log_n), color="grey", linestyle="--", label="log N (uniform attention)")
             axes[3].legend(fontsize="small")
         axes[3].set(xlabel="training step", ylabel="attention entropy, nats (mean over layers, heads)")
     axes[0].legend(fontsize="small")
-    _save(figure, out / "kappa.png")
+    save_figure(figure, out / "kappa.png")
     return written + ["kappa.png"]
 
 
 def _mean_by_step(rows: list[dict], field: str, **equal) -> tuple[list[int], list[float]]:
     by_step: dict[int, list[float]] = defaultdict(list)
     for row in rows:
-        if all(row.get(k) == v for k, v in equal.items()) and _finite(row.get(field)):
+        if all(row.get(k) == v for k, v in equal.items()) and finite_number(row.get(field)):
             by_step[int(row["step"])].append(float(row[field]))
     steps = sorted(by_step)
     return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
 
-def _finite(value) -> bool:
+def finite_number(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _save(figure, path: Path) -> None:
+def save_figure(figure, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure.tight_layout()

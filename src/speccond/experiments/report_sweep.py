@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
+from speccond.experiments.report_plots import finite_number, save_figure
 from speccond.experiments.runs import read_rows
 from speccond.experiments.stats import mean_interval
 
@@ -49,8 +50,8 @@ def write_sweep_plot(groups: Sequence, reference, out: Path) -> Optional[str]:
     values = [g.settings[field] for g in mine]
     rows = {run.path: read_rows(run.path / "metrics.jsonl") for g in mine for run in g.included}
     entropy = [_mean([_step0_entropy(rows[run.path]) for run in g.included]) for g in mine]
-    log_n = [r["log_n"] for found in rows.values() for r in found if r.get("kind") == "entropy" and _finite(r.get("log_n"))]
-    panels = 3 if any(_finite(e) for e in entropy) else 2
+    log_n = [r["log_n"] for found in rows.values() for r in found if r.get("kind") == "entropy" and finite_number(r.get("log_n"))]
+    panels = 3 if any(finite_number(e) for e in entropy) else 2
     figure, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.2))
     method = mine[0].method
     accuracy_axis, kappa_axis = axes[0], axes[-1]
@@ -86,9 +87,7 @@ def write_sweep_plot(groups: Sequence, reference, out: Path) -> Optional[str]:
         else:
             axis.set_xscale("log")
             axis.set_xlim(low / 1.6, high * 1.6)
-    figure.tight_layout()
-    figure.savefig(out / FILE, dpi=110)
-    plt.close(figure)
+    save_figure(figure, out / FILE)
     return FILE
 
 
@@ -98,9 +97,5 @@ def _step0_entropy(rows: list[dict]) -> float:
 
 
 def _mean(values: list) -> float:
-    finite = [float(v) for v in values if _finite(v)]
+    finite = [float(v) for v in values if finite_number(v)]
     return sum(finite) / len(finite) if finite else math.nan
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
