@@ -4,7 +4,8 @@
         [--summary summary.md]
 
 For every folder: ``speccond report FOLDER`` (no training), then results.md, results.json and the plots
-are copied to ``<docs>/<folder name>/``; ``NAME=F1,F2`` reports the runs of several folders together
+are copied to ``<docs>/<folder name>/`` (a folder of detection runs: its own box / mask AP report and
+detection.png, with no summary row); ``NAME=F1,F2`` reports the runs of several folders together
 (an ablation beside the baseline it is measured against) straight into ``<docs>/NAME/``. The summary (printed, and written to ``<docs>/<summary>``)
 has one row per (folder, method): accuracy with its 95 % interval, the paired difference from the
 baseline, kappa at the end, diverged runs, wall time per run, next to the paper's row for it (PAPER.md
@@ -18,6 +19,8 @@ import json
 import shutil
 from pathlib import Path
 
+from speccond.detection.plots import FILE as DETECTION_PLOT
+from speccond.detection.report import holds_detection_runs, write_detection_report
 from speccond.experiments.report import write_report
 
 # ImageNet-1k top-1, baseline -> spectral conditioning, as the paper reports (PAPER.md section 4).
@@ -63,6 +66,13 @@ def summarise(argument: str, docs: Path) -> list[str]:
         folders = [Path(p) for p in paths.split(",") if p]
         target = docs / name
         write_report(folders, target)
+    elif holds_detection_runs([argument]):  # its own table (box and mask AP), copied as it is; no summary row
+        folder, target = Path(argument), docs / Path(argument).name
+        target.mkdir(parents=True, exist_ok=True)
+        write_detection_report([folder], folder)
+        for file in ("results.md", "results.json", DETECTION_PLOT):
+            shutil.copyfile(folder / file, target / file)
+        return []
     else:
         folder = Path(argument)
         target = docs / folder.name

@@ -14,7 +14,7 @@ from speccond.experiments.runs import read_rows
 from speccond.experiments.stats import mean_interval
 
 FILE = "detection.png"
-PANELS = (("box_ap", "(b) box AP (IoU 0.50:0.95), %"), ("mask_ap", "(c) mask AP, %"))
+PANELS = (("box_ap", "(b) box AP", "box AP (IoU 0.50:0.95), %"), ("mask_ap", "(c) mask AP", "mask AP, %"))
 
 
 def write_detection_plot(groups: Sequence, out: Path) -> str:
@@ -31,7 +31,7 @@ def write_detection_plot(groups: Sequence, out: Path) -> str:
             train = [r for r in read_rows(run.path / "metrics.jsonl") if r.get("kind") == "train" and finite_number(r.get("loss"))]
             loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train], color=color, alpha=0.7,
                            linewidth=1, label=group.label if number == 0 else None)
-        for axis, (figure_name, _) in zip(ap_axes, PANELS):
+        for axis, (figure_name, _, _) in zip(ap_axes, PANELS):
             values = [100 * run.metrics[figure_name] for run in group.included]
             spread = [0.06 * (n - (len(values) - 1) / 2) for n in range(len(values))]  # seeds side by side
             for offset, value, run in zip(spread, values, group.included):
@@ -43,8 +43,9 @@ def write_detection_plot(groups: Sequence, out: Path) -> str:
     loss_axis.set(xlabel="training step", ylabel="Mask R-CNN loss (sum of its five terms)", yscale="log",
                   title="(a) training loss, one line per seed")
     loss_axis.legend(fontsize="small")
-    for axis, (_, title) in zip(ap_axes, PANELS):
+    for axis, (_, title, label) in zip(ap_axes, PANELS):
         axis.set_xticks(range(len(groups)), [g.label for g in groups], rotation=20, ha="right")
-        axis.set(ylabel=title.split(") ", 1)[1], title=f"{title}: dots = seeds, square = mean +- 95 %")
+        axis.set_xlim(-0.6, len(groups) - 0.4)
+        axis.set(ylabel=label, title=f"{title}: seeds (dots), mean +- 95 % (square)")
     save_figure(figure, out / FILE)
     return FILE
