@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from speccond.experiments.config import TrainConfig
-from speccond.experiments.stats import mean_interval, paired_difference
+from speccond.experiments.stats import Interval, mean_interval, paired_difference
 
 needs_data = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir(),
@@ -31,6 +31,15 @@ def test_mean_interval_matches_a_hand_computation():
     assert interval.mean == pytest.approx(0.82)
     assert interval.half_width == pytest.approx(4.303 * 0.02 / math.sqrt(3))
     assert math.isnan(mean_interval([0.5]).half_width)
+
+
+@pytest.mark.parametrize("mean, half, text", [
+    (30.6243, 1.3412, "30.6 +- 1.3"), (0.7109, 0.6203, "0.71 +- 0.62"), (39.04, 11.2, "39 +- 11"),
+    (-27.23, 10.4, "-27 +- 10"), (0.8214, 0.0497, "0.821 +- 0.050"), (10.0, 0.0, "10 +- 0"),
+])
+def test_an_interval_is_written_to_the_decimal_place_of_its_half_widths_second_digit(mean, half, text):
+    assert str(Interval(mean, half, 3)) == text
+    assert str(Interval(87.34, math.nan, 1)) == "87.34 (n=1)"
 
 
 def test_paired_difference_uses_the_same_seeds():

@@ -18,9 +18,14 @@ class Interval:
     n: int
 
     def __str__(self) -> str:
+        """The half width to 2 significant digits and the mean to the same decimal place: "30.6 +- 1.3",
+        "0.71 +- 0.62", "39 +- 11"; "87.3 (n=1)" with one value; "10 +- 0" when every value is equal."""
         if math.isnan(self.half_width):
             return f"{self.mean:.4g} (n=1)"
-        return f"{self.mean:.4g} +- {self.half_width:.2g}"
+        if self.half_width == 0 or not math.isfinite(self.half_width):
+            return f"{self.mean:.4g} +- {self.half_width:.2g}"
+        decimals = max(0, 1 - math.floor(math.log10(self.half_width)))
+        return f"{self.mean:.{decimals}f} +- {self.half_width:.{decimals}f}"
 
 
 def t95(df: int) -> float:
