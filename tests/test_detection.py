@@ -176,6 +176,31 @@ def test_spectral_conditions_every_attention_block_of_the_trunk(model):
     assert not speccond.is_conditioned(baseline)
 
 
+def test_lam_10_bounds_xcas_logits_by_the_temperature_but_makes_vits_nearly_one_hot():
+    """scripts/detection_attention_at_init.py's explanation of docs/RESULTS.md's detection row: XCiT's XCA logits
+    are cosines times the temperature whatever lam is; a ViT's grow like lam^2 and its attention collapses."""
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "scripts" / "detection_attention_at_init.py"
+    spec = importlib.util.spec_from_file_location("detection_attention_at_init", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tokens = torch.randn(2, 144, TINY.embed_dim)  # (B, N, C): 144 tokens, as a 96 px canvas in patches of 8
+    for lam in (0.0, 10.0):
+        config = dataclasses.replace(TINY, model="xcit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
+        attention = build_detector(config, 10, 96).backbone.trunk.blocks[0].attn
+        logits = script.attention_logits(attention, tokens)  # (B, H, d, d)
+        assert logits.shape == (2, TINY.num_heads, 16, 16)
+        assert logits.abs().max() <= attention.temperature.abs().max() * (1 + 1e-5)
+    entropy = {}
+    for lam in (0.0, 10.0):
+        config = dataclasses.replace(TINY, model="vit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
+        attention = build_detector(config, 10, 96).backbone.trunk.blocks[0].attn
+        p = script.attention_logits(attention, tokens).softmax(-1)  # (B, H, N, N)
+        entropy[lam] = float(-(p * p.clamp_min(1e-30).log()).sum(-1).mean().detach())
+    assert entropy[0.0] > 0.95 * np.log(144) and entropy[10.0] < 0.3 * np.log(144), entropy
+
+
 @needs_data
 @pytest.mark.parametrize("method", ["baseline", "spectral"])
 def test_a_training_step_and_an_evaluation_step_run(scenes, method):
