@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,10 @@ def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own
     assert rows["spectral lam=10 - baseline (paired)"][3].rstrip(" |").lstrip("+") == difference.lstrip("+")
     assert rows["method"] == ["glue-sentiment (SST-2)", "glue-hyperbaton (CoLA)", "mlm (masked-token accuracy)",
                               "average (glue-*) |"]
+    for column, task in enumerate(("glue-sentiment", "glue-hyperbaton")):  # the class prior of the scored test examples
+        labels = load_task(read_run(tmp_path / task / "baseline" / "seed-0").config)["test_y"].tolist()
+        majority = max(Counter(labels).values()) / len(labels)
+        assert rows["majority class of the test set"][column] == f"{100 * majority:.1f}"
     assert rows["paper: Crammed BERT baseline"][0] == "92.3 (SST-2)" and "78.6 (GLUE average)" in table
     assert main(["report", "--glue", *map(str, [*folders, pretrained]), "--out", str(tmp_path / "cli")]) == 0
     assert (tmp_path / "cli" / "glue.md").read_text() == (tmp_path / "table" / "glue.md").read_text() == table

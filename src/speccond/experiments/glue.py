@@ -11,7 +11,9 @@ are left out, as in ``speccond report``). The average is taken per seed over the
 seeds a method finished in all of them, then summarised the same way. Below each method, its paired
 difference from the baseline, "<method> - baseline (paired)" (by seed; on the average, the per-seed
 averages are paired). An mlm
-folder adds a column of masked-token accuracy on held-out text, outside the average.
+folder adds a column of masked-token accuracy on held-out text, outside the average. A row gives each
+glue-* task's majority-class accuracy on the test examples the runs were scored on (what a model that
+learnt nothing but the class prior scores).
 
 Beside them, the paper's Crammed BERT rows (PAPER.md section 4): SST-2, QNLI and CoLA stand where
 sentiment, fact and hyperbaton stand; it reports no MRPC / QQP number, and its average is over all of
@@ -22,10 +24,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+import torch
+
 from speccond.experiments.report import Group, group_runs
 from speccond.experiments.report_format import percent, signed_percent
 from speccond.experiments.runs import find_runs, read_run
 from speccond.experiments.stats import mean_interval, paired_difference
+from speccond.experiments.tasks import load_task
 
 # task -> (the GLUE task it stands for, paper's baseline, paper's spectral); None: the paper gives none.
 PAPER = {
@@ -68,6 +73,10 @@ def glue_table(folders: Sequence[str | Path], out: Optional[str | Path] = None) 
             if glue:
                 diffs.append(_difference(average, _average(theirs, glue)))
             lines.append(f"| {label} - {reference} (paired) | " + " | ".join(diffs) + " |")
+    if labels:
+        first = {t: columns[t][labels[0]].included[0].config for t in columns}
+        cells = [f"{100 * _majority(first[t]):.1f}" if t in glue else "-" for t in columns]
+        lines.append("| majority class of the test set | " + " | ".join(cells) + (" | - |" if glue else " |"))
     lines += _paper_rows(list(columns), bool(glue))
     text = "\n".join([
         "# GLUE-like results: " + ", ".join(columns), "",
@@ -87,6 +96,12 @@ def _task_title(task: str) -> str:
         return "mlm (masked-token accuracy)"
     paper = PAPER.get(task)
     return f"{task} ({paper[0].split(',')[0]})" if paper else task
+
+
+def _majority(config) -> float:
+    """The fraction of the task's test examples (as ``config`` selects them) in its most common class."""
+    labels = load_task(config)["test_y"]  # (M,) int64
+    return float(torch.bincount(labels).max()) / labels.numel()
 
 
 def _average(accuracy: dict[str, dict[int, float]], glue: list[str]) -> dict[int, float]:
