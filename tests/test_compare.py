@@ -290,3 +290,21 @@ def test_a_sweep_is_the_one_numeric_field_a_methods_groups_differ_in():
     assert swept_field([group("baseline"), group("spectral")]) is None  # one group per method
     assert swept_field([group("spectral", corrected="q"), group("spectral", corrected="k")]) is None  # not numeric
     assert swept_field([group("spectral", lam=1.0, lr=0.1), group("spectral", lam=2.0, lr=0.2)]) is None  # two fields
+
+
+@needs_data
+def test_wall_time_of_a_stopped_run_counts_once_it_resumes(data_home, tmp_path):
+    import functools
+
+    from speccond.experiments.compare import train_timed
+    from speccond.experiments.train import train
+
+    run = tmp_path / "run"
+    assert train_timed(TINY, run, progress=False, trainer=functools.partial(train, stop_after=6)) == {}  # Ctrl-C
+    stopped = json.loads((run / "timing.json").read_text())
+    assert stopped["step"] == -1 and stopped["seconds"] > 0  # not finished, its time kept
+    final = train_timed(TINY, run, progress=False)
+    finished = json.loads((run / "timing.json").read_text())
+    assert finished["step"] == final["step"] > 6 and finished["seconds"] > stopped["seconds"]
+    assert train_timed(TINY, run, progress=False) == final  # finished: asked again, nothing added
+    assert json.loads((run / "timing.json").read_text()) == finished

@@ -159,16 +159,28 @@ def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
 def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True,
                 trainer: Callable[..., dict] = train) -> dict:
     """``trainer(config, run_dir, progress=progress)`` (train.py's ``train``; detection/train.py's for a
-    DetectionConfig), adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}) when
-    it got further than the recorded step (so a finished run asked again adds nothing)."""
+    DetectionConfig), adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}: the
+    finished step, -1 until then) when it got further than the recorded step, or was stopped on the way
+    (Ctrl-C: the time spent before a resume counts too). A finished run asked again adds nothing; a kill
+    that leaves no Python running (SIGKILL) loses the time since the last record."""
     run_dir = Path(run_dir)
     timing = run_dir / "timing.json"
     recorded = json.loads(timing.read_text()) if timing.is_file() else {"seconds": 0.0, "step": -1}
     started = time.perf_counter()
-    final = trainer(config, run_dir, progress=progress)
-    if final.get("step", 0) > recorded["step"]:
-        spent = recorded["seconds"] + time.perf_counter() - started
+
+    def record(step: int) -> None:
         partial = timing.with_suffix(".partial")
-        partial.write_text(json.dumps({"seconds": spent, "step": final["step"]}))
+        partial.write_text(json.dumps({"seconds": recorded["seconds"] + time.perf_counter() - started, "step": step}))
         partial.replace(timing)
+
+    try:
+        final = trainer(config, run_dir, progress=progress)
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the last checkpoint resumes
+        if run_dir.is_dir():
+            record(recorded["step"])
+        raise
+    if "step" in final and final["step"] > recorded["step"]:
+        record(final["step"])
+    elif not final:  # stopped at a step boundary (Ctrl-C), to be resumed
+        record(recorded["step"])
     return final
