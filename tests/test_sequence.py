@@ -110,3 +110,33 @@ def test_a_report_names_the_attention_its_nystromformer_runs_computed():
     assert f"Nystrom attention over {padded_length(length, 64)} tokens" in _title({**shared, "landmarks": 64})
     full = padded_length(length, 64)  # as many landmarks as (padded) tokens: transformers' silent fallback
     assert f"FULL softmax attention (landmarks = sequence length {full}" in _title({**shared, "landmarks": full})
+
+
+def test_lam_10_collapses_nystrom_attentions_kernels_at_initialisation():
+    """scripts/nystrom_attention_at_init.py, as docs/RESULTS.md's ListOps section reads it: lam = 10 takes
+    both softmax kernels of Nystrom attention from near log n to near 0 nats."""
+    import importlib.util
+    from pathlib import Path
+
+    from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
+
+    path = Path(__file__).parents[1] / "scripts" / "nystrom_attention_at_init.py"
+    spec = importlib.util.spec_from_file_location("nystrom_attention_at_init", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tokens = torch.randint(1, 20, (4, 256), generator=torch.Generator().manual_seed(1))
+    found = {}
+    for lam in (0.0, 10.0):
+        torch.manual_seed(0)
+        model = build_nystromformer(256, 20, 10, embed_dim=32, depth=1, num_heads=2, landmarks=64).eval()
+        if lam:
+            speccond.apply(model, speccond.SpectralConfig(lam=lam))
+        block = next(m for m in model.modules() if isinstance(m, NystromformerSelfAttention))
+        seen = []
+        block.register_forward_hook(lambda m, inputs, output: seen.append(inputs[0]))  # (4, 256, 32)
+        with torch.no_grad():
+            model(tokens)
+            found[lam] = script.inspect_block(block, seen[0])
+            assert 0 < found[lam]["conv_share"] < 1
+    assert found[0.0]["kernel_1"] > 0.95 * found[0.0]["log_m"] and found[0.0]["kernel_3"] > 0.95 * found[0.0]["log_n"]
+    assert found[10.0]["kernel_1"] < 0.2 * found[10.0]["log_m"] and found[10.0]["kernel_3"] < 0.2 * found[10.0]["log_n"]
