@@ -11,6 +11,10 @@
 #                                   about 10 min per method and seed), then the GLUE-like table
 #                                   (runs/language-full/glue.md). PRESET=quick: minutes in all; SEEDS=5 the paper's count; METHODS=... adds
 #                                   peers (any of speccond.experiments.config.METHODS).
+#   scripts/reproduce.sh language-peers  the same with baseline, lam = 10, lam = auto and the three peers, each
+#                                   pre-trained on its own (PRESET=quick by default: about 50 min in all)
+#   scripts/reproduce.sh detection  Mask R-CNN on fashion-scenes, baseline vs lam = 10, 3 seeds: the XCiT trunk
+#                                   (about an hour), then the ViT trunk (about an hour)
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
 # SPECCOND_SRC: run from a frozen checkout (e.g. a git worktree) while the working tree changes
@@ -37,6 +41,24 @@ elif [ "$1" = language ]; then
   done
   .venv/bin/speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
     "runs/glue-hyperbaton-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
+elif [ "$1" = language-peers ]; then
+  preset=${PRESET:-quick}
+  peers=baseline,spectral,qk-norm,sigma-reparam,spectral-norm
+  .venv/bin/speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods $peers &&
+    .venv/bin/speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods spectral \
+      --sweep target_kappa=2 || exit 1
+  for task in sentiment hyperbaton pairs fact; do
+    .venv/bin/speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
+      --methods $peers --set "init_from=runs/language-mlm-$preset/{method}/seed-0" || exit 1
+    .venv/bin/speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
+      --methods spectral --sweep target_kappa=2 \
+      --set "init_from=runs/language-mlm-$preset/spectral-target_kappa=2/seed-0" || exit 1
+  done
+  .venv/bin/speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
+    "runs/glue-hyperbaton-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
+elif [ "$1" = detection ]; then
+  .venv/bin/speccond compare --task fashion-scenes --model xcit-maskrcnn --preset full --seeds 3 --out runs/detection &&
+    .venv/bin/speccond compare --task fashion-scenes --model vit-maskrcnn --preset full --seeds 3 --out runs/detection-vit
 else
   for family in vit deit xcit davit swin; do
     patch=4; [ $family = swin ] && patch=8
