@@ -289,3 +289,16 @@ def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own
     assert rows["paper: Crammed BERT baseline"][0] == "92.3 (SST-2)" and "78.6 (GLUE average)" in table
     assert main(["report", "--glue", *map(str, [*folders, pretrained]), "--out", str(tmp_path / "cli")]) == 0
     assert (tmp_path / "cli" / "glue.md").read_text() == (tmp_path / "table" / "glue.md").read_text() == table
+
+
+@pytest.mark.parametrize("label, row", [
+    ("spectral lam=10 (init_from=runs/mlm/{method}/seed-0)", "spectral lam=10"),
+    ("spectral lam=auto(kappa<=2) (init_from=runs/mlm/spectral-target_kappa=2/seed-0)", "spectral lam=auto(kappa<=2)"),
+    ("baseline (init_from=runs/a/seed-0, lr=0.001)", "baseline (lr=0.001)"),
+    ("baseline (lr=0.001, init_from=runs/a/seed-0)", "baseline (lr=0.001)"),
+    ("qk-norm", "qk-norm"),
+])
+def test_glue_rows_line_up_whatever_pre_training_path_each_method_named(label, row):
+    from speccond.experiments.glue import row_label
+
+    assert row_label(label) == row

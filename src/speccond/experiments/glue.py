@@ -21,6 +21,7 @@ GLUE. CoLA is scored by Matthews correlation there, by accuracy here (hyperbaton
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -54,7 +55,7 @@ def glue_table(folders: Sequence[str | Path], out: Optional[str | Path] = None) 
         task = tasks.pop()
         if task in columns:
             raise ValueError(f"two folders hold task {task!r}; give one comparison folder per task")
-        columns[task] = {g.label: g for g in groups if g.included}
+        columns[task] = {row_label(g.label): g for g in groups if g.included}
     glue = [t for t in columns if t.startswith("glue-")]
     labels = [label for label in next(iter(columns.values()), {}) if all(label in c for c in columns.values())]
     reference = next((label for label in labels if columns[next(iter(columns))][label].method == REFERENCE), None)
@@ -96,6 +97,14 @@ def _task_title(task: str) -> str:
         return "mlm (masked-token accuracy)"
     paper = PAPER.get(task)
     return f"{task} ({paper[0].split(',')[0]})" if paper else task
+
+
+def row_label(label: str) -> str:
+    """A group's label without its ``init_from=...`` (a task's runs start from their own method's pre-training,
+    named by a template or a path, so the rows of every task and of the mlm column line up):
+    "spectral lam=10 (init_from=runs/mlm/{method}/seed-0)" -> "spectral lam=10"."""
+    label = re.sub(r"init_from=[^,)]*(, )?", "", label)
+    return re.sub(r" \(\)$", "", label.replace(", )", ")"))
 
 
 def _majority(config) -> float:

@@ -22,7 +22,9 @@ class Interval:
         "0.71 +- 0.62", "39 +- 11"; "87.3 (n=1)" with one value; "10 +- 0" when every value is equal."""
         if math.isnan(self.half_width):
             return f"{self.mean:.4g} (n=1)"
-        if self.half_width == 0 or not math.isfinite(self.half_width):
+        if self.half_width <= 1e-9 * max(1.0, abs(self.mean)):  # equal values, up to float rounding
+            return f"{self.mean:.4g} +- 0"
+        if not math.isfinite(self.half_width):
             return f"{self.mean:.4g} +- {self.half_width:.2g}"
         decimals = max(0, 1 - math.floor(math.log10(self.half_width)))
         return f"{self.mean:.{decimals}f} +- {self.half_width:.{decimals}f}"
