@@ -21,6 +21,7 @@ from torch.nn.functional import normalize
 
 from speccond import data
 from speccond.detection.config import DetectionConfig
+from speccond.diagnostics.entropy import row_entropy
 from speccond.detection.model import IMAGE_MEAN, IMAGE_STD, build_detector
 
 
@@ -46,8 +47,7 @@ def main() -> None:
             def record(module, inputs, _output):
                 logits = attention_logits(module, inputs[0])
                 p = logits.softmax(-1)
-                entropy = -(p * p.clamp_min(1e-30).log()).sum(-1).mean()
-                found.append((float(entropy), math.log(p.shape[-1]), float(logits.abs().max())))
+                found.append((float(row_entropy(p).mean()), math.log(p.shape[-1]), float(logits.abs().max())))
 
             for module in model.modules():
                 if isinstance(module, (xcit.XCA, vit.Attention)):

@@ -17,6 +17,7 @@ import math
 import torch
 from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
 
+from speccond.diagnostics.entropy import row_entropy
 from speccond.experiments.compare import preset
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.tasks import load_task, task_shape
@@ -24,7 +25,7 @@ from speccond.experiments.train import build_model
 
 
 def entropy(p: torch.Tensor) -> float:
-    return float(-(p * p.clamp_min(1e-30).log()).sum(-1).mean())
+    return float(row_entropy(p).mean())
 
 
 def inspect_block(module: NystromformerSelfAttention, hidden: torch.Tensor) -> dict:

@@ -179,12 +179,10 @@ def test_spectral_conditions_every_attention_block_of_the_trunk(model):
 def test_lam_10_bounds_xcas_logits_by_the_temperature_but_makes_vits_nearly_one_hot():
     """scripts/detection_attention_at_init.py's explanation of docs/RESULTS.md's detection row: XCiT's XCA logits
     are cosines times the temperature whatever lam is; a ViT's grow like lam^2 and its attention collapses."""
-    import importlib.util
+    from speccond.diagnostics.entropy import row_entropy
+    from tests.scripts import load_script
 
-    path = Path(__file__).parents[1] / "scripts" / "detection_attention_at_init.py"
-    spec = importlib.util.spec_from_file_location("detection_attention_at_init", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("detection_attention_at_init")
     tokens = torch.randn(2, 144, TINY.embed_dim)  # (B, N, C): 144 tokens, as a 96 px canvas in patches of 8
     for lam in (0.0, 10.0):
         config = dataclasses.replace(TINY, model="xcit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
@@ -197,7 +195,7 @@ def test_lam_10_bounds_xcas_logits_by_the_temperature_but_makes_vits_nearly_one_
         config = dataclasses.replace(TINY, model="vit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
         attention = build_detector(config, 10, 96).backbone.trunk.blocks[0].attn
         p = script.attention_logits(attention, tokens).softmax(-1)  # (B, H, N, N)
-        entropy[lam] = float(-(p * p.clamp_min(1e-30).log()).sum(-1).mean().detach())
+        entropy[lam] = float(row_entropy(p).mean().detach())
     assert entropy[0.0] > 0.95 * np.log(144) and entropy[10.0] < 0.3 * np.log(144), entropy
 
 

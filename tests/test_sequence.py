@@ -115,15 +115,11 @@ def test_a_report_names_the_attention_its_nystromformer_runs_computed():
 def test_lam_10_collapses_nystrom_attentions_kernels_at_initialisation():
     """scripts/nystrom_attention_at_init.py, as docs/RESULTS.md's ListOps section reads it: lam = 10 takes
     both softmax kernels of Nystrom attention from near log n to near 0 nats."""
-    import importlib.util
-    from pathlib import Path
-
     from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
 
-    path = Path(__file__).parents[1] / "scripts" / "nystrom_attention_at_init.py"
-    spec = importlib.util.spec_from_file_location("nystrom_attention_at_init", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from tests.scripts import load_script
+
+    script = load_script("nystrom_attention_at_init")
     tokens = torch.randint(1, 20, (4, 256), generator=torch.Generator().manual_seed(1))
     found = {}
     for lam in (0.0, 10.0):

@@ -14,6 +14,11 @@ from speccond.diagnostics.heads import head_cases, layer_count
 from speccond.diagnostics.records import Records
 
 
+def row_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """-sum_j p_j log p_j over the last dimension of probabilities (..., n) -> (...), in nats (0 log 0 = 0)."""
+    return -(probs * probs.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(-1)
+
+
 def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
     """Rows: layer, head, entropy (mean nats over queries and batch), min_entropy, log_n."""
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -22,7 +27,7 @@ def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
         for head, case in enumerate(head_cases(model, inputs, layer)):
             with torch.no_grad():
                 probs = case.double().probabilities()  # (B, N, N)
-            entropy = -(probs * probs.clamp_min(1e-300).log()).sum(-1)  # (B, N)
+            entropy = row_entropy(probs)  # (B, N)
             rows.append(
                 {
                     "layer": layer,

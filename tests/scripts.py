@@ -1,0 +1,16 @@
+"""Import a file of scripts/ (not a package) as a module, so tests can call its functions."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module (its ``main`` is not run)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
