@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -191,6 +192,44 @@ def test_mlm_pretraining_resumes_to_the_same_weights(prepared, tmp_path):
     assert train(config, tmp_path / "killed", progress=False) == straight  # resumed from step 4
     a, b = (checkpoint.latest(tmp_path / run) / "model.safetensors" for run in ("straight", "killed"))
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_tracked_language_runs_record_attention_entropy_and_lam_ten_collapses_it(prepared, tmp_path):
+    """The harness tracks BERT's attention entropy (not qk-norm's: its q, k LayerNorms are hooks the head
+    diagnostics would miss); at lam = 10 it starts near 0, the baseline's near uniform over 128 tokens."""
+    from speccond.diagnostics import attention_entropy, read_metrics
+
+    step0 = {}
+    for method in ("baseline", "spectral", "qk-norm"):
+        config = dataclasses.replace(PRETRAIN, method=method, epochs=1, track_every=2)  # 4 steps: rows at 0, 2, 4
+        train(config, tmp_path / method, progress=False)
+        rows = read_metrics(tmp_path / method / "metrics.jsonl", kind="entropy")
+        assert {r["step"] for r in rows} == (set() if method == "qk-norm" else {0, 2, 4})
+        step0[method] = [r for r in rows if r["step"] == 0]
+    assert len(step0["baseline"]) == 2 and step0["baseline"][0]["log_n"] == pytest.approx(math.log(128))
+    assert all(r["entropy"] > 0.9 * r["log_n"] for r in step0["baseline"])
+    assert all(r["entropy"] < 0.5 for r in step0["spectral"])
+    config = dataclasses.replace(PRETRAIN, method="spectral")  # the rows are the diagnostic of the model at step 0
+    probe = load_task(config)["test_x"][:8]  # (8, 2, 128)
+    expected = attention_entropy(build_model(config, task_shape("mlm")), (probe,))
+    assert [r["entropy"] for r in step0["spectral"]] == pytest.approx([r["entropy"] for r in expected], rel=1e-6)
+
+
+def test_bert_attention_script_reads_each_pretrained_encoder(prepared, pretrained, tmp_path):
+    """scripts/bert_attention.py: lam = 10's encoder, pre-trained, still attends nearly one-hot; unfinished
+    runs are skipped, not read."""
+    from tests.scripts import load_script
+
+    script = load_script("bert_attention")
+    probe = load_task(PRETRAIN)["test_x"][:8]  # (8, 2, 128)
+    baseline, spectral = (script.pretrained_model(pretrained / m / "seed-0") for m in ("baseline", "spectral"))
+    source = build_model(dataclasses.replace(PRETRAIN, method="spectral"), task_shape("mlm"))
+    checkpoint.load(checkpoint.latest(pretrained / "spectral" / "seed-0"), source)
+    assert all(torch.equal(a, b) for a, b in zip(spectral.state_dict().values(), source.state_dict().values()))
+    assert script.mean_entropy(baseline, probe)[0] > 0.8 * math.log(128)
+    assert script.mean_entropy(spectral, probe)[1] < 0.5
+    train(PRETRAIN, tmp_path / "unfinished", stop_after=3, progress=False)
+    assert script.pretrained_model(tmp_path / "unfinished") is None
 
 
 def test_finetuning_starts_from_the_pretrained_encoder(prepared, pretrained, tmp_path):

@@ -238,8 +238,8 @@ def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
         return None
     from speccond.diagnostics import Tracker
 
-    # Head diagnostics (entropy) cover softmax attention over tokens (the ViT and DeiT families) and
+    # Head diagnostics (entropy) cover softmax attention over tokens (the ViT and DeiT families, BERT) and
     # rebuild q and k from the weights, so they would miss qk-norm's LayerNorm hooks: off for qk-norm.
-    entropy = config.model in ("vit", "deit") and config.method != "qk-norm"
-    probe = task["test_x"][:8].to(next(model.parameters()).device)  # (8, C, H, W)
+    entropy = config.model in ("vit", "deit", "bert") and config.method != "qk-norm"
+    probe = task["test_x"][:8].to(next(model.parameters()).device)  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
     return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy)
