@@ -107,6 +107,31 @@ def test_head_probabilities_equal_the_models_own_attention_bert():
         torch.testing.assert_close(case.probabilities(), expected[:, head], rtol=1e-5, atol=1e-6)
 
 
+def test_uniform_entropy_counts_the_keys_a_padding_mask_or_causality_leaves_visible():
+    from transformers import BertConfig, BertModel
+
+    from speccond.diagnostics.attention_head import AttentionHead
+    from speccond.diagnostics.entropy import uniform_reference
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=64, attn_implementation="eager")
+    ids, mask = torch.randint(0, 50, (2, 9)), torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0  # transformers' additive mask: finfo.min on the 3 padded keys of sample 1
+    case = head_cases(BertModel(config).eval(), (ids, mask), layer=0)[0]
+    assert case.visible_keys().tolist() == [[9] * 9, [6] * 9]
+    rows = dx.attention_entropy(BertModel(config).eval(), (ids, mask))
+    assert rows[0]["uniform_entropy"] == pytest.approx((math.log(9) + math.log(6)) / 2)
+    assert rows[0]["log_n"] == pytest.approx(math.log(9))
+    x, w = torch.randn(1, 4, 8), torch.randn(8, 2)
+    position_bias = torch.randn(1, 4, 4)  # a finite bias hides nothing
+    causal = AttentionHead(x, w, w, w, 1.0, logit_bias=position_bias, causal=True)
+    assert causal.visible_keys().tolist() == [[1, 2, 3, 4]]
+    assert uniform_reference([{"kind": "entropy", "log_n": 2.0}, {"kind": "entropy", "log_n": 3.0,
+                                                                   "uniform_entropy": 1.5}]) == 2.0
+    assert uniform_reference([{"kind": "spectra", "kappa": 4.0}]) is None
+
+
 def test_lam_ten_collapses_attention_entropy_at_init():
     """PAPER.md section 3b: with LayerNorm'd inputs and lam = 10, attention starts nearly one-hot."""
     images = _images()
@@ -117,6 +142,7 @@ def test_lam_ten_collapses_attention_entropy_at_init():
     assert all(r["entropy"] > 0.95 * r["log_n"] for r in baseline)
     assert all(r["entropy"] < 0.5 for r in conditioned)
     assert len(conditioned) == 2 * 4 and conditioned[0]["log_n"] == pytest.approx(math.log(17))
+    assert all(r["uniform_entropy"] == pytest.approx(r["log_n"]) for r in baseline)  # no mask: every key visible
 
 
 def test_entropy_refuses_channel_attention_with_a_clear_error():

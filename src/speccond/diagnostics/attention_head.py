@@ -90,6 +90,19 @@ class AttentionHead:
             logits = logits.masked_fill(future, float("-inf"))
         return torch.softmax(logits, dim=-1)  # (B, N, N)
 
+    def visible_keys(self) -> Tensor:
+        """(B, N): how many keys each query may attend to. A key is hidden by causality or by a logit_bias
+        entry that is a mask, -inf or at most half the dtype's lowest value (transformers' finfo.min), not
+        by a finite bias such as a relative position's. Uniform attention's entropy is log(visible_keys)."""
+        b, n = self.x.shape[0], self.x.shape[1]
+        visible = torch.ones(b, n, n, dtype=torch.bool, device=self.x.device)  # (B, N, N)
+        if self.logit_bias is not None:
+            bias = self.logit_bias
+            visible = visible & (bias > torch.finfo(bias.dtype).min / 2) if bias.is_floating_point() else visible
+        if self.causal:
+            visible = visible & torch.ones(n, n, dtype=torch.bool, device=self.x.device).tril()
+        return visible.sum(-1)  # (B, N)
+
     def output(self, x: Tensor | None = None, w_q: Tensor | None = None, w_k: Tensor | None = None,
                w_v: Tensor | None = None) -> Tensor:
         """A = P (x W_V + b_V): (B, N, dh), at the stored x and weights or at the ones given."""

@@ -1,7 +1,8 @@
 """Attention entropy per layer and head: H = -sum_j p_ij log p_ij, averaged over queries and the batch.
 
-log(N) is the entropy of uniform attention; values near 0 mean one-hot attention, the collapse that
-sigmaReparam guards against and the risk of lam = 10 at initialisation (PAPER.md section 3).
+Uniform attention has entropy log(N), or less where a padding mask or causality hides keys
+(``uniform_entropy``); values near 0 mean one-hot attention, the collapse that sigmaReparam guards
+against and the risk of lam = 10 at initialisation (PAPER.md section 3).
 """
 from __future__ import annotations
 
@@ -19,8 +20,18 @@ def row_entropy(probs: torch.Tensor) -> torch.Tensor:
     return -(probs * probs.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(-1)
 
 
+def uniform_reference(rows: list[dict]) -> float | None:
+    """The largest entropy of uniform attention among entropy rows (the dashed line the plots draw):
+    ``uniform_entropy``, or ``log_n`` for rows written before that field; None when there are none."""
+    values = [r.get("uniform_entropy", r.get("log_n")) for r in rows if r.get("kind", "entropy") == "entropy"]
+    values = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return max(values) if values else None
+
+
 def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
-    """Rows: layer, head, entropy (mean nats over queries and batch), min_entropy, log_n."""
+    """Rows: layer, head, entropy (mean nats over queries and batch), min_entropy, log_n, and uniform_entropy:
+    the entropy of attention spread evenly over the keys each query may see (mean of log visible keys),
+    which is log_n unless a padding mask or causality hides some (AttentionHead.visible_keys)."""
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     rows = []
     for layer in range(layer_count(model)):
@@ -35,6 +46,7 @@ def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
                     "entropy": float(entropy.mean()),
                     "min_entropy": float(entropy.min()) + 0.0,  # -0.0 for one-hot rows prints as -0
                     "log_n": math.log(probs.shape[-1]),
+                    "uniform_entropy": float(case.visible_keys().double().log().mean()),
                 }
             )
     return Records(rows, "attention entropy (nats)")

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from speccond.diagnostics.entropy import uniform_reference
 from speccond.diagnostics.tracker import read_metrics
 
 ROLES = ("q", "k", "v")
@@ -53,9 +54,9 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]
     for label, path in runs.items():
         steps, values = _mean_over_layers(read_metrics(path, kind="entropy"), "entropy")
         axis.plot(steps, values, marker="o", markersize=3, label=label)
-    log_n = [r["log_n"] for p in runs.values() for r in read_metrics(p, kind="entropy")]
-    if log_n:
-        axis.axhline(max(log_n), color="grey", linestyle="--", label="log N (uniform)")
+    uniform = uniform_reference([r for p in runs.values() for r in read_metrics(p, kind="entropy")])
+    if uniform is not None:
+        axis.axhline(uniform, color="grey", linestyle="--", label="uniform attention")
     axis.set_xlabel("training step")
     axis.set_ylabel("attention entropy, nats (mean over layers and heads)")
     axis.legend()

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from speccond.diagnostics.entropy import uniform_reference
 from speccond.experiments.runs import read_rows
 
 ROLES = ("q", "k", "v")
@@ -70,9 +71,9 @@ def write_plots(groups: Sequence, out: Path) -> list[str]:
         axis.set(xlabel="training step", ylabel=f"kappa(W_{role}), mean over layers", yscale="log",
                  title=f"effective W_{role.upper()}")
     if entropy:
-        log_n = [r["log_n"] for found in tracked.values() for r in found if finite_number(r.get("log_n"))]
-        if log_n:
-            axes[3].axhline(max(log_n), color="grey", linestyle="--", label="log N (uniform attention)")
+        uniform = uniform_reference([r for found in tracked.values() for r in found])
+        if uniform is not None:
+            axes[3].axhline(uniform, color="grey", linestyle="--", label="uniform attention")
             axes[3].legend(fontsize="small")
         axes[3].set(xlabel="training step", ylabel="attention entropy, nats (mean over layers, heads)")
     axes[0].legend(fontsize="small")

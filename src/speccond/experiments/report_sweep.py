@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
+from speccond.diagnostics.entropy import uniform_reference
 from speccond.experiments.report_plots import finite_number, save_figure
 from speccond.experiments.runs import read_rows
 from speccond.experiments.stats import mean_interval
@@ -50,7 +51,7 @@ def write_sweep_plot(groups: Sequence, reference, out: Path) -> Optional[str]:
     values = [g.settings[field] for g in mine]
     rows = {run.path: read_rows(run.path / "metrics.jsonl") for g in mine for run in g.included}
     entropy = [_mean([_step0_entropy(rows[run.path]) for run in g.included]) for g in mine]
-    log_n = [r["log_n"] for found in rows.values() for r in found if r.get("kind") == "entropy" and finite_number(r.get("log_n"))]
+    uniform = uniform_reference([r for found in rows.values() for r in found])
     panels = 3 if any(finite_number(e) for e in entropy) else 2
     figure, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.2))
     method = mine[0].method
@@ -71,8 +72,8 @@ def write_sweep_plot(groups: Sequence, reference, out: Path) -> Optional[str]:
     accuracy_axis.legend(fontsize="small")
     if panels == 3:
         axes[1].plot(values, entropy, color="C1", marker="o", label=f"{method}")
-        if log_n:
-            axes[1].axhline(max(log_n), color="grey", linestyle="--", label="log N (uniform attention)")
+        if uniform is not None:
+            axes[1].axhline(uniform, color="grey", linestyle="--", label="uniform attention")
         axes[1].set(xlabel=field, ylabel="attention entropy at step 0, nats", title="(b) attention at initialisation")
         axes[1].legend(fontsize="small")
     kappas = [_mean([r.kappa_qkv for r in g.included if r.status == "finished"]) for g in mine]
