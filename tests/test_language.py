@@ -309,6 +309,7 @@ def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own
         compare(dataclasses.replace(base, task=task), ["baseline", "spectral"], [0, 1], tmp_path / task, progress=False)
         folders.append(tmp_path / task)
     table = glue_table([*folders, pretrained], tmp_path / "table")
+    assert "on 32 training examples" in (tmp_path / "glue-sentiment" / "results.md").read_text()  # not "images"
     accuracy = {(t, m, s): read_run(tmp_path / t / m / f"seed-{s}").accuracy
                 for t in ("glue-sentiment", "glue-hyperbaton") for m in ("baseline", "spectral") for s in (0, 1)}
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}

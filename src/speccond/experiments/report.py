@@ -286,12 +286,20 @@ def _attention(shared: dict) -> str:
     return f"Nystrom attention over {length} tokens"
 
 
+def _example_noun(shared: dict) -> str:
+    """What one example of the runs' task is called: images, or examples for token sequences and text."""
+    from speccond.experiments.tasks import task_shape
+
+    return "images" if "task" not in shared or task_shape(shared["task"]).kind == "image" else "examples"
+
+
 def _settings(shared: dict, reference: Optional[str]) -> list[str]:
     fields = ("epochs", "train_size", "batch_size", "lr", "weight_decay", "warmup_steps", "grad_clip", "test_size")
     value = {f: show_value(shared[f]) if f in shared else VARIES for f in fields}
-    train = "all training images" if value["train_size"] == "0" else f"{value['train_size']} training images" + (
+    unit = _example_noun(shared)
+    train = f"all training {unit}" if value["train_size"] == "0" else f"{value['train_size']} training {unit}" + (
         " (a seeded subset)" if value["train_size"] != VARIES else "")
-    test = "all test images" if value["test_size"] == "0" else f"the first {value['test_size']} test images"
+    test = f"all test {unit}" if value["test_size"] == "0" else f"the first {value['test_size']} test {unit}"
     note = f" {VARIES}: differs between the groups, given in their labels." if VARIES in value.values() else ""
     return [
         f"Training: {value['epochs']} epoch(s) on {train}, batch {value['batch_size']}, AdamW lr "
