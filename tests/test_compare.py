@@ -37,6 +37,7 @@ def test_mean_interval_matches_a_hand_computation():
     (30.6243, 1.3412, "30.6 +- 1.3"), (0.7109, 0.6203, "0.71 +- 0.62"), (39.04, 11.2, "39 +- 11"),
     (-27.23, 10.4, "-27 +- 10"), (0.8214, 0.0497, "0.821 +- 0.050"), (10.0, 0.0, "10 +- 0"),
     (47.574999999999996, 1.7e-14, "47.57 +- 0"),  # three equal values, up to rounding
+    (-0.0333, 1.93, "0.0 +- 1.9"),  # a mean that rounds to zero has no sign
 ])
 def test_an_interval_is_written_to_the_decimal_place_of_its_half_widths_second_digit(mean, half, text):
     assert str(Interval(mean, half, 3)) == text

@@ -27,7 +27,8 @@ class Interval:
         if not math.isfinite(self.half_width):
             return f"{self.mean:.4g} +- {self.half_width:.2g}"
         decimals = max(0, 1 - math.floor(math.log10(self.half_width)))
-        return f"{self.mean:.{decimals}f} +- {self.half_width:.{decimals}f}"
+        mean = round(self.mean, decimals) + 0.0  # a mean that rounds to zero reads 0.0, not -0.0
+        return f"{mean:.{decimals}f} +- {self.half_width:.{decimals}f}"
 
 
 def t95(df: int) -> float:
