@@ -96,9 +96,8 @@ class AttentionHead:
         by a finite bias such as a relative position's. Uniform attention's entropy is log(visible_keys)."""
         b, n = self.x.shape[0], self.x.shape[1]
         visible = torch.ones(b, n, n, dtype=torch.bool, device=self.x.device)  # (B, N, N)
-        if self.logit_bias is not None:
-            bias = self.logit_bias
-            visible = visible & (bias > torch.finfo(bias.dtype).min / 2) if bias.is_floating_point() else visible
+        if self.logit_bias is not None:  # additive, so floating point
+            visible = visible & (self.logit_bias > torch.finfo(self.logit_bias.dtype).min / 2)
         if self.causal:
             visible = visible & torch.ones(n, n, dtype=torch.bool, device=self.x.device).tril()
         return visible.sum(-1)  # (B, N)
