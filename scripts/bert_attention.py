@@ -21,7 +21,7 @@ from speccond.diagnostics import attention_entropy
 from speccond.experiments import checkpoint
 from speccond.experiments.compare import preset
 from speccond.experiments.config import TrainConfig
-from speccond.experiments.runs import read_run
+from speccond.experiments.runs import load_model, read_run
 from speccond.experiments.tasks import load_task
 from speccond.experiments.train import model_for
 
@@ -40,10 +40,7 @@ def pretrained_model(folder: Path) -> torch.nn.Module | None:
     record = read_run(folder)
     if record.status != "finished" or record.config.method == "qk-norm":
         return None
-    with torch.random.fork_rng(devices=[]):  # building the model seeds the global generator
-        model = model_for(record.config).eval()
-    checkpoint.load(checkpoint.latest(folder), model)
-    return model
+    return load_model(record.config, checkpoint.latest(folder))[0].eval()
 
 
 def main(folders: list[str]) -> None:

@@ -30,7 +30,6 @@ import json
 import logging
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from speccond.experiments import checkpoint
@@ -92,13 +91,11 @@ def pretrained_config(config: TrainConfig) -> TrainConfig:
 
 def load_pretrained(model: nn.Module, config: TrainConfig) -> TrainConfig:
     """Copy the encoder of the run ``config.init_from`` names into ``model`` in place; return that run's config."""
-    from speccond.experiments.train import model_for
+    from speccond.experiments.runs import load_model
 
     pre = pretrained_config(config)
     folder = checkpoint.latest(init_dir(config))
-    with torch.random.fork_rng(devices=[]):  # building a model seeds the global generator
-        source = model_for(pre)
-    manifest, _ = checkpoint.load(folder, source)
+    source, manifest = load_model(pre, folder)
     encoder = {k: v for k, v in source.state_dict().items() if k.startswith(ENCODER)}
     wanted = {k: v for k, v in model.state_dict().items() if k.startswith(ENCODER) and not k.startswith(POOLER)}
     if set(encoder) != set(wanted):

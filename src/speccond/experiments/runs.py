@@ -136,16 +136,24 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def checkpoint_kappa(config: TrainConfig, folder: Path) -> float:
-    """Mean kappa of the effective q, k, v blocks over layers of the model saved in ``folder``."""
+def load_model(config: TrainConfig, folder: Path):
+    """(model, manifest): the model a run of ``config`` trains, with the checkpoint ``folder`` loaded
+    (checksums verified by checkpoint.load); the global random generator is left as it was."""
     import torch
 
-    from speccond.diagnostics import projection_spectra
     from speccond.experiments.train import model_for
 
     with torch.random.fork_rng(devices=[]):  # building the model seeds the global generator
         model = model_for(config)
-    checkpoint.load(folder, model)
+    manifest, _ = checkpoint.load(folder, model)
+    return model, manifest
+
+
+def checkpoint_kappa(config: TrainConfig, folder: Path) -> float:
+    """Mean kappa of the effective q, k, v blocks over layers of the model saved in ``folder``."""
+    from speccond.diagnostics import projection_spectra
+
+    model, _ = load_model(config, folder)
     return _mean_kappa(projection_spectra(model, per_head=False))
 
 
