@@ -142,14 +142,13 @@ CASE_IDS = [c.name for c in CASES]
 
 
 def expected_identity(weight: torch.Tensor, layout: speccond.ProjectionLayout, lam: dict[str, float]) -> torch.Tensor:
-    """C built by hand, stored orientation: lam_role * eye(block_out, in) placed at each role's rows."""
+    """C built by hand, stored orientation: lam_role * eye(width, in) placed at each role's rows."""
     w = layout.out_in(weight)
     out, inp = w.shape
-    block_out = out // len(layout.roles)
     correction = torch.zeros(out, inp, dtype=weight.dtype)
     for role in layout.roles:
-        rows = layout.block_rows(role, out)
-        correction[rows] = lam[role] * torch.eye(block_out, inp, dtype=weight.dtype)
+        rows = layout.block_rows(role, out)  # (width,): each block its own rectangular identity
+        correction[rows] = lam[role] * torch.eye(rows.numel(), inp, dtype=weight.dtype)
     return layout.out_in(correction)
 
 

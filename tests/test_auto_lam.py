@@ -309,8 +309,8 @@ def test_output_equals_plain_model_at_hand_built_w_plus_lam_i(name, granularity,
                                    rtol=LAM_RTOL, atol=0)
         # Still the sparse representation: one value per diagonal entry of each q/k/v block, no dense C.
         assert not hasattr(item.correction, "matrix")
-        diagonal = min(item.correction.block_out, item.correction.in_features)
-        assert item.correction.values.numel() == len(layout.roles) * diagonal
+        diagonals = [min(item.correction.block_widths[r], item.correction.in_features) for r in layout.roles]
+        assert item.correction.values.numel() == sum(diagonals)
     assert_close(_run(model, inputs), _run(reference, inputs))
 
 

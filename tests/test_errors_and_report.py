@@ -41,7 +41,12 @@ def test_bad_config_is_a_clear_error(fields, error, message):
         ({"roles": "xyz"}, "distinct letters"),
         ({"num_heads": 0}, "positive int"),
         ({"storage": "row"}, "'out_in' or 'in_out'"),
-        ({"arrangement": "mixed"}, "'blocked' or 'per_head'"),
+        ({"arrangement": "mixed"}, r"one of \('blocked', 'per_head', 'grouped'\)"),
+        ({"num_kv_heads": 0, "num_heads": 4}, "num_kv_heads must be a positive int"),
+        ({"num_kv_heads": 3, "num_heads": 4}, r"num_kv_heads \(3\) must divide num_heads \(4\)"),
+        ({"roles": "k", "num_heads": 4, "num_kv_heads": 2}, "fused weight holding q"),
+        ({"num_heads": 4, "num_kv_heads": 2, "arrangement": "per_head"}, "arrangement='grouped'"),
+        ({"roles": "qk", "num_heads": 4, "arrangement": "grouped"}, "defined for roles 'qkv'"),
     ],
 )
 def test_bad_layout_is_a_clear_error(fields, message):
@@ -94,13 +99,14 @@ def test_non_2d_weight_is_a_clear_error():
 def test_block_count_that_does_not_divide_is_a_clear_error():
     model = nn.Sequential(nn.Linear(8, 10))
     config = speccond.SpectralConfig(layouts={r"0\.weight": speccond.ProjectionLayout("qkv")})
-    with pytest.raises(ValueError, match=r"0\.weight: 3 blocks \(qkv\) do not divide the output dimension 10"):
+    with pytest.raises(ValueError, match=r"0\.weight: the output dimension 10 .* 1 \(q\) \+ 1 \(k\) \+ 1 \(v\) = 3 heads .*3 does not divide 10"):
         speccond.apply(model, config)
 
 
 def test_head_count_that_does_not_divide_is_a_clear_error():
+    """The widths must add up: the message names every block's heads and the total."""
     config = speccond.SpectralConfig(layouts={"to_qkv": speccond.ProjectionLayout("qkv", num_heads=5)})
-    with pytest.raises(ValueError, match=r"5 heads do not divide the block width 24"):
+    with pytest.raises(ValueError, match=r"5 \(q\) \+ 5 \(k\) \+ 5 \(v\) = 15 heads of one width: 15 does not divide 72"):
         speccond.apply(InterleavedAttention(dim=24, heads=3), config)
 
 
@@ -110,7 +116,7 @@ def test_a_failing_site_leaves_the_model_untouched():
         r"good\.to_qkv": speccond.ProjectionLayout("qkv", 3, arrangement="per_head"),
         r"bad\.weight": speccond.ProjectionLayout("qkv"),
     }
-    with pytest.raises(ValueError, match="do not divide"):
+    with pytest.raises(ValueError, match="does not divide"):
         speccond.apply(model, speccond.SpectralConfig(layouts=layouts))
     assert not speccond.is_conditioned(model)
 

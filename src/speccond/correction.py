@@ -68,8 +68,9 @@ class SpectralCorrection(nn.Module):
         self.scales = {role: AUTO if scales[role] == AUTO else float(scales[role]) for role in layout.roles}
         self.auto_roles = tuple(role for role, lam in self.scales.items() if lam == AUTO)
         self.target_kappa = float(target_kappa)
-        self.block_out, self.in_features = layout.check_shape(shape, "SpectralCorrection")
-        self.out_features = self.block_out * len(layout.roles)
+        self.out_features, self.in_features = layout.check_shape(shape, "SpectralCorrection")
+        # Output features of each role's block: its heads times dh (k, v narrower under grouped-query).
+        self.block_widths = {role: layout.block_width(role, self.out_features) for role in layout.roles}
         if self.auto_roles:
             self._check_auto(weight)
         if kind == "identity":
@@ -103,23 +104,36 @@ class SpectralCorrection(nn.Module):
             raise ValueError("lam='auto' needs the weight its lam is chosen from")
         if not self.target_kappa > 1:
             raise ValueError(f"lam='auto' needs target_kappa > 1, got {self.target_kappa}")
-        heads = self.layout.num_heads
-        if self.granularity == "head" and heads > 1 and self.block_out > self.in_features:
-            head_out = self.block_out // heads
+        too_tall = [r for r in self.auto_roles if self.layout.heads(r) > 1 and self.block_widths[r] > self.in_features]
+        if self.granularity == "head" and too_tall:
+            role = too_tall[0]
+            heads, width = self.layout.heads(role), self.block_widths[role]
             raise ValueError(
                 f"lam='auto' with granularity='head' needs every head's slice of the rectangular identity to "
-                f"hold a full diagonal, but the {'/'.join(self.auto_roles)} block is {self.block_out} x "
-                f"{self.in_features} with {heads} heads of {head_out} rows: the rows past {self.in_features} "
+                f"hold a full diagonal, but the {'/'.join(too_tall)} block is {width} x "
+                f"{self.in_features} with {heads} heads of {width // heads} rows: the rows past {self.in_features} "
                 "carry no diagonal entry, so no lam brings those heads' kappa to target_kappa; use "
                 "SpectralConfig(granularity='projection') (one lam per q/k/v block, which bounds the block's "
                 "kappa)"
             )
 
+    def _diagonal(self, role: str) -> int:
+        """Entries on the diagonal of ``role``'s rectangular identity: min(width, in)."""
+        return min(self.block_widths[role], self.in_features)
+
+    def _offsets(self) -> dict[str, int]:
+        """Where each corrected role's entries start in ``values`` (role after role)."""
+        offsets, start = {}, 0
+        for role in self._corrected_roles():
+            offsets[role] = start
+            start += self._diagonal(role)
+        return offsets
+
     def _identity_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
-        diagonal = min(self.block_out, self.in_features)
         outs, ins = [], []
         for role in self._corrected_roles():
-            rows = self.layout.block_rows(role, self.out_features)  # (block_out,) logical order
+            diagonal = self._diagonal(role)
+            rows = self.layout.block_rows(role, self.out_features)  # (width,) logical order
             outs.append(rows[:diagonal])
             ins.append(torch.arange(diagonal))
         if not outs:
@@ -129,11 +143,10 @@ class SpectralCorrection(nn.Module):
 
     def _identity_values(self, weight: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
         """lam of every diagonal entry, role after role: (n,); "auto" roles chosen from ``weight``."""
-        diagonal = min(self.block_out, self.in_features)
         device = None if weight is None else weight.device
         vals = []
         for role in self._corrected_roles():
-            lam = self.scales[role]
+            lam, diagonal = self.scales[role], self._diagonal(role)
             if lam == AUTO:
                 vals.append(self._auto_diagonal(weight, role)[:diagonal].to(dtype))
             else:
@@ -141,11 +154,11 @@ class SpectralCorrection(nn.Module):
         return torch.cat(vals) if vals else torch.zeros(0, dtype=dtype, device=device)
 
     def _auto_diagonal(self, weight: torch.Tensor, role: str) -> torch.Tensor:
-        """The lam of each row of ``role``'s block: (block_out,), float64, constant per head or per block."""
+        """The lam of each row of ``role``'s block: (width,), float64, constant per head or per block."""
         w = self.layout.out_in(weight.detach()).to(torch.float64)  # (out, in)
         rows = self.layout.block_rows(role, self.out_features).to(w.device)
-        parts = self.layout.num_heads if self.granularity == "head" else 1
-        part_out = self.block_out // parts
+        parts = self.layout.heads(role) if self.granularity == "head" else 1
+        part_out = self.block_widths[role] // parts
         blocks = w[rows].reshape(parts, part_out, self.in_features)  # (parts, rows per part, in)
         sigma_max = torch.linalg.matrix_norm(blocks, ord=2)  # (parts,)
         bad = ~(torch.isfinite(sigma_max) & (sigma_max > 0))
@@ -157,32 +170,32 @@ class SpectralCorrection(nn.Module):
                 f"sigma_max = {float(sigma_max[part])} (all-zero or non-finite weight); give lam_{role} a number"
             )
         lams = auto_lam(sigma_max, self.target_kappa)  # (parts,)
-        return lams.repeat_interleave(part_out)  # (block_out,)
+        return lams.repeat_interleave(part_out)  # (width,)
 
     def _contiguous_segments(self, out_index: torch.Tensor, in_index: torch.Tensor):
-        diagonal = min(self.block_out, self.in_features)
         segments = []
-        for position in range(sum(1 for s in self.scales.values() if s != 0)):
-            rows = out_index[position * diagonal : (position + 1) * diagonal]
-            cols = in_index[position * diagonal : (position + 1) * diagonal]
+        for role, offset in self._offsets().items():
+            diagonal = self._diagonal(role)
+            rows = out_index[offset : offset + diagonal]
+            cols = in_index[offset : offset + diagonal]
             start = int(rows[0]) if rows.numel() else 0
             if not torch.equal(rows, torch.arange(start, start + diagonal)) or not torch.equal(cols, torch.arange(diagonal)):
                 return None
-            segments.append((start, diagonal, position * diagonal))
+            segments.append((start, diagonal, offset))
         return tuple(segments)
 
     def _svd_matrix(self, weight: torch.Tensor) -> torch.Tensor:
         w = self.layout.out_in(weight.detach()).to(torch.float64)  # (out, in)
         matrix = torch.zeros_like(w)
-        head_out = self.block_out // self.layout.num_heads
+        head_out = self.layout.head_dim(self.out_features)
         for role, lam in self.scales.items():
             if lam == 0:
                 continue
-            rows = self.layout.block_rows(role, self.out_features).to(w.device)  # (block_out,)
+            rows = self.layout.block_rows(role, self.out_features).to(w.device)  # (width,)
             if self.granularity == "projection":
                 matrix[rows] = svd_correction(w[rows])
                 continue
-            for head in range(self.layout.num_heads):
+            for head in range(self.layout.heads(role)):
                 head_rows = rows[head * head_out : (head + 1) * head_out]  # (dh,)
                 matrix[head_rows] = svd_correction(w[head_rows])
         return matrix
@@ -215,13 +228,12 @@ class SpectralCorrection(nn.Module):
         (so it follows refresh and load_state_dict); 0.0 for a head whose rows hold no diagonal entry."""
         if self.kind != "identity":
             raise ValueError("head_lams is defined for the identity correction only")
-        heads = self.layout.num_heads
+        heads = self.layout.heads(role)
         if self.scales[role] == 0:
             return (0.0,) * heads
-        diagonal = min(self.block_out, self.in_features)
-        position = self._corrected_roles().index(role)
-        values = self.values[position * diagonal : (position + 1) * diagonal].tolist()  # (diagonal,)
-        head_out = self.block_out // heads
+        diagonal, offset = self._diagonal(role), self._offsets()[role]
+        values = self.values[offset : offset + diagonal].tolist()  # (diagonal,)
+        head_out = self.block_widths[role] // heads
         return tuple(float(values[h * head_out]) if h * head_out < diagonal else 0.0 for h in range(heads))
 
     def dense_out_in(self, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -45,7 +45,7 @@ class Projection:
         rows = self.layout.block_rows(role, out_features)
         if head is None:
             return rows
-        width = rows.numel() // self.layout.num_heads
+        width = rows.numel() // self.layout.heads(role)
         return rows[head * width : (head + 1) * width]
 
 

@@ -81,15 +81,15 @@ def rows_for(found: Attachment) -> list[ReportRow]:
     layout = correction.layout
     stored = layout.out_in(found.stored_weight().detach())  # (out, in)
     effective = layout.out_in(found.effective_weight().detach())  # (out, in)
-    head_out = correction.block_out // layout.num_heads
+    head_out = layout.head_dim(correction.out_features)
     rows = []
     for role, lam in correction.scales.items():
         if lam == 0:
             continue
         head_lams: tuple[float, ...] = ()
         index = layout.block_rows(role, correction.out_features).to(stored.device)
-        eff_block = effective[index]  # (block_out, in)
-        heads = [spectrum(eff_block[h * head_out : (h + 1) * head_out]).kappa for h in range(layout.num_heads)]
+        eff_block = effective[index]  # (width, in)
+        heads = [spectrum(eff_block[h * head_out : (h + 1) * head_out]).kappa for h in range(layout.heads(role))]
         if correction.kind == "svd":
             name, scale = f"svd/{correction.granularity}", spectrum(stored[index]).sigma_max
         else:
@@ -102,8 +102,8 @@ def rows_for(found: Attachment) -> list[ReportRow]:
                 role=role,
                 layout=layout.describe(),
                 shape=tuple(found.stored_weight().shape),
-                block_shape=(correction.block_out, correction.in_features),
-                heads=layout.num_heads,
+                block_shape=(index.numel(), correction.in_features),
+                heads=layout.heads(role),
                 correction=name,
                 scale=float(scale),
                 backend=found.backend,

@@ -167,7 +167,7 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
         layout = twin.correction.layout
         for stored_role, acts_as in zip(layout.roles, twin.correction.acts_as):
             rows = layout.block_rows(stored_role, twin.correction.out_features)
-            blocks[acts_as] = _Block(twin, item.qualified_name, acts_as, rows, layout.num_heads)
+            blocks[acts_as] = _Block(twin, item.qualified_name, acts_as, rows, layout.heads(stored_role))
     result = VerifiedAttention(path, names)
     args, kwargs = _to_double(args), _to_double(kwargs)
     run = lambda: _first_tensor(probe(*args, **kwargs))  # noqa: E731

@@ -26,7 +26,7 @@ def projection_spectra(model: nn.Module, config: Optional[SpectralConfig] = None
         for projection in layer.projections:
             effective, stored = projection.effective(), projection.stored()  # (out, in) each
             for stored_role, role in zip(projection.layout.roles, projection.acts_as):
-                heads = [None] + (list(range(projection.layout.num_heads)) if per_head else [])
+                heads = [None] + (list(range(projection.layout.heads(stored_role))) if per_head else [])
                 for head in heads:
                     index = projection.rows(stored_role, head)
                     eff = spectrum(effective[index])

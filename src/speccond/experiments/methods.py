@@ -215,7 +215,7 @@ class QKNormHook:
         out_features = output.shape[-1]  # output (..., out)
         for role, norm_name in self.blocks:
             rows = self.layout.block_rows(role, out_features).to(output.device)  # (H * dh,)
-            heads = output[..., rows].unflatten(-1, (self.layout.num_heads, -1))  # (..., H, dh)
+            heads = output[..., rows].unflatten(-1, (self.layout.heads(role), -1))  # (..., H, dh)
             normed = getattr(module, norm_name)(heads).flatten(-2)  # (..., H * dh)
             output = output.index_copy(output.dim() - 1, rows, normed)  # (..., out)
         return output
@@ -255,8 +255,8 @@ def _qk_norm_blocks(site: ProjectionSite) -> tuple[tuple[str, str], ...]:
 def _attach_qk_norm(site: ProjectionSite, blocks: tuple[tuple[str, str], ...]) -> None:
     """One LayerNorm(head_dim) child per block in ``blocks``, and the hook that applies them."""
     weight = getattr(site.module, site.param_name)
-    block_out, _ = site.layout.check_shape(weight.shape, site.qualified_name)
-    head_dim = block_out // site.layout.num_heads
+    out_features, _ = site.layout.check_shape(weight.shape, site.qualified_name)
+    head_dim = site.layout.head_dim(out_features)
     for _, name in blocks:
         site.module.add_module(name, nn.LayerNorm(head_dim, eps=QK_NORM_EPS, device=weight.device, dtype=weight.dtype))
     site.module.register_forward_hook(QKNormHook(site.layout, blocks))
