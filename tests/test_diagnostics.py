@@ -151,7 +151,7 @@ def test_entropy_refuses_channel_attention_with_a_clear_error():
     model = timm.create_model(
         "xcit_nano_12_p8_224", pretrained=False, img_size=32, embed_dim=32, depth=1, num_heads=4, cls_attn_layers=1
     )
-    with pytest.raises(ValueError, match=r"not plain softmax attention.*projection_spectra works"):
+    with pytest.raises(ValueError, match=r"cannot rebuild its heads: XCA is channel attention.*projection_spectra works"):
         dx.attention_entropy(model, (_images(),))
 
 

@@ -56,6 +56,7 @@ class AttentionLayer:
     module: nn.Module
     adapter_name: str
     projections: list[Projection] = field(default_factory=list)
+    adapter: Optional[object] = None  # the adapter that claimed the module; None when declared by a layout
 
     def block(self, role: str) -> tuple[Projection, str]:
         """The projection holding the block that acts as ``role`` in the attention, and its stored name."""
@@ -74,7 +75,7 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
     """
     config = config or SpectralConfig(lam=0.0)
     found = {(a.module_name, a.param_name): a for a in attachments(model)}
-    layers = [AttentionLayer(i, name, module, adapter.name) for i, (name, module, adapter) in enumerate(attention_modules(model))]
+    layers = [AttentionLayer(i, name, module, adapter.name, adapter=adapter) for i, (name, module, adapter) in enumerate(attention_modules(model))]
     by_name = {layer.name: layer for layer in layers}
     for site in find_projections(model, config):
         attachment = found.get((site.module_name, site.param_name))

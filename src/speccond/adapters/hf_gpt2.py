@@ -9,9 +9,12 @@ reads ``self.weight``: both backends apply (the activation hook adds x C^T to th
 """
 from __future__ import annotations
 
+import math
+
 from torch import nn
 
 from speccond.adapters.base import ProjectionSpec, class_path, is_conv1d
+from speccond.adapters.head_inputs import HeadInputs, additive_mask, hidden_states
 from speccond.layout import ProjectionLayout
 
 
@@ -38,3 +41,13 @@ class HFGPT2AttentionAdapter:
             ]
         layout = ProjectionLayout("qkv", heads, storage="in_out")
         return [ProjectionSpec("c_attn", "weight", layout, activation_ok=True)]
+
+    def head_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+        """Causal self-attention, scale 1 / sqrt(dh) (or 1 with ``scale_attn_weights=False``), the model's mask."""
+        if getattr(module, "is_cross_attention", False):
+            raise ValueError("head diagnostics of GPT-2 cross-attention are not supported")
+        if getattr(module, "scale_attn_by_inverse_layer_idx", False) or getattr(module, "reorder_and_upcast_attn", False):
+            raise ValueError("GPT-2 scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not rebuilt")
+        scale = 1.0 / math.sqrt(module.head_dim) if getattr(module, "scale_attn_weights", True) else 1.0
+        mask = additive_mask(kwargs.get("attention_mask"))
+        return HeadInputs(hidden_states(args, kwargs), scale, mask, causal=mask is None)  # a mask holds causality

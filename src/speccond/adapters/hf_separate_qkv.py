@@ -20,9 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import torch
 from torch import nn
 
 from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, has_module, hidden_states
 from speccond.layout import ProjectionLayout
 
 _HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads")
@@ -38,12 +40,29 @@ class HFSeparateQkvAdapter:
         names: attribute names of the q, k, v Linears, in that order.
         class_suffixes: the class name must end with one of these.
         output_names: other Linear children allowed on the module (its output projection).
+        rebuilds: class-name prefixes (the model family, e.g. "Llama") whose attention the head diagnostics
+            rebuild with :func:`hf_head_inputs`, each checked against the model's own attention
+            probabilities (tests/test_architectures.py); other classes are refused.
     """
 
     name: str
     names: tuple[str, str, str]
     class_suffixes: tuple[str, ...]
     output_names: tuple[str, ...] = ()
+    rebuilds: tuple[str, ...] = ()
+
+    def head_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+        family = type(module).__name__
+        if "Nystromformer" in family:
+            raise ValueError("Nystrom attention approximates the softmax through landmarks; no full head to rebuild")
+        if not family.startswith(self.rebuilds):
+            raise ValueError(
+                f"{family} is not among the families whose attention the head diagnostics rebuild and check "
+                f"({', '.join(self.rebuilds)}); it may add position biases or other terms to its logits"
+            )
+        if getattr(module, "position_embedding_type", "absolute") != "absolute":
+            raise ValueError(f"position_embedding_type={module.position_embedding_type!r} adds relative terms to the logits")
+        return hf_head_inputs(module, args, kwargs)
 
     def matches(self, module: nn.Module) -> bool:
         path = class_path(module)
@@ -93,11 +112,62 @@ def _has_qk_norm(module: nn.Module) -> bool:
 
 
 HF_BERT = HFSeparateQkvAdapter(
-    "transformers query/key/value (BERT style)", ("query", "key", "value"), ("SelfAttention", "CrossAttention")
+    "transformers query/key/value (BERT style)", ("query", "key", "value"), ("SelfAttention", "CrossAttention"),
+    rebuilds=("Bert", "Roberta", "XLMRoberta", "Electra"),
 )
 HF_DISTILBERT = HFSeparateQkvAdapter(
-    "transformers q_lin/k_lin/v_lin (DistilBERT)", ("q_lin", "k_lin", "v_lin"), ("Attention",), ("out_lin",)
+    "transformers q_lin/k_lin/v_lin (DistilBERT)", ("q_lin", "k_lin", "v_lin"), ("Attention",), ("out_lin",),
+    rebuilds=("DistilBert",),
 )
 HF_QKV_PROJ = HFSeparateQkvAdapter(
-    "transformers q_proj/k_proj/v_proj", ("q_proj", "k_proj", "v_proj"), ("Attention",), ("o_proj", "out_proj")
+    "transformers q_proj/k_proj/v_proj", ("q_proj", "k_proj", "v_proj"), ("Attention",), ("o_proj", "out_proj"),
+    rebuilds=(
+        "Llama", "Mistral", "Mixtral", "Qwen2", "Qwen3", "Gemma", "Olmo", "OPT", "Bart", "CLIP", "Siglip", "ViT",
+        "DeiT", "Dinov2", "Whisper",
+    ),
 )
+
+
+# -- rebuilding one head (speccond.diagnostics.heads) --------------------------------------------------------
+def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+    """transformers self-attention on one captured call: softmax(cap(scaling rot(n(q)) rot(n(k))^T) + mask) v.
+
+    Reads ``scaling`` (else head_dim^-1/2), the additive ``attention_mask`` the model passed (padding,
+    causal and sliding-window masks included), ``is_causal`` (only when the model passed no mask: a
+    materialised mask already holds causality, and a query row it hides entirely is uniform there), rotary ``position_embeddings`` (cos, sin)
+    (rotate_half style, partial when cos is narrower than dh), per-head ``q_norm`` / ``k_norm`` and
+    ``attn_logit_softcapping``. Refuses cross-attention, q/k norms over the whole width, clipped q/k/v and
+    a sliding window the model left out of a missing mask.
+    """
+    call = bound_arguments(module, args, kwargs)
+    if call.get("encoder_hidden_states") is not None or call.get("key_value_states") is not None:
+        raise ValueError("head diagnostics of cross-attention are not supported (its keys come from another sequence)")
+    x = hidden_states((), call, "hidden_states")
+    config = getattr(module, "config", None)
+    if getattr(config, "clip_qkv", None) is not None:
+        raise ValueError("config.clip_qkv clamps q, k and v; the head diagnostics do not rebuild the clamp")
+    head_dim = getattr(module, "head_dim", None) or getattr(module, "attention_head_size")
+    scale = getattr(module, "scaling", None)
+    scale = float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) else head_dim**-0.5
+    q_norm = k_norm = None
+    if any(has_module(module, n) for n in _NORM_ATTRS):
+        q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+        widths = {tuple(getattr(n, "weight", torch.empty(head_dim)).shape) for n in (q_norm, k_norm)}
+        if not (isinstance(q_norm, nn.Module) and isinstance(k_norm, nn.Module)) or widths != {(head_dim,)}:
+            raise ValueError("q/k normalisation over the whole projection width (not per head) is not rebuilt")
+    mask = additive_mask(call.get("attention_mask"))
+    window = getattr(module, "sliding_window", getattr(config, "sliding_window", None))
+    if mask is None and isinstance(window, int) and x.shape[1] > window:
+        raise ValueError(
+            f"the model passed no attention mask but its sliding window ({window}) is shorter than the input "
+            f"({x.shape[1]} tokens); run it with attn_implementation='eager' so the mask is materialised"
+        )
+    rotary = None
+    position = call.get("position_embeddings")
+    if isinstance(position, (tuple, list)) and len(position) == 2:
+        rotary = Rotary(position[0].detach(), position[1].detach())
+    softcap = getattr(module, "attn_logit_softcapping", None)
+    return HeadInputs(
+        x, scale, mask, causal=mask is None and bool(getattr(module, "is_causal", False)), q_norm=q_norm, k_norm=k_norm,
+        rotary=rotary, softcap=float(softcap) if softcap else None,
+    )

@@ -11,11 +11,15 @@ own files) differ only in the class path, the attribute holding the head count, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 from torch import nn
 
 from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.head_inputs import HeadInputs, has_module, hidden_states
 from speccond.layout import ProjectionLayout
+
+HeadForm = Callable[[nn.Module, tuple, dict], HeadInputs]
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,8 @@ class TimmFusedQkvAdapter:
         heads_attr: the module attribute holding the head count ("num_heads"; DaViT V2 uses "groups").
         notes: caveats reported and warned for every projection of this family.
         acts_as: the paper's roles of timm's q, k, v blocks when they differ (DaViT v1 channel attention).
+        head_form: how the module forms its logits on a captured input (``head_inputs``), or None when the
+            head diagnostics cannot rebuild its heads; ``head_reason`` then says why.
     """
 
     name: str
@@ -35,6 +41,13 @@ class TimmFusedQkvAdapter:
     heads_attr: str = "num_heads"
     notes: tuple[str, ...] = ()
     acts_as: str = ""
+    head_form: Optional[HeadForm] = None
+    head_reason: str = ""
+
+    def head_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+        if self.head_form is None:
+            raise ValueError(self.head_reason or f"{self.name}: its heads cannot be rebuilt")
+        return self.head_form(module, args, kwargs)
 
     def matches(self, module: nn.Module) -> bool:
         heads = getattr(module, self.heads_attr, None)
@@ -53,5 +66,15 @@ class TimmFusedQkvAdapter:
         return [ProjectionSpec("qkv", "weight", layout, activation_ok=True, notes=notes, acts_as=self.acts_as)]
 
 
+def timm_attention_inputs(module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+    """timm Attention: softmax(scale q_norm(q) q_norm(k)^T) v over all tokens, ``module.scale`` (dh^-1/2)."""
+    if kwargs.get("attn_mask") is not None or kwargs.get("is_causal"):
+        raise ValueError("attention masks of timm Attention are not supported by the head diagnostics")
+    norms = (module.q_norm, module.k_norm) if has_module(module, "q_norm") else (None, None)
+    return HeadInputs(hidden_states(args, kwargs, "x"), float(module.scale), q_norm=norms[0], k_norm=norms[1])
+
+
 # timm.layers.Attention: ViT, DeiT and the many models built on it (``qk_norm`` is reported).
-TIMM_ATTENTION = TimmFusedQkvAdapter("timm Attention", ("timm.layers.attention.Attention",))
+TIMM_ATTENTION = TimmFusedQkvAdapter(
+    "timm Attention", ("timm.layers.attention.Attention",), head_form=timm_attention_inputs
+)

@@ -18,6 +18,7 @@ PROBE_SKIP = "the module's output passes through its own MLP, so output signatur
 
 class TimmAttentionPoolAdapter:
     name = "timm AttentionPoolLatent"
+    head_reason = "attention pooling has learned latent queries, not a square token attention"
 
     def matches(self, module: nn.Module) -> bool:
         return (

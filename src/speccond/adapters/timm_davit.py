@@ -17,10 +17,15 @@ from __future__ import annotations
 
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 
-TIMM_DAVIT_WINDOW = TimmFusedQkvAdapter("timm DaViT WindowAttention", ("timm.models.davit.WindowAttention",))
+_CHANNEL = "channel attention mixes channels, not tokens: there is no token attention to rebuild"
+TIMM_DAVIT_WINDOW = TimmFusedQkvAdapter(
+    "timm DaViT WindowAttention", ("timm.models.davit.WindowAttention",),
+    head_reason="DaViT's spatial attention runs inside windows; the head diagnostics rebuild attention over "
+    "whole token sequences only",
+)
 TIMM_DAVIT_CHANNEL = TimmFusedQkvAdapter(
-    "timm DaViT ChannelAttention", ("timm.models.davit.ChannelAttention",), acts_as="vqk"
+    "timm DaViT ChannelAttention", ("timm.models.davit.ChannelAttention",), acts_as="vqk", head_reason=_CHANNEL
 )
 TIMM_DAVIT_CHANNEL_V2 = TimmFusedQkvAdapter(
-    "timm DaViT ChannelAttentionV2", ("timm.models.davit.ChannelAttentionV2",), heads_attr="groups"
+    "timm DaViT ChannelAttentionV2", ("timm.models.davit.ChannelAttentionV2",), heads_attr="groups", head_reason=_CHANNEL
 )

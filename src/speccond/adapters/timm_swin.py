@@ -10,4 +10,8 @@ from __future__ import annotations
 
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 
-TIMM_SWIN = TimmFusedQkvAdapter("timm Swin WindowAttention", ("timm.models.swin_transformer.WindowAttention",))
+TIMM_SWIN = TimmFusedQkvAdapter(
+    "timm Swin WindowAttention", ("timm.models.swin_transformer.WindowAttention",),
+    head_reason="Swin attends inside (shifted) windows with a relative position bias; the head diagnostics "
+    "rebuild attention over whole token sequences only",
+)

@@ -24,13 +24,18 @@ XCA_NORM_NOTE = (
     "V is unaffected"
 )
 
-TIMM_XCA = TimmFusedQkvAdapter("timm XCiT XCA", ("timm.models.xcit.XCA",), notes=(XCA_NORM_NOTE,))
+TIMM_XCA = TimmFusedQkvAdapter(
+    "timm XCiT XCA", ("timm.models.xcit.XCA",), notes=(XCA_NORM_NOTE,),
+    head_reason="XCA is channel attention (cross-covariance of L2-normalised channels): there is no token "
+    "attention to rebuild",
+)
 
 
 class TimmClassAttnAdapter:
     """timm ``ClassAttn``: separate q, k, v Linears, (out, in), heads contiguous."""
 
     name = "timm ClassAttn"
+    head_reason = "class attention has one query (the class token), not a square token attention"
 
     def matches(self, module: nn.Module) -> bool:
         return (

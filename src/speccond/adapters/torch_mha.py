@@ -7,9 +7,12 @@ weight backend applies.
 """
 from __future__ import annotations
 
+import math
+
 from torch import nn
 
 from speccond.adapters.base import ProjectionSpec
+from speccond.adapters.head_inputs import HeadInputs, argument, hidden_states
 from speccond.layout import ProjectionLayout
 
 
@@ -28,3 +31,14 @@ class TorchMultiheadAttentionAdapter:
             ProjectionSpec("", f"{role}_proj_weight", ProjectionLayout(roles=role, num_heads=heads), False)
             for role in "qkv"
         ]
+
+    def head_inputs(self, module: nn.MultiheadAttention, args: tuple, kwargs: dict) -> HeadInputs:
+        """Self-attention without masks: softmax(q k^T / sqrt(dh)) v, inputs (B, N, E) or (N, B, E)."""
+        query = hidden_states(args, kwargs, "query")
+        key, value = argument(args, kwargs, 1, "key"), argument(args, kwargs, 2, "value")
+        if not (key is not None and value is not None and query.equal(key) and query.equal(value)):
+            raise ValueError("head diagnostics of nn.MultiheadAttention need self-attention (query = key = value)")
+        if any(kwargs.get(k) is not None for k in ("key_padding_mask", "attn_mask")) or kwargs.get("is_causal"):
+            raise ValueError("masks of nn.MultiheadAttention are not supported by the head diagnostics")
+        x = query if module.batch_first else query.transpose(0, 1)  # (B, N, E)
+        return HeadInputs(x, 1.0 / math.sqrt(module.head_dim))

@@ -1,13 +1,15 @@
 """One attention head as a value: the single representation the entropy, Jacobian and Theorem 3.4
 diagnostics read and differentiate. Its forward, written once:
 
-    q = n_Q(X W_Q + b_Q),  k = n_K(X W_K + b_K),  v = X W_V + b_V          (B, N, dh) each
-    P = softmax_rows((scale q) k^T + logit_bias), j > i masked if causal   (B, N, N)
-    A(X) = P v                                                             (B, N, dh)
+    q = rot(n_Q(X W_Q + b_Q)),  k = rot(n_K(X W_K + b_K)),  v = X W_V + b_V      (B, N, dh) each
+    S = (scale q) k^T;  S = cap tanh(S / cap) when soft-capped                  (B, N, N)
+    P = softmax_rows(S + logit_bias), j > i masked if causal                    (B, N, N)
+    A(X) = P v                                                                  (B, N, dh)
 
 W_* (D, dh) in the paper's layout (x @ w: the transpose of an nn.Linear weight slice), b_* (dh,) or None,
-n_Q / n_K the model's per-head q/k normalisation (None: identity), logit_bias additive and broadcastable
-to (B, N, N) (masks as -inf, relative positions). The softmax is written out: fused kernels
+n_Q / n_K the model's per-head q/k normalisation (None: identity), rot its rotary position embedding
+(``speccond.adapters.head_inputs.Rotary``; None: none), cap its logit soft-capping (Gemma 2; None: none),
+logit_bias additive and broadcastable to (B, N, N) (masks as -inf or finfo.min, relative positions, ALiBi). The softmax is written out: fused kernels
 (F.scaled_dot_product_attention) have no forward-mode AD on CPU. ``heads.head_cases`` rebuilds heads
 from a real model's layer; ``AttentionHead(...)`` builds one by hand.
 """
@@ -19,6 +21,8 @@ from typing import Callable
 
 import torch
 from torch import nn
+
+from speccond.adapters.head_inputs import Rotary
 
 Tensor = torch.Tensor
 Norm = Callable[[Tensor], Tensor]  # (B, N, dh) -> (B, N, dh)
@@ -47,6 +51,8 @@ class AttentionHead:
     causal: bool = False
     q_norm: Norm | None = None
     k_norm: Norm | None = None
+    rotary: Rotary | None = None
+    softcap: float | None = None
 
     def __post_init__(self) -> None:
         if self.x.dim() not in (2, 3):
@@ -81,7 +87,11 @@ class AttentionHead:
         x = self.x if x is None else x  # (B, N, D)
         q = _project(x, self.w_q if w_q is None else w_q, self.b_q, self.q_norm)  # (B, N, dh)
         k = _project(x, self.w_k if w_k is None else w_k, self.b_k, self.k_norm)  # (B, N, dh)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)  # (B, N, dh) each
         logits = (self.scale * q) @ k.transpose(-2, -1)  # (B, N, N); scale on q first, as timm does
+        if self.softcap is not None:
+            logits = self.softcap * torch.tanh(logits / self.softcap)
         if self.logit_bias is not None:
             logits = logits + self.logit_bias
         if self.causal:
@@ -118,6 +128,7 @@ class AttentionHead:
             self, x=cast(self.x), w_q=cast(self.w_q), w_k=cast(self.w_k), w_v=cast(self.w_v),
             b_q=cast(self.b_q), b_k=cast(self.b_k), b_v=cast(self.b_v), logit_bias=cast(self.logit_bias),
             q_norm=_double_norm(self.q_norm), k_norm=_double_norm(self.k_norm),
+            rotary=None if self.rotary is None else self.rotary.double(),
         )
 
 
