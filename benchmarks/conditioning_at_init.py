@@ -57,7 +57,10 @@ def main() -> None:
             cells.append(f"{whole:.3g} / {heads:.3g}")
         entropy = sum(r["entropy"] for r in dx.attention_entropy(model, (probe,))) / (3 * args.depth)
         jac = dx.attention_jacobian(model, (probe[:1],), layer=0, head=0, method="matrix-free", max_iter=args.iterations)[0]
-        kappa_j = f"{jac['kappa_nonzero']:.3g}" + ("" if jac["converged"] else " (lower bound, not converged)")
+        kappa_j = (
+            f"{jac['kappa_nonzero']:.3g}" if jac["converged"]
+            else f"in [{jac['kappa_nonzero_lower']:.3g}, {jac['kappa_nonzero_upper']:.3g}] (not converged)"
+        )
         print(f"| {name} | {' | '.join(cells)} | {entropy:.3g} | {kappa_j} |  <!-- {time.perf_counter() - started:.0f} s -->")
 
 

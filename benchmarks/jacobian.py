@@ -1,12 +1,18 @@
 """Exact vs matrix-free spectra of one attention head's Jacobian, and the cost of the issue-4 speed target.
 
-Two measurements (float64, one thread, like the tests):
+Three measurements (float64, one thread, like the tests). Every matrix-free kappa is printed as its
+value (nan until determined) and the proven bracket it lies in (SingularSummary in jacobian.py):
 
+0. The README's tiny timm ViT (embed 64, depth 2, 4 heads, patch 8 on 32 x 32: N = 17, dh = 16), one
+   image, layer 0 head 0, J w.r.t. the weights (272 x 3072) and the input (272 x 1088) (issue 14):
+   exact vs matrix-free at the default budget (exhaustion of the 272-dimensional Krylov space) and at
+   max_iter 50 (the old default).
 1. Exact vs matrix-free on the largest case exact handles in reasonable time here: one sample of a
    head with N = 32 tokens, D = 96, dh = 32, at a timm-like initialisation (W ~ N(0, 0.02^2), LayerNorm'd
    input): J is 1024 x 9216. Exact materialises J and takes its singular values; matrix-free runs
-   Golub-Kahan-Lanczos for several max_iter. Printed: times, relative errors of sigma_max and kappa,
-   iterations and the convergence flag.
+   Golub-Kahan-Lanczos for several max_iter and the default (exhaustion, since min(rows, cols) = 1024 =
+   EXHAUST_MAX_DIM). Printed: times, relative error of sigma_max, iterations, converged, kappa and
+   kappa_nonzero with their brackets.
 2. The target (issue 4, acceptance 5): all layers of a small timm ViT (embed 192, depth 6, 3 heads,
    patch 4 on 32 x 32 images: N = 65, dh = 64) at initialisation, probe batch of 8 images, matrix-free
    kappa(J) with respect to the weights. One head is measured at several max_iter and extrapolated to
@@ -17,21 +23,29 @@ Two measurements (float64, one thread, like the tests):
 Command (from the repository root):
 
     .venv/bin/python benchmarks/jacobian.py               # about 75 s on 2 shared CPU cores
-    .venv/bin/python benchmarks/jacobian.py --quick       # smoke run, about 12 s
-    .venv/bin/python benchmarks/jacobian.py --all-heads   # adds the 18-head run (about 20 s more)
+    .venv/bin/python benchmarks/jacobian.py --quick       # smoke run, about 10 s
+    .venv/bin/python benchmarks/jacobian.py --all-heads   # adds the 18-head run (about 20 s more; 94 s)
 
-Measured here (torch 2.14.1, one thread, 2 shared cores; single runs drift by 10-20 %):
+Measured here (torch 2.14.1, one thread, 2 shared cores under load; single runs drift by 10-50 %):
 
-- Part 1 (J 1024 x 9216, exact kappa 2.96e5): exact 13 s. Matrix-free: sigma_max to 4e-10 after 20
-  iterations (0.6 s) and 2e-15 after 100 (0.5 s); kappa only as a lower bound, >= 305, 2366, 8077 after
-  20, 100, 300 iterations (2.5 s), each reported converged=False with residual_min several times
-  sigma_min; run to exhaustion (1024 iterations, 34 s) it agrees with exact to 2e-12, converged=True.
+- Part 0: exact kappa 28116 (weights), 49417 (input). Matrix-free by default runs 272 iterations in
+  0.75 s (weights; input 0.50 s; 1.2-2.5 s when the cores are busy; exact 0.44 and 0.05 s) and agrees
+  with exact to 6e-14 (input 4e-13), converged=True, bracket width 4e-8 relative. At max_iter 50
+  (0.06 s) it reports kappa = nan, converged=False and kappa in [1701, inf) (input [2930, inf)),
+  where it used to report 1701 as the value. With lam = 10 (speccond.apply) the exact values are
+  3.34 and 1.02, met to 1e-15 (tests/test_jacobian.py).
+- Part 1 (J 1024 x 9216, exact kappa 2.96e5): exact 13-20 s. Matrix-free: sigma_max to 4e-10 after 20
+  iterations (0.1 s) and 1e-15 after 100 (0.4 s); kappa in [305, inf), [2366, inf), [8077, inf) after
+  20, 100, 300 iterations (2.5 s), converged=False; by default (exhaustion, 1024 iterations, 12-18 s)
+  it agrees with exact to 1e-12, converged=True.
 - Part 2 (J 33280 x 36864 per head): structurally singular (rank <= 32768), so kappa = inf is proven
-  without iterating; sigma_max has residual <= 3e-4 (relative 6e-6) after 20 iterations. One head takes
-  0.45, 1.2, 2.4, 10.4 s at max_iter 20, 50, 100, 300; all 18 heads at max_iter 50 took 20.6 s, inside
-  the 60 s target. kappa_nonzero is then only a lower bound (>= 111 to 128 at max_iter 50, >= 1072 at
-  300 for layer 0 head 0): Krylov methods need on the order of kappa_nonzero iterations to resolve the
-  small end, and part 1 shows kappa_nonzero in the 1e5 range for heads at this initialisation.
+  without iterating; sigma_max >= 48.44 with residual 1e-3 after 20 iterations, 4e-9 after 50. One
+  head takes 0.4, 1.1-1.6, 3.4, 14 s at max_iter 20, 50, 100, 300; all 18 heads at max_iter 50 took
+  17.4 s, inside the 60 s target. kappa_nonzero is only bracketed: [14, inf) at max_iter 50 (7 to 21
+  over the 18 heads), [67, inf) at 300 for layer 0 head 0. Those floors come from the residual bound
+  (lanczos.py, 2) and are far below the Ritz ratio s_1 / s_k (114 at 50, 1085 at 300), which is not a
+  proven bound from the range start; Krylov methods need on the order of kappa_nonzero iterations to
+  resolve the small end, and part 1 shows kappa in the 1e5 range for heads at this initialisation.
 """
 from __future__ import annotations
 
@@ -59,12 +73,47 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / abs(b)
 
 
-def _bound(summary) -> str:
-    """'>= ' when a matrix-free kappa is only a lower bound (Ritz values interlace; not converged)."""
-    return ">= " if summary.method == "matrix-free" and not summary.converged else ""
+def _bracket(low: float, high: float) -> str:
+    """A proven bracket [low, high] (high may be inf), 4 significant digits."""
+    return f"[{low:.4g}, {high:.4g}]"
 
 
-def exact_vs_matrix_free(shape: tuple[int, int, int, int], iterations: list[int]) -> None:
+def _free_line(free, exact=None) -> str:
+    """kappa (a value or nan) with its bracket, kappa_nonzero alike, and the error against ``exact``."""
+    err = "" if exact is None else f" (err {_rel(free.kappa, exact.kappa):.1e})" if free.converged else ""
+    return (f"it {free.iterations:4d}  converged {free.converged!s:5}  kappa {free.kappa:.4g}{err} in "
+            f"{_bracket(free.kappa_lower, free.kappa_upper)}  kappa_nonzero {free.kappa_nonzero:.4g} in "
+            f"{_bracket(free.kappa_nonzero_lower, free.kappa_nonzero_upper)}")
+
+
+def tiny_vit_head() -> None:
+    """The README's tiny timm ViT (embed 64, depth 2, 4 heads, patch 8 on 32 x 32: N = 17, dh = 16), one
+    image, layer 0 head 0: exact vs matrix-free at the default budget (exhaustion) and at max_iter 50."""
+    import timm
+
+    from speccond.diagnostics.heads import head_cases
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8,
+                              embed_dim=64, depth=2, num_heads=4, num_classes=5).eval()
+    image = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    (head,) = head_cases(model, (image,), 0, [0])
+    jacobian_spectrum(_init_like_head(1, 3, 4, 2), "weights", "matrix-free")  # first use loads torch.func
+    print("\n[0] tiny ViT (README), layer 0 head 0, one image")
+    for wrt in ("weights", "input"):
+        start = time.perf_counter()
+        exact = jacobian_spectrum(head, wrt, "exact")
+        t_exact = time.perf_counter() - start
+        print(f"    {wrt:7s} J {exact.shape[0]} x {exact.shape[1]}: exact {t_exact:5.2f} s  kappa {exact.kappa:.6g}")
+        for max_iter in (None, 50):
+            start = time.perf_counter()
+            free = jacobian_spectrum(head, wrt, "matrix-free", max_iter=max_iter)
+            elapsed = time.perf_counter() - start
+            print(f"      max_iter {str(max_iter):4s} {elapsed:5.2f} s  {_free_line(free, exact)}")
+        sys.stdout.flush()
+
+
+def exact_vs_matrix_free(shape: tuple[int, int, int, int], iterations: list[int | None]) -> None:
     head = _init_like_head(*shape)
     jacobian_spectrum(_init_like_head(1, 3, 4, 2), "weights", "exact")  # first use loads torch.func machinery
     start = time.perf_counter()
@@ -77,10 +126,8 @@ def exact_vs_matrix_free(shape: tuple[int, int, int, int], iterations: list[int]
         start = time.perf_counter()
         free = jacobian_spectrum(head, "weights", "matrix-free", max_iter=max_iter)
         elapsed = time.perf_counter() - start
-        print(f"    max_iter {max_iter:4d} {elapsed:6.2f} s  it {free.iterations:4d}  converged {free.converged!s:5}  "
-              f"err sigma_max {_rel(free.sigma_max, exact.sigma_max):.1e}  kappa {_bound(free)}{free.kappa:.4g} "
-              f"(err {_rel(free.kappa, exact.kappa):.1e})  residual_min/sigma_min_nz "
-              f"{free.residual_min / free.sigma_min_nonzero:.1e}")
+        print(f"    max_iter {str(max_iter):4s} {elapsed:6.2f} s  err sigma_max "
+              f"{_rel(free.sigma_max_lower, exact.sigma_max):.1e}  {_free_line(free, exact)}")
         sys.stdout.flush()
 
 
@@ -112,9 +159,7 @@ def vit_target(batch: int, embed: int, depth: int, heads: int, iterations: list[
         elapsed = time.perf_counter() - start
         print(f"    layer 0 head 0, max_iter {max_iter:4d}: {elapsed:6.2f} s -> all {depth * heads} heads "
               f"~{elapsed * depth * heads:6.1f} s | J {free.shape[0]} x {free.shape[1]}, rank <= {free.rank_bound}, "
-              f"kappa {'' if free.singular else _bound(free)}{free.kappa:.4g}, sigma_max {free.sigma_max:.6g} "
-              f"(residual {free.residual_max:.1e}), "
-              f"kappa_nonzero >= {free.kappa_nonzero:.4g}, converged {free.converged}")
+              f"sigma_max >= {free.sigma_max_lower:.6g} (residual {free.residual_max:.1e}), {_free_line(free)}")
         sys.stdout.flush()
     if all_heads:
         start = time.perf_counter()
@@ -123,9 +168,8 @@ def vit_target(batch: int, embed: int, depth: int, heads: int, iterations: list[
         elapsed = time.perf_counter() - start
         print(f"    all {len(rows)} heads at max_iter {all_heads}: {elapsed:.1f} s in total (target: 60 s)")
         for i, h, s in rows:
-            kappa = f"{'' if s.singular else _bound(s)}{s.kappa:.3g}"
-            print(f"      layer {i} head {h}: kappa {kappa}  sigma_max {s.sigma_max:.5g}  "
-                  f"kappa_nonzero >= {s.kappa_nonzero:.3g}  sigma_max residual {s.residual_max:.1e}")
+            print(f"      layer {i} head {h}: sigma_max >= {s.sigma_max_lower:.5g} (residual {s.residual_max:.1e})  "
+                  f"{_free_line(s)}")
 
 
 def main() -> None:
@@ -135,11 +179,12 @@ def main() -> None:
     parser.add_argument("--max-iter", type=int, default=50, help="max_iter for --all-heads (default 50)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    tiny_vit_head()
     if args.quick:
-        exact_vs_matrix_free((1, 16, 32, 8), [20, 128])
+        exact_vs_matrix_free((1, 16, 32, 8), [20, None])
         vit_target(2, 64, 2, 2, [20], args.max_iter if args.all_heads else None)
     else:
-        exact_vs_matrix_free((1, 32, 96, 32), [20, 100, 300, 1024])
+        exact_vs_matrix_free((1, 32, 96, 32), [20, 100, 300, None])
         vit_target(8, 192, 6, 3, [20, 50, 100, 300], args.max_iter if args.all_heads else None)
 
 

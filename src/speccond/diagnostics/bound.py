@@ -60,9 +60,10 @@ class TheoremBound:
 
     bound = first_term + second_term, first_term = kappa_x^3 kappa_lambda kappa_w_v (kappa_w_q +
     kappa_w_k), second_term = kappa_x kappa_p. holds: kappa_j <= bound; holds_nonzero: kappa_j_nonzero
-    <= bound. within_theorem is False when the head has nonzero projection biases, a logit bias, a causal
-    mask or q/k normalisation, which the theorem does not cover (the terms are then formed from the
-    model's P all the same).
+    <= bound; each decided from kappa(J)'s proven bracket (True when its upper end is within the bound,
+    False when its lower end exceeds it), None when an unconverged bracket straddles the bound. within_theorem is False when the head has nonzero projection biases, a logit bias, a causal
+    mask, q/k normalisation, a rotary embedding or logit soft-capping, which the theorem does not cover
+    (the terms are then formed from the model's P all the same).
     """
 
     kappa_x: float
@@ -77,8 +78,8 @@ class TheoremBound:
     bound: float
     kappa_j: float  # min(rows, cols)-th singular value (inf when singular)
     kappa_j_nonzero: float
-    holds: bool
-    holds_nonzero: bool
+    holds: bool | None
+    holds_nonzero: bool | None
     within_theorem: bool
     scale: float
     jacobian: SingularSummary  # J in the theory's parametrisation (scale folded into W_Q)
@@ -124,11 +125,28 @@ class ScaleFoldedHead:
     def k_norm(self):
         return getattr(self.head, "k_norm", None)
 
+    @property
+    def rotary(self):
+        return getattr(self.head, "rotary", None)
+
+    @property
+    def softcap(self):
+        return getattr(self.head, "softcap", None)
+
     def output(self, x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> Tensor:
         return self.head.output(x, w_q / self.factor, w_k, w_v)  # (B, N, dh)
 
     def double(self) -> ScaleFoldedHead:
         return ScaleFoldedHead(self.head.double(), self.factor)
+
+
+def _holds(lower: float, upper: float, bound: float) -> bool | None:
+    """Whether a kappa known to lie in [lower, upper] is <= bound: decided, or None when undecided."""
+    if upper <= bound:
+        return True
+    if lower > bound:
+        return False
+    return None
 
 
 def _absent(term) -> bool:
@@ -147,7 +165,7 @@ def theorem_bound(head: HeadLike, method: str = "auto", rtol: float | None = Non
     """Theorem 3.4 term by term for a one-sample head (``one_sample(head, b)`` picks sample b of a batch).
 
     ``head``: an AttentionHead or any ``HeadLike`` (jacobian.py) that also has probabilities() and scale.
-    method / lanczos keywords (max_iter, tol, seed) are passed to ``jacobian_spectrum`` for kappa(J); rtol
+    method / lanczos keywords (max_iter, seed) are passed to ``jacobian_spectrum`` for kappa(J); rtol
     is the relative tolerance below which a singular value of Lambda or J counts as zero (default: the
     max(rows, cols) * eps(float64) of jacobian.py; the other kappas use ``spectrum``'s own, alike).
     """
@@ -171,11 +189,13 @@ def theorem_bound(head: HeadLike, method: str = "auto", rtol: float | None = Non
 
     scale = float(h.scale)
     jac = jacobian_spectrum(ScaleFoldedHead(h, scale), "weights", method=method, rtol=rtol, **lanczos)
-    within = all(_absent(getattr(h, name, None)) for name in ("b_q", "b_k", "b_v", "logit_bias", "q_norm", "k_norm"))
+    terms = ("b_q", "b_k", "b_v", "logit_bias", "q_norm", "k_norm", "rotary", "softcap")
+    within = all(_absent(getattr(h, name, None)) for name in terms)
     within = within and not getattr(h, "causal", False)
     return TheoremBound(
         kappa_x=kx, kappa_lambda=kappa_lambda, lambda_rank=int(lam_nonzero.numel()), kappa_w_q=kq,
         kappa_w_k=kk, kappa_w_v=kv, kappa_p=kp, first_term=first, second_term=second, bound=bound,
-        kappa_j=jac.kappa, kappa_j_nonzero=jac.kappa_nonzero, holds=jac.kappa <= bound,
-        holds_nonzero=jac.kappa_nonzero <= bound, within_theorem=within, scale=scale, jacobian=jac,
+        kappa_j=jac.kappa, kappa_j_nonzero=jac.kappa_nonzero, holds=_holds(jac.kappa_lower, jac.kappa_upper, bound),
+        holds_nonzero=_holds(jac.kappa_nonzero_lower, jac.kappa_nonzero_upper, bound), within_theorem=within,
+        scale=scale, jacobian=jac,
     )

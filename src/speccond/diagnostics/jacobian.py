@@ -1,4 +1,4 @@
-"""The attention Jacobian of one head, exactly (materialised) or as an operator (jvp / vjp), and its spectrum.
+"""The attention Jacobian of one head, exactly (materialised) or as an operator (vjp), and its spectrum.
 
 One head of attention in the paper's layout (PAPER.md section 1), an ``AttentionHead`` (attention_head.py,
 where its forward is written), with the model's own scale, optional projection biases, q/k normalisation
@@ -52,20 +52,26 @@ number.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+import math
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Callable, Protocol
 
 import torch
-from torch.func import jacfwd, jacrev, jvp, vjp
+from torch.func import jacfwd, jacrev, vjp
 
 from speccond.diagnostics.attention_head import AttentionHead, head_attention, one_sample  # noqa: F401 (re-exported)
-from speccond.diagnostics.lanczos import extreme_singular_values
+from speccond.diagnostics.lanczos import LanczosResult, extreme_singular_values
 
 Tensor = torch.Tensor
 
 # method="auto" materialises J when it has at most this many entries (float64: 16 MiB; the SVD of a
 # 544 x 3072 J takes about 0.6 s here, of a 1024 x 9216 one about 13 s).
 AUTO_EXACT_MAX_ENTRIES = 2_000_000
+# matrix-free with max_iter=None: run to exhaustion (exact values) when min(rows, cols) is at most this
+# (1024 x 9216: 12-18 s here), else DEFAULT_MAX_ITER steps (a ViT-sized head: 1.1-1.6 s, where only the
+# lower ends of the brackets are finite).
+EXHAUST_MAX_DIM = 1024
+DEFAULT_MAX_ITER = 50
 
 
 class HeadLike(Protocol):
@@ -164,15 +170,22 @@ def input_jacobian(head: HeadLike) -> Tensor:
 def jacobian_operator(head: HeadLike, wrt: str = "weights") -> tuple[Callable, Callable, tuple[int, int]]:
     """J as an operator, never materialised: (matvec v -> J v, rmatvec u -> J^T u, (rows, cols)), float64.
 
-    matvec is a forward-mode jvp (torch.func.jvp; it recomputes the forward, which costs less here than
-    torch.func.linearize's tracing for a few hundred products), rmatvec a vjp whose backward graph is
-    built once and reused.
+    rmatvec is a vjp whose backward graph is built once and reused. matvec transposes it by reverse
+    mode again: u -> J^T u is linear, so the vjp of rmatvec (at u = 0, any point would do) maps v to
+    (J^T)^T v = J v. That costs one backward pass through the backward graph, 1-1.5 ms on the tiny-ViT
+    head here against 3.5-10 ms for a forward-mode jvp (torch.func.jvp recomputes the forward, and its
+    forward-mode rules fall back to decompositions) and 1.5-1.8 ms for torch.func.linearize.
     """
     _check_wrt(wrt)
     h = head.double()
     f, point = (_weights_fn(h), _weights_point(h)) if wrt == "weights" else (_input_fn(h), h.x.reshape(-1))
-    _, vjp_fn = vjp(f, point)
-    return (lambda v: jvp(f, (point,), (v,))[1]), (lambda u: vjp_fn(u)[0]), jacobian_shape(h, wrt)
+    out, vjp_fn = vjp(f, point)
+
+    def rmatvec(u: Tensor) -> Tensor:
+        return vjp_fn(u)[0]  # (rows,) -> (cols,)
+
+    _, transpose_fn = vjp(rmatvec, torch.zeros_like(out))
+    return (lambda v: transpose_fn(v)[0]), rmatvec, jacobian_shape(h, wrt)
 
 
 def _default_rtol(shape: tuple[int, int]) -> float:
@@ -206,12 +219,16 @@ def structural_null_dim(head: HeadLike, wrt: str = "weights", rtol: float | None
     x = h.x.reshape(b * n, d)  # (B*N, D): the weights are shared by all samples
     null = 3 * dh * (d - _rank(x, rtol))
     normalised = getattr(h, "q_norm", None) is not None or getattr(h, "k_norm", None) is not None
-    if not normalised and _rank(x @ h.w_q, rtol) == dh and _rank(x @ h.w_k, rtol) == dh:
+    # A rotary embedding turns q and k by position, so neither a generic gauge G nor a key shift u c^T
+    # (it reaches key j as R_j c) leaves the logits alone; soft-capping keeps the gauge but not the shift.
+    rotary = getattr(h, "rotary", None) is not None
+    capped = getattr(h, "softcap", None) is not None
+    if not (normalised or rotary) and _rank(x @ h.w_q, rtol) == dh and _rank(x @ h.w_k, rtol) == dh:
         b_q = getattr(h, "b_q", None)
         null += dh * dh - (dh if b_q is not None and bool(b_q.abs().max() > 0) else 0)  # the gauge
         ones = torch.ones(b * n, 1, dtype=torch.float64)  # (B*N, 1)
         u = torch.linalg.lstsq(x, ones).solution  # (D, 1): X u = 1 if 1 is in range(X)
-        if float((x @ u - ones).norm()) <= 1e-8 * (b * n) ** 0.5:
+        if not capped and float((x @ u - ones).norm()) <= 1e-8 * (b * n) ** 0.5:
             null += dh  # the softmax shift
     return null
 
@@ -223,20 +240,43 @@ def gauge_direction(w_q: Tensor, w_k: Tensor, g: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class SingularSummary:
-    """Extreme singular values and condition numbers of a Jacobian (module docstring for the definitions).
+    """Extreme singular values and condition numbers of a Jacobian, each with a proven bracket.
 
-    sigma_min is the min(rows, cols)-th singular value and kappa = sigma_max / sigma_min (inf when
-    ``singular``: sigma_min <= rtol * sigma_max). sigma_min_nonzero is the smallest singular value above
-    rtol * sigma_max and kappa_nonzero = sigma_max / sigma_min_nonzero. rank is the numerical rank
-    (exact method only); rank_bound = min(rows, cols - structural_null_dim) bounds it from above.
+    Definitions (module docstring): sigma_min is the min(rows, cols)-th singular value and kappa =
+    sigma_max / sigma_min (inf when ``singular``: sigma_min <= rtol * sigma_max); sigma_min_nonzero is the
+    smallest singular value above rtol * sigma_max and kappa_nonzero = sigma_max / sigma_min_nonzero. rank
+    is the numerical rank; rank_bound = min(rows, cols - structural_null_dim) bounds it from above.
 
-    Matrix-free: sigma_max and sigma_min_nonzero are Lanczos Ritz values, which lie inside the spectrum
-    (Cauchy interlacing), so the kappas are lower bounds until ``converged``. residual_max / residual_min
-    are ||J^T z - sigma y|| for the corresponding Ritz pair (a singular value of J lies within that
-    distance; ``converged`` means both are <= tol * sigma). When rank_bound < min(rows, cols), sigma_min
-    = 0 is proven by structure and not estimated; otherwise it is the smallest Ritz value of the
-    min(rows, cols)-sided Gram matrix from a random start, and ``singular`` requires it certified below
-    rtol * sigma_max.
+    **A value field holds the value or nan, never an estimate.** sigma_max, sigma_min, sigma_min_nonzero,
+    kappa, kappa_nonzero, rank (None) and singular (None) are filled when the method determines them:
+    "exact" always; "matrix-free" when the Krylov space is exhausted (k = min(rows, cols): the Ritz values
+    are the singular values), and otherwise only sigma_min = 0, kappa = inf, singular = True when that is
+    proven (by structure, rank_bound < min(rows, cols), or by a Ritz value s_k <= rtol * s_1).
+    ``converged`` says the values are filled: True for exact and for an exhausted Krylov space.
+
+    The brackets are always filled and proven (lanczos.py, 1-3), up to a rounding margin delta =
+    ``rounding_margin`` = max(rows, cols) eps sigma_max on each small singular value:
+
+        sigma_max_lower <= sigma_max,   sigma_min <= sigma_min_upper,
+        sigma_min_nonzero <= sigma_min_nonzero_upper,
+        kappa_lower <= kappa <= kappa_upper,   kappa_nonzero_lower <= kappa_nonzero <= kappa_nonzero_upper
+
+    Exact or exhausted: sigma_max_lower = sigma_max, sigma_min_upper = sigma_min + delta, kappa in
+    [sigma_max / (sigma_min + delta), sigma_max / (sigma_min - delta)] (upper inf when sigma_min <=
+    delta), kappa_nonzero alike: the width is rounding, 2 delta / sigma_min relative. Matrix-free after k <
+    min(rows, cols) steps, with Ritz values s_1 >= ... >= s_k and residuals r_i: sigma_max_lower = s_1
+    and sigma_min_upper = s_k + delta (interlacing), kappa_lower = s_1 / (s_k + delta);
+    sigma_min_nonzero_upper = min (s_i + r_i) + delta over the Ritz values with s_i - r_i > rtol * s_1
+    (residual bound; inf if none qualifies), kappa_nonzero_lower = max(1, s_1 / sigma_min_nonzero_upper);
+    kappa_upper = kappa_nonzero_upper = inf, because no Krylov method can exclude an unseen singular
+    value below s_k without exhausting the space. The one caveat: the residual bound counts "nonzero"
+    above rtol * s_1 <= rtol * sigma_max, so kappa_nonzero_lower is proven for the definition above
+    unless J has a singular value in (rtol * s_1, rtol * sigma_max] (s_1 converges first, to ~1e-10).
+    The kappa_nonzero bound is much weaker than s_1 / s_k (14 against the unproven 114 on the ViT-sized
+    head of benchmarks/jacobian.py at 50 steps).
+
+    iterations, residual_max, residual_min (||J^T z - s y|| of the Ritz pairs of s_1 and of the smallest
+    Ritz value above rtol * s_1): matrix-free only.
     """
 
     wrt: str
@@ -245,21 +285,47 @@ class SingularSummary:
     sigma_max: float
     sigma_min: float
     kappa: float
-    singular: bool
+    singular: bool | None
     sigma_min_nonzero: float
     kappa_nonzero: float
     rtol: float
     rank: int | None
     rank_bound: int
+    converged: bool
+    sigma_max_lower: float
+    sigma_min_upper: float
+    sigma_min_nonzero_upper: float
+    kappa_lower: float
+    kappa_upper: float
+    kappa_nonzero_lower: float
+    kappa_nonzero_upper: float
     iterations: int | None = None
-    converged: bool | None = None
     residual_max: float | None = None
     residual_min: float | None = None
 
 
+def _ratio(top: float, bottom: float) -> float:
+    """top / bottom with x / 0 = inf (a condition number)."""
+    return top / bottom if bottom > 0 else math.inf
+
+
+def rounding_margin(shape: tuple[int, int], sigma_max: float) -> float:
+    """delta = max(rows, cols) * eps(float64) * sigma_max: the absolute error allowed for rounding in a
+    computed singular value of J (a dense SVD, or Lanczos, of a float64 J: backward error O(eps ||J||)),
+    by which the small ends of the brackets are widened (SingularSummary)."""
+    return _default_rtol(shape) * sigma_max
+
+
+def _kappa_bracket(sigma_max: float, small: float, delta: float) -> tuple[float, float]:
+    """[sigma_max / (small + delta), sigma_max / (small - delta)] for a small singular value computed to
+    within delta (upper inf when small <= delta)."""
+    return _ratio(sigma_max, small + delta), (_ratio(sigma_max, small - delta) if small > delta else math.inf)
+
+
 def summarize(values: Tensor, shape: tuple[int, int], wrt: str, rank_bound: int,
-              rtol: float | None = None) -> SingularSummary:
-    """A SingularSummary from all min(rows, cols) singular values of J (exact method)."""
+              rtol: float | None = None, method: str = "exact") -> SingularSummary:
+    """A SingularSummary from all min(rows, cols) singular values of J (exact, or an exhausted Krylov space):
+    the values, and brackets that widen the small ends by ``rounding_margin``."""
     values = values.sort(descending=True).values
     rtol = _default_rtol(shape) if rtol is None else rtol
     sigma_max = float(values[0])
@@ -267,11 +333,18 @@ def summarize(values: Tensor, shape: tuple[int, int], wrt: str, rank_bound: int,
     sigma_min = float(values[-1])
     singular = bool(sigma_min <= rtol * sigma_max)
     sigma_nz = float(nonzero[-1]) if nonzero.numel() else 0.0
+    delta = rounding_margin(shape, sigma_max)
+    kappa = math.inf if singular else sigma_max / sigma_min
+    kappa_bracket = (math.inf, math.inf) if singular else _kappa_bracket(sigma_max, sigma_min, delta)
+    kappa_nz = _ratio(sigma_max, sigma_nz)
+    kappa_nz_bracket = _kappa_bracket(sigma_max, sigma_nz, delta) if sigma_nz > 0 else (math.inf, math.inf)
     return SingularSummary(
-        wrt=wrt, method="exact", shape=shape, sigma_max=sigma_max, sigma_min=sigma_min,
-        kappa=float("inf") if singular else sigma_max / sigma_min, singular=singular,
-        sigma_min_nonzero=sigma_nz, kappa_nonzero=sigma_max / sigma_nz if sigma_nz > 0 else float("inf"),
-        rtol=rtol, rank=int(nonzero.numel()), rank_bound=rank_bound,
+        wrt=wrt, method=method, shape=shape, sigma_max=sigma_max, sigma_min=sigma_min, kappa=kappa,
+        singular=singular, sigma_min_nonzero=sigma_nz, kappa_nonzero=kappa_nz, rtol=rtol,
+        rank=int(nonzero.numel()), rank_bound=rank_bound, converged=True,
+        sigma_max_lower=sigma_max, sigma_min_upper=sigma_min + delta, sigma_min_nonzero_upper=sigma_nz + delta,
+        kappa_lower=kappa_bracket[0], kappa_upper=kappa_bracket[1],
+        kappa_nonzero_lower=kappa_nz_bracket[0], kappa_nonzero_upper=kappa_nz_bracket[1],
     )
 
 
@@ -284,29 +357,47 @@ def exact_singular_values(head: HeadLike, wrt: str = "weights") -> Tensor:
     return blocks.reshape(-1).sort(descending=True).values  # (B*N*min(dh, D),) = min(rows, cols) of the batch J
 
 
+def matrix_free_steps(shape: tuple[int, int], max_iter: int | None = None) -> int:
+    """Lanczos steps for J of ``shape``: max_iter if given, else min(rows, cols) (exhaustion: exact values)
+    when that is at most EXHAUST_MAX_DIM, else DEFAULT_MAX_ITER; never more than min(rows, cols)."""
+    if max_iter is not None and max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1 (or None for the default), got {max_iter}")
+    side = min(shape)
+    if max_iter is None:
+        return side if side <= EXHAUST_MAX_DIM else DEFAULT_MAX_ITER
+    return min(max_iter, side)
+
+
 def jacobian_spectrum(
     head: HeadLike,
     wrt: str = "weights",
     method: str = "auto",
     rtol: float | None = None,
-    max_iter: int = 50,
-    tol: float = 1e-2,
+    max_iter: int | None = None,
     seed: int = 0,
 ) -> SingularSummary:
-    """sigma_max, sigma_min, kappa (and the nonzero variants) of J w.r.t. the weights or the input.
+    """sigma_max, sigma_min, kappa (and the nonzero variants) of J w.r.t. the weights or the input, each
+    with a proven bracket (``SingularSummary``).
 
     method: "exact" (materialise J in float64, svdvals), "matrix-free" (Golub-Kahan-Lanczos on the
-    Gram matrix of the smaller side through jvp / vjp, lanczos.py; max_iter, tol and seed apply), or
-    "auto" (exact when J has at most AUTO_EXACT_MAX_ENTRIES entries). rtol: the relative tolerance for
-    "numerically zero" (module docstring).
+    Gram matrix of the smaller side through vjp, lanczos.py; max_iter and seed apply), or
+    "auto" (exact when J has at most AUTO_EXACT_MAX_ENTRIES entries, else matrix-free). rtol: the
+    relative tolerance for "numerically zero" (module docstring). Whatever the method, a value field is
+    the value or nan: an unconverged matrix-free run reports kappa = nan, converged = False and the
+    bracket [kappa_lower, kappa_upper].
 
-    Matrix-free: when structural_null_dim proves rank(J) < min(rows, cols), sigma_min = 0 is reported
-    without iterating and Lanczos starts in the range of J (or J^T), so that its smallest Ritz value
-    tends to sigma_min_nonzero; otherwise it starts from a seeded random vector and the smallest Ritz
-    value tends to sigma_min, zero included. sigma_max converges in a few dozen iterations; sigma_min
-    needs on the order of kappa iterations, up to min(rows, cols) (exhaustion: then exact). The default
-    max_iter = 50 keeps a ViT-sized head (J 33280 x 36864) near 1.2 s here (benchmarks/jacobian.py);
-    read ``converged`` before trusting sigma_min.
+    Matrix-free runs ``matrix_free_steps(shape, max_iter)`` steps: by default min(rows, cols) when that
+    is at most EXHAUST_MAX_DIM, which exhausts the Krylov space and gives the exact values (converged),
+    else DEFAULT_MAX_ITER. Short of exhaustion only the lower ends of the kappa brackets are finite:
+    sigma_max converges in a few dozen steps, the small end needs on the order of kappa steps. When
+    structural_null_dim proves rank(J) < min(rows, cols), sigma_min = 0 and kappa = inf are reported
+    as proven and, short of exhaustion, Lanczos starts in the range of J^T (or J) so that its small Ritz
+    values tend to sigma_min_nonzero; otherwise it starts from a seeded random vector. Times (one
+    thread, 2 shared cores, benchmarks/jacobian.py): the tiny-ViT head of the README (J 272 x 3072,
+    kappa 2.8e4) exhausts in 0.75 s (1.2-2.5 s on busy cores) and meets the exact kappa to 6e-14; J 1024 x
+    9216 (min side = EXHAUST_MAX_DIM) in 12-18 s, against 13-20 s for exact; a ViT-sized head (J 33280 x
+    36864) takes 1.1-1.6 s at DEFAULT_MAX_ITER = 50 and gives kappa = inf (structure) and kappa_nonzero
+    in [14, inf).
     """
     _check_wrt(wrt)
     if method not in ("auto", "exact", "matrix-free"):
@@ -317,27 +408,49 @@ def jacobian_spectrum(
         method = "exact" if shape[0] * shape[1] <= AUTO_EXACT_MAX_ENTRIES else "matrix-free"
     if method == "exact":
         return summarize(exact_singular_values(head, wrt), shape, wrt, rank_bound, rtol)
+    return _matrix_free(head, wrt, shape, rank_bound, _default_rtol(shape) if rtol is None else rtol,
+                        matrix_free_steps(shape, max_iter), seed)
 
-    rtol = _default_rtol(shape) if rtol is None else rtol
+
+def _matrix_free(head: HeadLike, wrt: str, shape: tuple[int, int], rank_bound: int, rtol: float, steps: int,
+                 seed: int) -> SingularSummary:
+    """jacobian_spectrum's matrix-free branch: Lanczos, then the values it determines and the brackets."""
     matvec, rmatvec, _ = jacobian_operator(head, wrt)
     proven_singular = rank_bound < min(shape)
+    exhaust = steps >= min(shape)
     # Lanczos on A^T A with A the tall one of J, J^T: the Gram matrix of the smaller side, whose
     # eigenvalues are the min(rows, cols) squared singular values, zeros included.
     tall = (matvec, rmatvec, shape) if shape[0] >= shape[1] else (rmatvec, matvec, shape[::-1])
     result = extreme_singular_values(
-        tall[0], tall[1], tall[2], start="range" if proven_singular else "random",
-        max_iter=max_iter, tol=tol, zero_tol=rtol, seed=seed,
+        tall[0], tall[1], tall[2], start="range" if proven_singular and not exhaust else "random",
+        max_iter=steps, zero_tol=rtol, seed=seed,
     )
-    if proven_singular:
-        sigma_min, singular = 0.0, True
-    else:
-        sigma_min, singular = result.sigma_min, result.min_is_zero
-    sigma_max = result.sigma_max
-    sigma_nz = result.sigma_min_nonzero
+    lanczos = dict(iterations=result.iterations, residual_max=result.residual_max, residual_min=result.residual_min)
+    if result.exhausted:  # k = min(rows, cols): the Ritz values are all the singular values
+        exact = summarize(torch.tensor(result.ritz, dtype=torch.float64), shape, wrt, rank_bound, rtol,
+                          method="matrix-free")
+        if proven_singular and not exact.singular:  # structure outranks rounding in the smallest Ritz value
+            exact = replace(exact, sigma_min=0.0, singular=True, kappa=math.inf, kappa_lower=math.inf,
+                            kappa_upper=math.inf)
+        return replace(exact, **lanczos)
+    return _bracketed(result, wrt, shape, rank_bound, rtol, proven_singular, lanczos)
+
+
+def _bracketed(result: LanczosResult, wrt: str, shape: tuple[int, int], rank_bound: int, rtol: float,
+               proven_singular: bool, lanczos: dict) -> SingularSummary:
+    """A SingularSummary from Ritz values that are not all min(rows, cols) singular values: the brackets of
+    SingularSummary, nan for every value except kappa = inf (singular = True) when sigma_min = 0 is proven."""
+    s_max = result.sigma_max  # <= sigma_max (interlacing)
+    delta = rounding_margin(shape, s_max)
+    singular = True if proven_singular or result.min_is_zero else None
+    sigma_min_upper = 0.0 if proven_singular else result.sigma_min + delta  # sigma_min <= s_k (interlacing)
+    sigma_nz_upper = result.nonzero_bound + delta  # residual bound (lanczos.py, 2)
     return SingularSummary(
-        wrt=wrt, method="matrix-free", shape=shape, sigma_max=sigma_max, sigma_min=sigma_min,
-        kappa=float("inf") if singular else sigma_max / sigma_min, singular=singular,
-        sigma_min_nonzero=sigma_nz, kappa_nonzero=sigma_max / sigma_nz if sigma_nz > 0 else float("inf"),
-        rtol=rtol, rank=None, rank_bound=rank_bound, iterations=result.iterations,
-        converged=result.converged, residual_max=result.residual_max, residual_min=result.residual_min,
+        wrt=wrt, method="matrix-free", shape=shape, sigma_max=math.nan,
+        sigma_min=0.0 if proven_singular else math.nan, kappa=math.inf if singular else math.nan,
+        singular=singular, sigma_min_nonzero=math.nan, kappa_nonzero=math.nan, rtol=rtol, rank=None,
+        rank_bound=rank_bound, converged=False, sigma_max_lower=s_max, sigma_min_upper=sigma_min_upper,
+        sigma_min_nonzero_upper=sigma_nz_upper, kappa_lower=math.inf if singular else _ratio(s_max, sigma_min_upper),
+        kappa_upper=math.inf,  # short of exhaustion nothing keeps sigma_min away from 0
+        kappa_nonzero_lower=max(1.0, _ratio(s_max, sigma_nz_upper)), kappa_nonzero_upper=math.inf, **lanczos,
     )

@@ -31,9 +31,12 @@ def attention_jacobian(
     method: str = "auto",
     **options,
 ) -> Records:
-    """One row: layer, head, wrt, method, shape, sigma_max, sigma_min, kappa, singular, kappa_nonzero,
-    rank or rank_bound, and (matrix-free) iterations, converged, residuals. ``options``: rtol, max_iter,
-    tol, seed of ``jacobian_spectrum``."""
+    """One row: layer, head and every field of ``jacobian_spectrum``'s SingularSummary: wrt, method, shape,
+    the values (sigma_max, sigma_min, kappa, singular, kappa_nonzero, rank; nan / None when the method has
+    not determined them), rank_bound, converged, the proven brackets (kappa_lower, kappa_upper,
+    kappa_nonzero_lower, kappa_nonzero_upper, sigma_max_lower, sigma_min_upper, sigma_min_nonzero_upper)
+    and (matrix-free) iterations and residuals. ``options``: rtol, max_iter, seed of
+    ``jacobian_spectrum``."""
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     (case,) = head_cases(model, inputs, layer, [head])
     summary = jacobian_spectrum(case, wrt=wrt, method=method, **options)
@@ -49,7 +52,10 @@ def jacobian_rows(
     method: str = "matrix-free",
     **options,
 ) -> Records:
-    """attention_jacobian for several layers and heads (default: every layer, head 0), for trackers."""
+    """attention_jacobian's rows for several layers and heads (default: every layer, head 0), for trackers.
+
+    Matrix-free by default: a head whose budget (max_iter) does not exhaust the Krylov space gets kappa =
+    nan, converged = False and the bracket; read kappa_lower / kappa_nonzero_lower for a proven floor."""
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     rows = []
     for layer in range(layer_count(model)) if layers is None else layers:
@@ -63,10 +69,17 @@ def theorem_bound(
     model: nn.Module, inputs: tuple, layer: int = 0, head: int = 0, sample: int = 0, method: str = "auto", **options
 ) -> Records:
     """One row: every term of Theorem 3.4 for sample ``sample`` of the probe batch, the bound, the measured
-    kappa(J) (both conventions), whether it holds, and whether the head is within the theorem's setting."""
+    kappa(J) (both conventions), whether it holds, and whether the head is within the theorem's setting;
+    also how kappa(J) was measured (jacobian_method, jacobian_converged) and its proven bracket
+    (jacobian_kappa_lower / _upper, jacobian_kappa_nonzero_lower / _upper). With an unconverged
+    matrix-free kappa(J) the kappas are nan, so holds / holds_nonzero are False without meaning that the
+    bound fails: compare the bound with the bracket instead."""
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     (case,) = head_cases(model, inputs, layer, [head])
     record = head_bound.theorem_bound(one_sample(case, sample), method=method, **options)
     row = {k: v for k, v in asdict(record).items() if k != "jacobian"}
-    row.update(jacobian_method=record.jacobian.method, jacobian_converged=record.jacobian.converged)
+    jac = record.jacobian
+    row.update(jacobian_method=jac.method, jacobian_converged=jac.converged, jacobian_kappa_lower=jac.kappa_lower,
+               jacobian_kappa_upper=jac.kappa_upper, jacobian_kappa_nonzero_lower=jac.kappa_nonzero_lower,
+               jacobian_kappa_nonzero_upper=jac.kappa_nonzero_upper)
     return Records([{"layer": layer, "head": head, "sample": sample, **row}], "Theorem 3.4")
