@@ -91,3 +91,68 @@ def test_apply_with_verify_undoes_a_wrong_layout():
         layouts={r"to_qkv\.weight": speccond.ProjectionLayout("qkv", 3, arrangement="per_head")}
     )
     assert len(speccond.apply(model, right, verify_with=(torch.randn(2, 7, 24),))) == 3
+
+
+class PostNormAttention(nn.Module):
+    """ALBERT's shape: attention, output projection ``dense``, then LayerNorm(x + dense(context)); the
+    module's output is not linear in v, the input of ``dense`` is. With ``position_keys``, the logits also
+    get q P^T, P from a Linear of its own on position embeddings (DeBERTa's c2p with pos_key_proj)."""
+
+    def __init__(self, dim: int = 24, heads: int = 3, position_keys: bool = False) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.pos_key_proj = nn.Linear(dim, dim) if position_keys else None
+        self.positions = nn.Parameter(torch.randn(7, dim))
+        self.dense = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        # (B, N, D) -> (B, H, N, dh)
+        split = lambda t: t.reshape(-1, t.shape[-2], self.heads, self.head_dim).transpose(1, 2)  # noqa: E731
+        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        logits = q @ k.transpose(-2, -1)  # (B, H, N, N)
+        if self.pos_key_proj is not None:
+            logits = logits + q @ split(self.pos_key_proj(self.positions[:n]))[0].transpose(-2, -1)
+        context = (logits / self.head_dim**0.5).softmax(-1) @ v  # (B, H, N, dh)
+        return self.norm(x + self.dense(context.transpose(1, 2).reshape(b, n, d)))  # (B, N, D)
+
+
+def _separate(heads: int = 3) -> speccond.SpectralConfig:
+    return speccond.SpectralConfig(
+        layouts={rf"^{name}\.weight$": speccond.ProjectionLayout(role, heads) for name, role in
+                 (("query", "q"), ("key", "k"), ("value", "v"))}
+    )
+
+
+def test_verify_observes_the_output_projections_input_past_a_residual_and_layer_norm():
+    model = PostNormAttention().eval()
+    speccond.apply(model, _separate())
+    (result,) = verify(model, torch.randn(2, 7, 24))
+    assert result.observed == "the input of its output projection 'dense'"
+    assert "values linear, queries and keys not" in result.checks and "q/k/v rows of each head pair up" in result.checks
+    wrong = PostNormAttention().eval()
+    speccond.apply(wrong, _separate(heads=6))  # the head width halved: q head 1 is the back half of head 0
+    with pytest.raises(VerificationError, match="do not pair|do not act|act through"):
+        verify(wrong, torch.randn(2, 7, 24))
+
+
+def test_verify_skips_head_pairing_when_queries_meet_position_keys_of_their_own():
+    model = PostNormAttention(position_keys=True).eval()
+    speccond.apply(model, _separate())
+    (result,) = verify(model, torch.randn(2, 7, 24))
+    assert "values linear, queries and keys not" in result.checks
+    assert "q/k/v rows of each head pair up" not in result.checks
+    assert any("the q rows still change the output" in s for s in result.skipped)
+
+
+def test_apply_verify_with_a_mapping_needs_str_keys_and_undoes_itself():
+    model = InterleavedAttention(dim=24, heads=3).eval()
+    right = speccond.SpectralConfig(
+        layouts={r"to_qkv\.weight": speccond.ProjectionLayout("qkv", 3, arrangement="per_head")}
+    )
+    with pytest.raises(TypeError, match="keys must be str.*tuple"):
+        speccond.apply(model, right, verify_with={0: torch.randn(2, 7, 24)})
+    assert not speccond.is_conditioned(model)
+    assert len(speccond.apply(model, right, verify_with={"x": torch.randn(2, 7, 24)})) == 3

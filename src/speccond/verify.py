@@ -3,15 +3,29 @@
 A layout names which rows of a weight are q, k, v and which head they belong to. If it is wrong (a
 third-party module that interleaves heads, a block order we guessed wrongly, a module that reads its
 weight directly past an activation hook), the correction lands in the wrong place silently. ``verify``
-runs each conditioned attention module on its real input (captured from one forward of the model),
-on a float64 copy whose projection rows it sets by hand, and checks four signatures:
+runs each conditioned attention module on its real input (captured from one forward of the model, with
+the model's own defaults: masks, position embeddings, encoder states of a cross-attention), on a float64
+copy whose projection rows it sets by hand, and checks four signatures of what it observes: the input of
+the module's output projection when it has one (the attention context of every head, linear in v even
+when the module adds a residual and a LayerNorm, as ALBERT does), else the module's output:
 
 1. the correction takes effect: zeroing C changes the output;
 2. values: the output is affine in a scaling of the rows declared as v, and not in those declared as
    q or k (the softmax);
-3. query-key pairing: with q and k biases zeroed, restoring the q and k rows of head h moves the
-   output away from the all-zero q/k output, and restoring q of head h with k of another head does not;
-4. value-head pairing: the v rows of head h change the output only together with head h's q and k.
+3. query-key pairing: with q and k biases zeroed, restoring the q rows of head h and the k rows of its
+   key head h // g (g = q heads / k heads: 1 for multi-head, more for grouped-query attention) moves the
+   output away from the all-zero q/k output, and restoring q of head h with a k head of another group
+   does not (not testable with one key head: multi-query). This reads logits q k^T: where q or k alone
+   changes the output (DeBERTa's relative-position keys from its own pos_key_proj) it is skipped;
+4. value-head pairing: the v rows of value head j change the output only together with the q and k
+   rows of a query head of group j.
+
+A key/value cache the module is called with (a transformers ``Cache``: ``past_key_values``, BART's
+``cache``) is copied when the module is called during the capture, before the module writes to it, and
+each probe call gets its own copy of that snapshot: neither the user's cache nor the one the model
+builds is written to, and every probe starts from the same state. A cache passed in the input must be
+empty (cached keys were computed with the weights as they are and would not follow the probe): pass an
+input that starts a sequence, not a continuation.
 
 q and k enter the logits symmetrically, so the probe cannot tell a q/k swap apart; that matters only
 when lam_q != lam_k.
@@ -31,6 +45,11 @@ from speccond.backends import Attachment, attachments
 from speccond.layers import projection_bias
 
 
+# Names of an attention module's output projection (a direct Linear or Conv1D child): the probe observes
+# its input, the attention context (see _Context).
+OUTPUT_PROJECTIONS = ("proj", "o_proj", "out_proj", "c_proj", "dense", "out_lin", "out", "to_out")
+
+
 class VerificationError(ValueError):
     """A conditioned projection's layout does not match what its attention module computes."""
 
@@ -43,6 +62,7 @@ class VerifiedAttention:
     parameters: list[str]
     checks: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    observed: str = "the module's output"  # what the probe compares: the output, or its output projection's input
 
 
 @dataclass(frozen=True)
@@ -65,12 +85,25 @@ class _Block:
 
 def verify(model: nn.Module, *example_args: Any, **example_kwargs: Any) -> list[VerifiedAttention]:
     """Probe every conditioned attention module of ``model``; raise VerificationError naming the first
-    projection whose declared layout does not match. ``example_args``/``example_kwargs`` are one valid
-    input of ``model`` (a small batch); the model itself is not modified."""
+    projection whose declared layout does not match.
+
+    ``example_args``/``example_kwargs`` are one valid input of ``model`` (a small batch), passed as a user
+    would call it: ``verify(model, images)``, ``verify(model, input_ids=ids, attention_mask=mask)``,
+    ``verify(seq2seq, input_ids=ids, decoder_input_ids=dec)``. The model runs once in eval mode without
+    gradients, with its own defaults (a decoder builds its KV cache as usual); neither the model, its
+    training mode, nor a cache passed in the input is modified.
+
+    Raises:
+        ValueError: ``model`` is not conditioned, or the input carries a KV cache that already holds
+            positions (pass the start of a sequence instead).
+        VerificationError: a conditioned attention module was not called by the input, or a projection's
+            declared layout does not match what its module computes.
+    """
     found = list(attachments(model))
     if not found:
         raise ValueError("speccond.verify: this model is not spectrally conditioned; call speccond.apply first")
     groups = _group_by_attention(model, found)
+    _check_no_filled_cache(example_args, example_kwargs)
     captured = _capture_inputs(model, list(groups), example_args, example_kwargs)
     results = []
     for path, members in groups.items():
@@ -112,11 +145,14 @@ def _is_correction_machinery(module: nn.Module) -> bool:
 
 
 def _capture_inputs(model: nn.Module, paths: list[str], args: tuple, kwargs: dict) -> dict[str, tuple]:
+    """Each attention module's (args, kwargs) of its first call in one forward of ``model``: tensors
+    detached and cloned, caches deep-copied at the call (before the module writes to them)."""
     captured: dict[str, tuple] = {}
 
     def hook_for(path: str):
         def hook(_module, hook_args, hook_kwargs):
-            captured.setdefault(path, (_detach(hook_args), _detach(hook_kwargs)))
+            if path not in captured:
+                captured[path] = (_snapshot(hook_args), _snapshot(hook_kwargs))
 
         return hook
 
@@ -125,7 +161,7 @@ def _capture_inputs(model: nn.Module, paths: list[str], args: tuple, kwargs: dic
     try:
         model.eval()
         with torch.no_grad():
-            model(*args, **kwargs)
+            model(*_fresh(args), **_fresh(kwargs))  # a cache the user passed is copied, never written to
     finally:
         model.train(was_training)
         for handle in handles:
@@ -133,14 +169,66 @@ def _capture_inputs(model: nn.Module, paths: list[str], args: tuple, kwargs: dic
     return captured
 
 
-def _detach(value: Any) -> Any:
+def _is_cache(value: Any) -> bool:
+    """A key/value cache object (transformers ``Cache``, ``EncoderDecoderCache``), found by what it does."""
+    if isinstance(value, (torch.Tensor, nn.Module)):
+        return False
+    return callable(getattr(value, "update", None)) and callable(getattr(value, "get_seq_length", None))
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of a captured input that later calls cannot change: tensors detached and cloned, caches
+    deep-copied as they are now."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
+    if _is_cache(value):
+        return copy.deepcopy(value)
     if isinstance(value, (tuple, list)):
-        return type(value)(_detach(v) for v in value)
+        return type(value)(_snapshot(v) for v in value)
     if isinstance(value, dict):
-        return {k: _detach(v) for k, v in value.items()}
+        return {k: _snapshot(v) for k, v in value.items()}
     return value
+
+
+def _fresh(value: Any) -> Any:
+    """``value`` with every cache in it replaced by its own deep copy (tensors are shared: nothing writes
+    to them in place)."""
+    if _is_cache(value):
+        return copy.deepcopy(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_fresh(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
+
+
+def _caches(value: Any) -> Iterator[Any]:
+    if _is_cache(value):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _caches(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _caches(v)
+
+
+def _check_no_filled_cache(args: tuple, kwargs: dict) -> None:
+    """Refuse an input cache that already holds positions: its keys and values were computed with the
+    weights as they are, so they would not follow the rows the probe sets. A cache the model builds itself
+    starts empty, and each module's snapshot is taken before that module writes its own entry."""
+    for cache in _caches((args, kwargs)):
+        try:
+            held = int(cache.get_seq_length())
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+        updated = any(getattr(cache, "is_updated", {}).values())  # cross-attention keys already cached
+        if held > 0 or updated:
+            raise ValueError(
+                f"speccond.verify: the example input carries a {type(cache).__name__} that already holds "
+                f"{held} positions; cached keys and values do not follow the probe. Pass an input that starts "
+                "a sequence: drop past_key_values (the model builds its own cache as usual)"
+            )
 
 
 def _to_double(value: Any) -> Any:
@@ -170,17 +258,68 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
             blocks[acts_as] = _Block(twin, item.qualified_name, acts_as, rows, layout.heads(stored_role))
     result = VerifiedAttention(path, names)
     args, kwargs = _to_double(args), _to_double(kwargs)
-    run = lambda: _first_tensor(probe(*args, **kwargs))  # noqa: E731
+    context = _Context(probe, [a.module for a in probe_found.values()])
+
+    def run() -> torch.Tensor:
+        # Each call gets its own copy of the captured cache state, so no probe sees another's keys.
+        return context.observed(probe(*_fresh(args), **_fresh(kwargs)))
+
     with torch.no_grad():
+        run()
+        result.observed = context.describe()
         _check_correction_takes_effect(probe_found.values(), names, run, result)
         skip = next((b.attachment.correction.probe_skip for b in blocks.values() if b.attachment.correction.probe_skip), "")
         if skip:
             result.skipped.append(f"role and head signatures: {skip}")
             return result
-        _zero_qk_biases(blocks, result)
+        _zero_qk_biases(blocks, result, probe)
         _check_values_are_linear(blocks, run, result)
         _check_head_pairing(blocks, run, result)
     return result
+
+
+class _Context:
+    """What the probe observes: the input of the module's output projection when it has one, else its output.
+
+    The output projection is a direct Linear (or Conv1D) child named as one (``OUTPUT_PROJECTIONS``: timm
+    ``proj``, Llama ``o_proj``, BART ``out_proj``, GPT-2 ``c_proj``, ALBERT ``dense``), called after every
+    conditioned projection in the forward. Its input, the attention context softmax(q k^T) v of every head,
+    is linear in v even when the module adds a residual and a LayerNorm after the projection (ALBERT),
+    which its output is not. Other Linear children (DeBERTa's ``pos_key_proj`` on the relative
+    embeddings) are not it. A module without one (BERT's self-attention, nn.MultiheadAttention, which
+    reads ``out_proj.weight`` directly) is observed at its output.
+    """
+
+    def __init__(self, probe: nn.Module, projections: list[nn.Module]) -> None:
+        from speccond.adapters.base import is_conv1d
+
+        self.seen: torch.Tensor | None = None
+        self.name = ""
+        projection_ids = {id(m) for m in projections}
+        for module in projections:
+            if module is not probe:
+                module.register_forward_pre_hook(self._projection_called)
+        for name, child in probe.named_children():
+            linear = isinstance(child, nn.Linear) or is_conv1d(child)
+            if name in OUTPUT_PROJECTIONS and id(child) not in projection_ids and linear:
+                child.register_forward_pre_hook(self._hook_for(name))
+
+    def _projection_called(self, _module: nn.Module, _args: tuple) -> None:
+        self.seen, self.name = None, ""  # only a Linear called after the last projection is the output one
+
+    def _hook_for(self, name: str):
+        def hook(_module: nn.Module, args: tuple) -> None:
+            if args and isinstance(args[0], torch.Tensor):
+                self.seen, self.name = args[0].clone(), name
+
+        return hook
+
+    def observed(self, output: Any) -> torch.Tensor:
+        seen, self.seen = self.seen, None
+        return seen if seen is not None else _first_tensor(output)
+
+    def describe(self) -> str:
+        return f"the input of its output projection '{self.name}'" if self.name else "the module's output"
 
 
 def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str], run, result: VerifiedAttention) -> None:
@@ -205,6 +344,10 @@ def _check_values_are_linear(blocks: dict[str, _Block], run, result: VerifiedAtt
             _set_effective_rows(block.attachment, block.rows, scale * original)
             outputs.append(run())
         _set_effective_rows(block.attachment, block.rows, original)
+        finite = torch.stack([torch.isfinite(o) for o in outputs]).all(0)  # fully masked rows may be NaN
+        outputs = [o[finite] for o in outputs]  # each (n_finite,)
+        if not outputs[0].numel():
+            raise VerificationError(f"{block.describe()}: the attention output is not finite anywhere")
         change = (outputs[1] - outputs[0]).abs().max()
         curvature = (outputs[2] - 2 * outputs[1] + outputs[0]).abs().max()
         affine = bool(curvature <= 1e-7 * (change + 1e-12))
@@ -212,7 +355,7 @@ def _check_values_are_linear(blocks: dict[str, _Block], run, result: VerifiedAtt
         if role == "v" and (not affine or change <= 1e-9):
             raise VerificationError(
                 f"{where}: the output is not linear in them, so they are not the values; check the layout's "
-                "roles and arrangement ('blocked' vs 'per_head')"
+                "roles and arrangement ('blocked', 'per_head' or 'grouped')"
             )
         if role in "qk" and affine:
             raise VerificationError(
@@ -223,62 +366,130 @@ def _check_values_are_linear(blocks: dict[str, _Block], run, result: VerifiedAtt
 
 
 def _check_head_pairing(blocks: dict[str, _Block], run, result: VerifiedAttention) -> None:
+    """Query head h pairs with key head h // g and value head h // g', g = q heads / k heads (grouped-query
+    attention; 1 for multi-head); the q and k blocks may sit in different projections."""
     if not {"q", "k"} <= blocks.keys():
         result.skipped.append("head pairing (needs both q and k conditioned)")
         return
-    q, k = blocks["q"], blocks["k"]
-    heads = q.heads
-    if heads < 2:
+    q, k, v = blocks["q"], blocks["k"], blocks.get("v")
+    if q.heads < 2:
         result.skipped.append("head pairing (one head)")
         return
+    q_width, k_width = q.head_rows(0).numel(), k.head_rows(0).numel()
+    if q_width != k_width:
+        raise VerificationError(
+            f"{k.describe()}: its {k.heads} heads are {k_width} rows wide, the {q.heads} query heads of "
+            f"{q.describe()} {q_width}: a query head and its key head have the same width; check num_heads "
+            "and num_kv_heads"
+        )
+    group = _group_size(q, k)
+    v_group = _group_size(q, v) if v is not None else 0
     saved = {role: _effective_rows(b.attachment, b.rows) for role, b in blocks.items()}
 
     def restore(block: _Block, head: int) -> None:
         rows = block.head_rows(head)
-        full = saved[block.role]
         width = rows.numel()
-        _set_effective_rows(block.attachment, rows, full[head * width : (head + 1) * width])
+        _set_effective_rows(block.attachment, rows, saved[block.role][head * width : (head + 1) * width])
 
     def zero_qk() -> None:
         for block in (q, k):
             _set_effective_rows(block.attachment, block.rows, torch.zeros_like(saved[block.role]))
 
-    for head in range(heads):
-        other = (head + 1) % heads
+    def restore_qk(head: int) -> None:
+        restore(q, head)
+        restore(k, head // group)
+
+    alone = _acts_alone(q, k, saved, run, zero_qk)
+    if alone:
+        for role, block in blocks.items():
+            _set_effective_rows(block.attachment, block.rows, saved[role])
+        result.skipped.append(
+            f"head pairing: with the {'k' if alone == 'q' else 'q'} rows zeroed the {alone} rows still change the "
+            "output, so the logits have terms in one of them alone (relative-position keys or queries from a "
+            "projection that is not conditioned, as DeBERTa's pos_key_proj / pos_query_proj); the pairing "
+            "signatures assume logits q k^T only"
+        )
+        return
+    if k.heads < 2:
+        result.skipped.append(
+            f"crossed q/k heads ({q.heads} query heads share one key head, multi-query: no other key head to "
+            "cross with); each query head is checked to pair with it"
+        )
+    for head in range(q.heads):
+        key = head // group
+        other = (key + 1) % k.heads  # a key head of another group (none when there is one key head)
         zero_qk()
         baseline = run()
         restore(q, head)
-        restore(k, other)
-        crossed = run()
-        restore(k, head)
+        crossed = baseline
+        if k.heads > 1:
+            restore(k, other)
+            crossed = run()
+        restore(k, key)
         paired = run()
         if _same(paired, baseline) or not _same(crossed, baseline):
             raise VerificationError(
-                f"{q.describe()}: q rows of head {head} do not pair with the k rows of head {head} in "
-                f"{k.describe()}; check num_heads and arrangement"
+                f"{q.describe()}: q rows of head {head} do not pair with the k rows of head {key} in "
+                f"{k.describe()} (query head h uses key head h // {group}: {q.heads} q heads, {k.heads} k "
+                "heads); check num_heads, num_kv_heads and arrangement"
             )
-        if "v" in blocks:
-            _check_value_head(blocks["v"], saved["v"], head, other, run, zero_qk, lambda h: (restore(q, h), restore(k, h)))
+        if v is not None:
+            _check_value_head(v, saved["v"], head, v_group, run, zero_qk, restore_qk)
+    if v is not None and v.heads < 2:
+        result.skipped.append("crossed value heads (one value head: no other value head to cross with)")
     for role, block in blocks.items():
         _set_effective_rows(block.attachment, block.rows, saved[role])
     result.checks.append("q/k/v rows of each head pair up")
 
 
-def _check_value_head(v: _Block, saved_v: torch.Tensor, head: int, other: int, run, zero_qk, restore_qk) -> None:
+def _acts_alone(q: _Block, k: _Block, saved: dict[str, torch.Tensor], run, zero_qk) -> str:
+    """"q" or "k" when restoring that block alone, the other zeroed, changes the output; else "".
+
+    With logits q k^T only, zero keys (or zero queries) give zero logits whatever the other holds."""
+    zero_qk()
+    baseline = run()
+    for block in (q, k):
+        zero_qk()
+        _set_effective_rows(block.attachment, block.rows, saved[block.role])
+        if not _same(run(), baseline):
+            return block.role
+    return ""
+
+
+def _group_size(q: _Block, other: _Block) -> int:
+    """Query heads per head of ``other`` (a k or v block)."""
+    if other.heads > q.heads or q.heads % other.heads:
+        raise VerificationError(
+            f"{other.describe()}: {other.heads} {other.role} heads cannot serve the {q.heads} query heads of "
+            f"{q.describe()}: the key/value head count must divide the query head count; check num_heads "
+            "and num_kv_heads"
+        )
+    return q.heads // other.heads
+
+
+def _check_value_head(v: _Block, saved_v: torch.Tensor, head: int, group: int, run, zero_qk, restore_qk) -> None:
+    """Keeping only value head head // group (the one query head ``head`` reads), attending with ``head``'s
+    q and k changes the output; keeping only another value head, it does not."""
     width = v.head_rows(0).numel()
     only = lambda h: _set_effective_rows(  # noqa: E731
         v.attachment, v.rows, _keep_head(saved_v, h, width)
     )
-    for values_head, should_change in ((head, True), (other, False)):
-        only(values_head)
+    value_head = head // group
+    cases = [(value_head, True)]
+    if v.heads > 1:
+        cases.append(((value_head + 1) % v.heads, False))
+    for kept, should_change in cases:
+        only(kept)
         zero_qk()
         uniform = run()
         restore_qk(head)
         attended = run()
         if _same(attended, uniform) == should_change:
             raise VerificationError(
-                f"{v.describe()}: v rows of head {values_head} do not belong to head {values_head}; "
-                "check num_heads and arrangement"
+                f"{v.describe()}: v rows of head {kept} {'do not act' if should_change else 'act'} through the "
+                f"attention of query head {head}, which reads value head {value_head} (query head h reads value "
+                f"head h // {group}: {v.heads * group} q heads, {v.heads} v heads); check num_heads, num_kv_heads "
+                "and arrangement"
             )
     _set_effective_rows(v.attachment, v.rows, saved_v)
 
@@ -314,13 +525,19 @@ def _correction_zeroed(item: Attachment):
         buffer.copy_(saved)
 
 
-def _zero_qk_biases(blocks: dict[str, _Block], result: VerifiedAttention) -> None:
-    """Zero the q and k biases, so zeroed q or k rows give exactly zero queries or keys."""
+def _zero_qk_biases(blocks: dict[str, _Block], result: VerifiedAttention, attention: nn.Module) -> None:
+    """Zero the q and k biases, so zeroed q or k rows give exactly zero queries or keys: the projection's
+    own bias, or the attention module's separate ``q_bias`` / ``k_bias`` of a bias-free fused weight (timm
+    EVA, BEiT, SwinV2, which add them with F.linear)."""
     for role in "qk":
         if role not in blocks:
             continue
         block = blocks[role]
         bias = _bias_rows(block)
+        separate = getattr(attention, f"{role}_bias", None)
+        if bias is None and isinstance(separate, torch.Tensor) and separate.numel() == block.rows.numel():
+            separate.data.zero_()  # on the probe copy
+            continue
         if bias is None:
             result.skipped.append(f"no {role} bias found on {block.name}; assumed none")
             continue
@@ -356,5 +573,13 @@ def _first_tensor(output: Any) -> torch.Tensor:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal to 1e-9 relative. Non-finite entries (a fully masked query row of some attention kernels)
+    must sit at the same places in both and are not compared."""
+    finite = torch.isfinite(a)
+    if not torch.equal(finite, torch.isfinite(b)):
+        return False
+    a, b = a[finite], b[finite]  # (n_finite,)
+    if a.numel() == 0:
+        return True
     scale = float(a.abs().max()) + 1.0
     return bool((a - b).abs().max() <= 1e-9 * scale)
