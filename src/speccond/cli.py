@@ -2,31 +2,79 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
 
-def main(argv: list[str] | None = None) -> int:
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts (seeds, batch, iterations): an integer >= 1."""
+    return _checked_int(text, 1, "a positive integer (1, 2, ...)")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type=`` for seeds and other values that may be 0: an integer >= 0."""
+    return _checked_int(text, 0, "a non-negative integer (0, 1, ...)")
+
+
+def _checked_int(text: str, smallest: int, expected: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < smallest:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse ``type=`` for scales such as lam: a finite number >= 0 (not nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 10 or 0.5), got {text!r}")
+    return value
+
+
+def method_list(text: str) -> list[str]:
+    """argparse ``type=`` for ``--methods``: comma-separated names from experiments.config.METHODS, at least one."""
+    from speccond.experiments.config import METHODS
+
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if not methods or unknown:
+        got = f"unknown {', '.join(map(repr, unknown))} in {text!r}" if unknown else repr(text)
+        raise argparse.ArgumentTypeError(f"expected comma-separated methods from {', '.join(METHODS)}, got {got}")
+    return methods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``speccond`` parser: every numeric flag is checked by its ``type=`` before any command runs."""
     parser = argparse.ArgumentParser(prog="speccond", description="Spectral conditioning of attention.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="condition a real timm ViT and print what changed")
-    demo.add_argument("--lam", type=float, default=10.0, help="scale of the identity correction (default 10)")
+    demo.add_argument("--lam", type=non_negative_float, default=10.0,
+                      help="scale of the identity correction (default 10)")
     demo.add_argument("--correction", choices=("identity", "svd"), default="identity")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="model and input seed (default 0)")
 
     inspect = commands.add_parser("inspect", help="per-layer conditioning table of a named model")
     inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download)")
     inspect.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
     inspect.add_argument("--plain", action="store_true", help="do not condition; inspect the model as built")
-    inspect.add_argument("--lam", type=float, default=10.0)
+    inspect.add_argument("--lam", type=non_negative_float, default=10.0, help="correction scale (default 10)")
     inspect.add_argument("--correction", choices=("identity", "svd"), default="identity")
     inspect.add_argument("--checkpoint", help="a safetensors state_dict to load after conditioning")
     inspect.add_argument("--per-head", action="store_true", help="one row per head as well")
     inspect.add_argument("--entropy", action="store_true", help="attention entropy on a random probe batch")
     inspect.add_argument("--jacobian", action="store_true", help="kappa(J) w.r.t. W_Q, W_K, W_V per layer (head 0)")
-    inspect.add_argument("--jacobian-iterations", type=int, default=50, help="Lanczos steps (matrix-free)")
-    inspect.add_argument("--batch", type=int, default=2, help="probe batch size for entropy and Jacobian")
+    inspect.add_argument("--jacobian-iterations", type=positive_int, default=50, metavar="N",
+                         help="Lanczos steps (matrix-free; default 50)")
+    inspect.add_argument("--batch", type=positive_int, default=2, metavar="N",
+                         help="probe batch size for entropy and Jacobian (default 2)")
     inspect.add_argument("--json", help="also write the rows to this JSON file")
 
     plot = commands.add_parser("plot", help="conditioning figures from tracked runs")
@@ -46,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                             "or the detection task fashion-scenes")
     comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit; nystromformer for lra-* tasks; "
                             "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes")
-    comparison.add_argument("--methods", default="baseline,spectral",
+    comparison.add_argument("--methods", type=method_list, default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")
-    comparison.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
+    comparison.add_argument("--seeds", type=positive_int, default=3, metavar="N",
+                            help="number of seeds, run as seeds 0, 1, ..., N-1 (default 3)")
     comparison.add_argument("--preset", choices=("quick", "full"), default="quick")
     comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
     comparison.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
@@ -66,8 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     data_commands = data.add_subparsers(dest="data_command", required=True)
     prepare = data_commands.add_parser("prepare", help="obtain, verify and cache a dataset")
     prepare.add_argument("name", help="dataset name, e.g. fashion-mnist")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     started = time.perf_counter()
     try:
         if args.command == "demo":
@@ -115,16 +167,17 @@ def _compare(args: argparse.Namespace) -> None:
         print(f"written: {Path(args.out) / 'results.md'}, results.json")
         return
     from speccond import data
-    from speccond.experiments.compare import compare, parse_sweep, preset
+    from speccond.experiments.compare import compare, parse_sweep, preset, variants
     from speccond.experiments.tasks import task as task_of
     from speccond.experiments.config import TrainConfig
 
     chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
     task = TrainConfig().with_overrides([*chosen, *args.set]).task
     base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set])
+    sweep = parse_sweep(args.sweep)
+    variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
     data.prepare(task_of(base.task).dataset)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    compare(base, methods, range(args.seeds), Path(args.out), sweep=parse_sweep(args.sweep))
+    compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep)
     print((Path(args.out) / "results.md").read_text())
     print(f"written: {Path(args.out) / 'results.md'}, results.json, comparison.png")
 
@@ -158,6 +211,7 @@ def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from speccond.experiments.config import TrainConfig
+    from speccond.experiments.tasks import task as task_of
     from speccond.experiments.train import train
 
     if bool(args.out) == bool(args.resume):
@@ -169,6 +223,7 @@ def _train(args: argparse.Namespace) -> int:
         config = TrainConfig.from_dict(json.loads(recorded.read_text())["config"]).with_overrides(args.set)
     else:
         config = TrainConfig().with_overrides(args.set)
+    task_of(config.task)  # an unknown task is an error before the run directory is written
     result = train(config, Path(args.out or args.resume))
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result))
@@ -196,7 +251,8 @@ def _inspect(args: argparse.Namespace) -> None:
         print(dx.attention_entropy(model, probe))
     if args.jacobian:
         jacobian = dx.jacobian_rows(model, probe, method="auto", max_iter=args.jacobian_iterations)
-        columns = ("layer", "head", "method", "shape", "sigma_max", "sigma_min_nonzero", "kappa", "kappa_nonzero", "converged")
+        columns = ("layer", "head", "method", "shape", "sigma_max", "sigma_min_nonzero", "kappa", "kappa_lower",
+                   "kappa_upper", "kappa_nonzero", "kappa_nonzero_lower", "kappa_nonzero_upper", "converged")
         print()
         print(dx.Records([{c: r[c] for c in columns} for r in jacobian], "attention Jacobian w.r.t. W_Q, W_K, W_V"))
     if args.json:

@@ -59,11 +59,12 @@ def compare(base: DetectionConfig, methods: Sequence[str], seeds: Sequence[int],
 def compare_command(args: argparse.Namespace) -> DetectionReport:
     """``speccond compare`` for a detection task (cli.py dispatches here when --task is one of TASKS)."""
     from speccond import data
-    from speccond.experiments.compare import parse_sweep
+    from speccond.experiments.compare import parse_sweep, variants
 
     chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
     task = DetectionConfig().with_overrides([*chosen, *args.set]).task
     base = DetectionConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set])
+    sweep = parse_sweep(args.sweep)
+    variants(base, args.methods, sweep)  # args.methods: cli.method_list's list; checked before any data is read
     data.prepare(TASKS[base.task])
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    return compare(base, methods, range(args.seeds), Path(args.out), sweep=parse_sweep(args.sweep))
+    return compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep)

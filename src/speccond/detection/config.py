@@ -62,7 +62,7 @@ class DetectionConfig(ConfigFields):  # to_dict, from_dict, with_overrides
                      "checkpoint_every", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DetectionConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("train_size", "val_size", "test_size", "warmup_steps", "refresh_every"):
+        for name in ("train_size", "val_size", "test_size", "warmup_steps", "refresh_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"DetectionConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("lam", "lr", "weight_decay", "grad_clip"):

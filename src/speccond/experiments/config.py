@@ -76,7 +76,7 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
         for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("train_size", "test_size", "warmup_steps", "track_every", "refresh_every"):
+        for name in ("train_size", "test_size", "warmup_steps", "track_every", "refresh_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("lam", "lr", "weight_decay", "grad_clip"):
