@@ -1,5 +1,11 @@
-"""transformers families of the architecture table (tests/architectures.py), tiny configs built offline."""
+"""transformers families of the architecture table (tests/architectures.py), tiny configs built offline.
+
+Every ``params`` entry is derived by hand from the family's modeling code (the comment above each case
+says how its forward splits the projection), never from the adapters.
+"""
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -11,6 +17,15 @@ VOCAB, SEQ, WIDTH, HEADS = 64, 8, 32, 4
 SMALL = dict(
     hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=HEADS, intermediate_size=64, vocab_size=VOCAB,
     max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+)
+VISION = dict(
+    hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=HEADS, intermediate_size=64, image_size=16,
+    patch_size=8,
+)
+SEQ2SEQ = dict(
+    d_model=WIDTH, encoder_layers=2, decoder_layers=2, encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+    encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=VOCAB, max_position_embeddings=64, pad_token_id=0,
+    bos_token_id=1, eos_token_id=2, decoder_start_token_id=2,
 )
 
 
@@ -27,13 +42,32 @@ def token_ids() -> dict:
     return {"input_ids": torch.randint(3, VOCAB, (2, SEQ))}
 
 
-def hf(config_class: str, model_class: str = "AutoModel", **fields):
-    """A builder: transformers.<model_class>.from_config(<config_class>(**SMALL, **fields)), eval mode."""
+def seq2seq_tokens() -> dict:
+    """Encoder tokens with padding, and decoder tokens (T5 does not shift its inputs by itself)."""
+    return {**tokens(), "decoder_input_ids": torch.randint(3, VOCAB, (2, SEQ - 2))}
+
+
+def images(size: int = 16) -> dict:
+    """Two RGB images: 16 x 16 with patch 8 gives 4 patches (a class token makes 5 tokens)."""
+    return {"pixel_values": torch.randn(2, 3, size, size)}
+
+
+def swin_images() -> dict:
+    return images(32)
+
+
+def audio() -> dict:
+    """Whisper: 8 mel bins x 32 frames (2 x max_source_positions), and decoder tokens."""
+    return {"input_features": torch.randn(2, 8, 32), "decoder_input_ids": torch.randint(3, VOCAB, (2, SEQ - 2))}
+
+
+def hf(config_class: str, model_class: str = "AutoModel", base: dict = SMALL, **fields):
+    """A builder: transformers.<model_class>.from_config(<config_class>(**base, **fields)), eval mode."""
 
     def build():
         import transformers
 
-        config = getattr(transformers, config_class)(**{**SMALL, **fields})
+        config = getattr(transformers, config_class)(**{**base, **fields})
         model_type = getattr(transformers, model_class)
         model = model_type.from_config(config) if model_class.startswith("Auto") else model_type(config)
         return model.eval()
@@ -49,20 +83,199 @@ def separate(prefix: str, names: tuple[str, str, str], heads: tuple[int, int, in
     }
 
 
+def fused(pattern: str, layout: L, layers: int = 2) -> dict:
+    """One fused weight ``pattern.format(i)`` per layer i, all with ``layout``."""
+    return {pattern.format(i): layout for i in range(layers)}
+
+
+def first_call_attentions(model, inputs) -> dict:
+    """ALBERT: one shared attention module runs at every depth; its probabilities at the first depth
+    (the call the head diagnostics capture)."""
+    from speccond.layers import attention_layers
+
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        out = eager(**inputs, output_attentions=True)
+    (layer,) = attention_layers(model)
+    return {layer.name: out.attentions[0]}
+
+
+def eager_attentions(model, inputs) -> dict:
+    """hf_attentions for models that cannot switch their attention implementation after construction
+    (Falcon): the copy's config is set to eager before the forward, so its masks are built for eager
+    attention (Falcon's output_attentions path under SDPA adds a boolean mask to the logits as 1 / 0)."""
+    eager = copy.deepcopy(model)
+    eager.config._attn_implementation = "eager"
+    return hf_attentions(eager, inputs)
+
+
+def encoder_attentions(model, inputs) -> dict:
+    """SigLIP: the encoder layers' probabilities; its pooling head (nn.MultiheadAttention) reports none."""
+    from speccond.layers import attention_layers
+
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        out = eager(**inputs, output_attentions=True)
+    names = [layer.name for layer in attention_layers(model) if ".encoder." in f".{layer.name}"]
+    assert len(names) == len(out.attentions), names
+    return dict(zip(names, out.attentions))
+
+
 QKV_PROJ = ("q_proj", "k_proj", "v_proj")
+BERT_QKV = ("query", "key", "value")
 GQA = (HEADS, 2, 2)  # 4 query heads sharing 2 key/value heads
+MHA = (HEADS,) * 3
+PER_HEAD = L("qkv", HEADS, arrangement="per_head")  # rows (H, 3, dh)
+MULTI_QUERY = L("qkv", HEADS, num_kv_heads=1)  # rows [q: H dh | k: dh | v: dh]
+
+
+def _seq2seq(encoder: str, self_attn: str, cross: str, names: tuple[str, str, str]) -> dict:
+    return {**separate(encoder, names, MHA), **separate(self_attn, names, MHA), **separate(cross, names, MHA)}
+
 
 CASES = [
+    # -- Llama family: separate q_proj/k_proj/v_proj, view(B, N, -1, dh); k, v have num_key_value_heads heads
     Arch("hf-llama", hf("LlamaConfig", num_key_value_heads=2), tokens,
          separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
     Arch("hf-mistral", hf("MistralConfig", num_key_value_heads=2, sliding_window=4), tokens,
          separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
+    Arch("hf-mixtral", hf("MixtralConfig", num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1,
+                            experts_implementation="eager"), tokens,
+         separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
+    Arch("hf-qwen2", hf("Qwen2Config", num_key_value_heads=2), tokens,
+         separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
+    # Qwen3: the same, plus per-head q_norm / k_norm (RMSNorm over dh)
+    Arch("hf-qwen3", hf("Qwen3Config", num_key_value_heads=2, head_dim=8), tokens,
+         separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
+    Arch("hf-gemma", hf("GemmaConfig", num_key_value_heads=2, head_dim=8), tokens,
+         separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
     Arch("hf-gemma2", hf("Gemma2Config", num_key_value_heads=2, head_dim=8, sliding_window=4), tokens,
          separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
-    Arch("hf-bert", hf("BertConfig"), tokens,
-         separate("encoder.layer.{}.attention.self.", ("query", "key", "value"), (HEADS,) * 3),
+    Arch("hf-gemma3", hf("Gemma3TextConfig", num_key_value_heads=2, head_dim=8, sliding_window=4,
+                         layer_types=["sliding_attention", "full_attention"]), tokens,
+         separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
+    Arch("hf-olmo", hf("OlmoConfig"), tokens, separate("layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
+    # Phi: q_proj/k_proj/v_proj + dense, partial rotary (partial_rotary_factor 0.5); qk_layernorm: LayerNorm(dh)
+    Arch("hf-phi", hf("PhiConfig"), tokens, separate("layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
+    Arch("hf-phi-qk-layernorm", hf("PhiConfig", qk_layernorm=True), tokens,
+         separate("layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
+    # Phi-3: qkv_proj rows sliced [:H dh], [H dh:(H + G) dh], [(H + G) dh:]: blocked, G = 2 k/v heads
+    Arch("hf-phi3", hf("Phi3Config", num_key_value_heads=2), tokens,
+         fused("layers.{}.self_attn.qkv_proj.weight", L("qkv", HEADS, num_kv_heads=2)), attention=hf_attentions),
+    # GPT-NeoX: query_key_value.view(B, N, H, 3 dh).chunk(3): rows (H, 3, dh); rotary on 25% of dh
+    Arch("hf-gpt-neox", hf("GPTNeoXConfig"), tokens,
+         fused("layers.{}.attention.query_key_value.weight", PER_HEAD), attention=hf_attentions),
+    # GPT-J: separate q/k/v (+ out_proj), rotary on rotary_dim = 4 of dh = 8, pairs (2i, 2i + 1)
+    Arch("hf-gptj", hf("GPTJConfig", n_embd=WIDTH, n_layer=2, n_head=HEADS, rotary_dim=4), tokens,
+         separate("h.{}.attn.", QKV_PROJ, MHA), attention=hf_attentions),
+    # Falcon: multi_query=False: query_key_value.view(B, N, H, 3, dh): rows (H, 3, dh); rotary
+    Arch("hf-falcon", hf("FalconConfig", multi_query=False), tokens,
+         fused("h.{}.self_attention.query_key_value.weight", PER_HEAD), attention=eager_attentions),
+    # Falcon default multi_query: view(B, N, H + 2, dh): [q heads | k | v], one k/v head
+    Arch("hf-falcon-multi-query", hf("FalconConfig", multi_query=True), tokens,
+         fused("h.{}.self_attention.query_key_value.weight", MULTI_QUERY), attention=eager_attentions),
+    # Falcon new_decoder_architecture: view(B, N, G, H / G + 2, dh): per kv group its 2 q heads, then k, then v
+    Arch("hf-falcon-new-arch", hf("FalconConfig", new_decoder_architecture=True, num_kv_heads=2), tokens,
+         fused("h.{}.self_attention.query_key_value.weight", L("qkv", HEADS, arrangement="grouped", num_kv_heads=2)),
+         attention=eager_attentions),
+    # Falcon with ALiBi, per head as hf-falcon; transformers' eager attention adds ALiBi twice (see the adapter)
+    Arch("hf-falcon-alibi", hf("FalconConfig", multi_query=False, alibi=True), tokens,
+         fused("h.{}.self_attention.query_key_value.weight", PER_HEAD),
+         diagnostics_refused="adds the ALiBi bias twice"),
+    # BLOOM: query_key_value.view(B, N, H, 3, dh): rows (H, 3, dh); ALiBi
+    Arch("hf-bloom", hf("BloomConfig", n_layer=2, n_head=HEADS), tokens,
+         fused("h.{}.self_attention.query_key_value.weight", PER_HEAD), attention=hf_attentions,
+         reason="ALiBi untouched"),
+    # GPTBigCode multi_query (default): c_attn(x).split((H dh, dh, dh)): blocked, one k/v head
+    Arch("hf-gpt-bigcode", hf("GPTBigCodeConfig", n_embd=WIDTH, n_layer=2, n_head=HEADS), tokens,
+         fused("h.{}.attn.c_attn.weight", MULTI_QUERY), attention=hf_attentions),
+    # GPTBigCode multi_query=False: c_attn(x).view(B, N, H, 3 dh).split(dh): rows (H, 3, dh)
+    Arch("hf-gpt-bigcode-mha", hf("GPTBigCodeConfig", n_embd=WIDTH, n_layer=2, n_head=HEADS, multi_query=False), tokens,
+         fused("h.{}.attn.c_attn.weight", PER_HEAD), attention=hf_attentions),
+    Arch("hf-opt", hf("OPTConfig", ffn_dim=64, word_embed_proj_dim=WIDTH), tokens,
+         separate("decoder.layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
+    # GPT-2: c_attn is a Conv1D (in, out) = (D, 3 D), split(D, dim=2): blocked
+    Arch("hf-gpt2", hf("GPT2Config", n_embd=WIDTH, n_layer=2, n_head=HEADS), tokens,
+         fused("h.{}.attn.c_attn.weight", L("qkv", HEADS, storage="in_out")), attention=hf_attentions),
+    # -- encoder-decoders: separate projections; cross-attention q from the decoder, k, v from the encoder
+    # T5: q/k/v .view(B, N, -1, d_kv), scale 1, relative position bias (untouched) added to the logits
+    Arch("hf-t5", hf("T5Config", d_model=WIDTH, d_kv=8, d_ff=64, num_layers=2, num_heads=HEADS,
+                     decoder_start_token_id=0), seq2seq_tokens,
+         _seq2seq("encoder.block.{}.layer.0.SelfAttention.", "decoder.block.{}.layer.0.SelfAttention.",
+                  "decoder.block.{}.layer.1.EncDecAttention.", ("q", "k", "v")), attention=hf_attentions,
+         reason="scale 1; the relative position bias added to the logits is untouched"),
+    Arch("hf-bart", hf("BartConfig", base=SEQ2SEQ), tokens,
+         _seq2seq("encoder.layers.{}.self_attn.", "decoder.layers.{}.self_attn.", "decoder.layers.{}.encoder_attn.",
+                  QKV_PROJ), attention=hf_attentions),
+    Arch("hf-whisper", hf("WhisperConfig", base=SEQ2SEQ, num_mel_bins=8, max_source_positions=16,
+                          max_target_positions=16, suppress_tokens=[], begin_suppress_tokens=[]), audio,
+         _seq2seq("encoder.layers.{}.self_attn.", "decoder.layers.{}.self_attn.", "decoder.layers.{}.encoder_attn.",
+                  QKV_PROJ), attention=hf_attentions),
+    # -- vision and text encoders: separate projections, heads contiguous
+    Arch("hf-clip-text", hf("CLIPTextConfig"), tokens,
+         separate("encoder.layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
+    Arch("hf-clip-vision", hf("CLIPVisionConfig", base=VISION), images,
+         separate("encoder.layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
+    # SigLIP: the encoder's q_proj/k_proj/v_proj, and its pooling head's nn.MultiheadAttention in_proj_weight
+    # (3 E, E) blocked, read directly by F.multi_head_attention_forward (weight backend only)
+    Arch("hf-siglip-vision", hf("SiglipVisionConfig", base=VISION), images,
+         {**separate("encoder.layers.{}.self_attn.", QKV_PROJ, MHA),
+          "head.attention.in_proj_weight": L("qkv", HEADS)},
+         attention=encoder_attentions, activation_ok=False,
+         reason="the pooling head's nn.MultiheadAttention reads in_proj_weight directly: weight backend only"),
+    Arch("hf-vit", hf("ViTConfig", base=VISION), images, separate("layers.{}.attention.", QKV_PROJ, MHA),
          attention=hf_attentions),
+    Arch("hf-deit", hf("DeiTConfig", base=VISION), images, separate("layers.{}.attention.", QKV_PROJ, MHA),
+         attention=hf_attentions),
+    # BEiT: its relative position bias reaches the attention as the additive attention_mask
+    Arch("hf-beit", hf("BeitConfig", base=VISION, use_relative_position_bias=True), images,
+         separate("layers.{}.attention.", QKV_PROJ, MHA), attention=hf_attentions),
+    Arch("hf-dinov2", hf("Dinov2Config", base=VISION), images, separate("encoder.layer.{}.attention.", QKV_PROJ, MHA),
+         attention=hf_attentions),
+    # Swin: per stage q_proj/k_proj/v_proj over the tokens of one window, stage s has num_heads[s] heads
+    Arch("hf-swin", hf("SwinConfig", base={}, image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                       num_heads=[2, 4], window_size=4), swin_images,
+         {**separate("encoder.layers.0.blocks.0.attention.", QKV_PROJ, (2,) * 3, layers=1),
+          **separate("encoder.layers.1.blocks.0.attention.", QKV_PROJ, (4,) * 3, layers=1)},
+         diagnostics_refused="Swin attends inside \\(shifted\\) windows"),
+    Arch("hf-bert", hf("BertConfig"), tokens, separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),
+         attention=hf_attentions),
+    Arch("hf-roberta", hf("RobertaConfig"), tokens, separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),
+         attention=hf_attentions),
+    Arch("hf-xlm-roberta", hf("XLMRobertaConfig"), tokens,
+         separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA), attention=hf_attentions),
+    Arch("hf-electra", hf("ElectraConfig", embedding_size=16), tokens,
+         separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA), attention=hf_attentions),
+    Arch("hf-distilbert", hf("DistilBertConfig", base={}, dim=WIDTH, n_layers=2, n_heads=HEADS, hidden_dim=64,
+                             vocab_size=VOCAB, pad_token_id=0), tokens,
+         separate("transformer.layer.{}.attention.", ("q_lin", "k_lin", "v_lin"), MHA), attention=hf_attentions),
+    # ALBERT: one shared layer (query/key/value + dense) runs at both depths: conditioned once
+    Arch("hf-albert", hf("AlbertConfig", embedding_size=16), tokens,
+         separate("encoder.albert_layer_groups.0.albert_layers.0.attention.", BERT_QKV, MHA, layers=1),
+         attention=first_call_attentions, reason="one layer shared by every depth: conditioned once"),
+    # DeBERTa-v3 style (share_att_key, c2p + p2c): query_proj/key_proj/value_proj, transpose_for_scores
+    # view(B, N, H, -1); the relative-position terms reuse query_proj/key_proj (see the adapter)
+    Arch("hf-deberta-v2", hf("DebertaV2Config", relative_attention=True, pos_att_type=["p2c", "c2p"],
+                             share_att_key=True, position_buckets=8, norm_rel_ebd="layer_norm"), tokens,
+         separate("encoder.layer.{}.attention.self.", ("query_proj", "key_proj", "value_proj"), MHA),
+         diagnostics_refused="disentangled attention",
+         reason="share_att_key: the c2p / p2c position keys and queries reuse the corrected key_proj / query_proj"),
+    # DeBERTa-v2 with its own pos_key_proj / pos_query_proj: those stay plain
+    Arch("hf-deberta-v2-pos-proj", hf("DebertaV2Config", relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                      share_att_key=False, position_buckets=8), tokens,
+         separate("encoder.layer.{}.attention.self.", ("query_proj", "key_proj", "value_proj"), MHA),
+         diagnostics_refused="disentangled attention",
+         reason="pos_key_proj / pos_query_proj stay plain; verify checks only that the correction takes effect"),
+    # ModernBERT: Wqkv(x).view(B, N, 3, H, dh): blocked; rotary; layer 1 attends in a local window
+    Arch("hf-modernbert", hf("ModernBertConfig", global_attn_every_n_layers=2, local_attention=4, cls_token_id=1,
+                             sep_token_id=2), tokens,
+         fused("layers.{}.attn.Wqkv.weight", L("qkv", HEADS)), attention=hf_attentions),
+    # MPNet: q/k/v .view(B, N, -1, dh), relative position bias (from the encoder) added to the logits
+    Arch("hf-mpnet", hf("MPNetConfig"), tokens, separate("encoder.layer.{}.attention.attn.", ("q", "k", "v"), MHA),
+         attention=hf_attentions, reason="the relative position bias added to the logits is untouched"),
     Arch("hf-nystromformer", hf("NystromformerConfig", num_landmarks=4, segment_means_seq_len=SEQ), token_ids,
-         separate("encoder.layer.{}.attention.self.", ("query", "key", "value"), (HEADS,) * 3),
+         separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),
          diagnostics_refused="Nystrom attention approximates the softmax"),
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import re
 import warnings
+from typing import Optional
 
 import pytest
 import torch
@@ -347,6 +348,13 @@ def _declaration(message: str) -> speccond.SpectralConfig:
     return eval(text, {"SpectralConfig": speccond.SpectralConfig, "ProjectionLayout": speccond.ProjectionLayout})
 
 
+def _filled(message: str, **fields: str) -> str:
+    """The message with each ``<...>`` placeholder of ``fields`` filled in as a user would, from the forward."""
+    for name, value in fields.items():
+        message = re.sub(rf"{name}=<[^>]*>", f"{name}={value}", message)
+    return message
+
+
 def test_unrecognised_attention_is_named_and_the_declaration_shown_conditions_it():
     torch.manual_seed(0)
     model = nn.Sequential(Layer(HandWrittenAttention()), Layer(HandWrittenAttention()))
@@ -356,11 +364,16 @@ def test_unrecognised_attention_is_named_and_the_declaration_shown_conditions_it
     message = str(error.value)
     assert "0.attn (tests.test_adapters.HandWrittenAttention): 0.attn.to_qkv.weight (48, 16)" in message
     assert "1.attn (tests.test_adapters.HandWrittenAttention)" in message
-    assert r'r"^\d+\.attn\.to_qkv\.weight$": ProjectionLayout(roles="qkv", num_heads=4),' in message
+    # a fused weight's arrangement cannot be read off its shape: a placeholder, not a guess
+    declared = r'r"^\d+\.attn\.to_qkv\.weight$": ProjectionLayout(roles="qkv", num_heads=4, '
+    assert declared + 'arrangement=<"blocked" | "per_head">),' in message
+    assert "how does the forward split the output of to_qkv?" in message
     assert r'exclude=[r"^\d+\.attn$"]' in message
     assert not speccond.is_conditioned(model)  # raised before anything was attached
+    with pytest.raises(SyntaxError):
+        _declaration(message)  # pasted unchanged, it cannot condition anything
 
-    config = _declaration(message)
+    config = _declaration(_filled(message, arrangement='"blocked"'))  # its forward: reshape(b, n, 3, H, dh)
     weights = {f"{i}.attn.to_qkv.weight": model[i].attn.to_qkv.weight.detach().clone() for i in range(2)}
     layout = speccond.ProjectionLayout("qkv", 4)
     reference = plain_at(model, {n: w + expected_identity(w, layout, LAM) for n, w in weights.items()})
@@ -419,3 +432,136 @@ def test_verify_passes_on_every_architecture(case, backend):
         assert "correction takes effect" in result.checks
         if not any("signatures" in s for s in result.skipped):
             assert "values linear, queries and keys not" in result.checks, result
+
+
+# 9. the unrecognised-attention message never prints a wrong declaration -------------------------------------
+class PerHeadAttention(nn.Module):
+    """A fused qkv whose rows are laid out per head: (H, 3, dh), as GPT-NeoX and BLOOM do."""
+
+    def __init__(self, dim: int = 16, num_heads: int = 4) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, dim // num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, self.num_heads, 3, self.head_dim).unbind(3)  # (B, N, H, dh) each
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, N, dh)
+        return self.proj(out.transpose(1, 2).reshape(b, n, d))
+
+
+class GroupedQueryFused(nn.Module):
+    """A fused qkv with 4 query heads and 2 key/value heads: rows [q: 4 dh | k: 2 dh | v: 2 dh] (Phi-3)."""
+
+    def __init__(self, dim: int = 16, num_heads: int = 4, kv_heads: int = 2, head_dim: Optional[int] = 4) -> None:
+        super().__init__()
+        self.num_heads, self.kv_heads = num_heads, kv_heads
+        if head_dim is not None:
+            self.head_dim = head_dim
+        self.dh = dim // num_heads
+        self.qkv = nn.Linear(dim, (num_heads + 2 * kv_heads) * self.dh)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).split([self.num_heads * self.dh, self.kv_heads * self.dh, self.kv_heads * self.dh], -1)
+        q = q.view(b, n, self.num_heads, self.dh).transpose(1, 2)  # (B, H, N, dh)
+        k, v = (t.view(b, n, self.kv_heads, self.dh).transpose(1, 2) for t in (k, v))  # (B, G, N, dh)
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, H, N, dh)
+        return self.proj(out.transpose(1, 2).reshape(b, n, d))
+
+
+class GroupedQuerySeparate(nn.Module):
+    """Separate q, k, v Linears, k and v half as wide as q (2 key/value heads for 4 query heads), no head_dim."""
+
+    def __init__(self, dim: int = 16, num_heads: int = 4) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(dim, dim), nn.Linear(dim, dim // 2), nn.Linear(dim, dim // 2)
+        self.o_proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q = self.q_proj(x).view(b, n, self.num_heads, -1).transpose(1, 2)  # (B, H, N, dh)
+        k, v = (p(x).view(b, n, self.num_heads // 2, -1).transpose(1, 2) for p in (self.k_proj, self.v_proj))
+        out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # (B, H, N, dh)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, d))
+
+
+def _message(module: nn.Module) -> str:
+    with pytest.raises(ValueError) as error:
+        speccond.apply(Layer(module), speccond.SpectralConfig())
+    return str(error.value)
+
+
+def test_unrecognised_per_head_fused_weight_gets_no_blocked_declaration():
+    """The old message printed arrangement "blocked" (accepted, and wrong rows corrected) for a per-head
+    weight; now the arrangement is a placeholder with how to read it, and the declaration the forward
+    gives (per_head) conditions the module exactly, as verify confirms."""
+    torch.manual_seed(0)
+    model, x = Layer(PerHeadAttention()), torch.randn(2, 5, 16)
+    message = _message(PerHeadAttention())
+    assert 'ProjectionLayout(roles="qkv", num_heads=4, arrangement=<"blocked" | "per_head">)' in message
+    assert '.view(B, N, H, 3, dh), or .view(B, N, H, 3 dh).chunk(3)) -> "per_head"' in message
+    assert "speccond.verify(model, inputs)" in message
+    with pytest.raises(SyntaxError):
+        _declaration(message)
+
+    weight = model.attn.qkv.weight.detach().clone()
+    layout = speccond.ProjectionLayout("qkv", 4, arrangement="per_head")
+    reference = plain_at(model, {"attn.qkv.weight": weight + expected_identity(weight, layout, LAM)})
+    _quiet_apply(model, _declaration(_filled(message, arrangement='"per_head"')))
+    assert_close(_run(model, (x,)), _run(reference, (x,)))
+    assert all("correction takes effect" in r.checks for r in speccond.verify(model, x))
+
+    blocked = Layer(PerHeadAttention())  # what the old message printed: verify catches it
+    _quiet_apply(blocked, _declaration(_filled(message, arrangement='"blocked"')))
+    with pytest.raises(speccond.VerificationError):
+        speccond.verify(blocked, x)
+
+
+def test_unrecognised_grouped_query_fused_weight_names_its_kv_heads():
+    """Unequal blocks: with a head width the module states, num_kv_heads is read off the weight and the
+    arrangement choices are blocked or grouped (per_head needs equal heads); filled in as its forward
+    splits (blocked), the declaration conditions each block with its own rectangular identity."""
+    torch.manual_seed(0)
+    model, x = Layer(GroupedQueryFused()), torch.randn(2, 5, 16)
+    message = _message(GroupedQueryFused())
+    assert 'ProjectionLayout(roles="qkv", num_heads=4, num_kv_heads=2, arrangement=<"blocked" | "grouped">)' in message
+    assert "do not divide" not in message
+    weight = model.attn.qkv.weight.detach().clone()
+    layout = speccond.ProjectionLayout("qkv", 4, num_kv_heads=2)
+    reference = plain_at(model, {"attn.qkv.weight": weight + expected_identity(weight, layout, LAM)})
+    _quiet_apply(model, _declaration(_filled(message, arrangement='"blocked"')))
+    assert_close(_run(model, (x,)), _run(reference, (x,)))
+
+
+def test_unrecognised_fused_weight_without_a_head_width_asks_for_the_kv_heads():
+    """32 output features over 4 heads could be 4 x (8/3) nothing, or q 4 x 4 plus k, v 2 x 4: without a
+    head width the message does not guess; it says what the widths are made of."""
+    message = _message(GroupedQueryFused(head_dim=None))
+    assert 'num_kv_heads=<kv heads>, arrangement=<"blocked" | "per_head" | "grouped">' in message
+    assert "q = 4 heads x dh plus k, v = num_kv_heads x dh each" in message
+    with pytest.raises(SyntaxError):
+        _declaration(message)
+
+
+def test_unrecognised_separate_grouped_query_projections_get_a_complete_declaration():
+    """Separate q, k, v: everything follows from the module (k and v heads = their width over q's head
+    width), so the declaration is printed complete, and pasted unchanged it conditions the module exactly."""
+    torch.manual_seed(0)
+    model, x = Layer(GroupedQuerySeparate()), torch.randn(2, 5, 16)
+    message = _message(GroupedQuerySeparate())
+    assert 'r"^attn\\.q_proj\\.weight$": ProjectionLayout(roles="q", num_heads=4),' in message
+    assert 'r"^attn\\.k_proj\\.weight$": ProjectionLayout(roles="k", num_heads=2),' in message
+    assert 'r"^attn\\.v_proj\\.weight$": ProjectionLayout(roles="v", num_heads=2),' in message
+    assert "<" not in message.split("SpectralConfig(layouts={")[1].split("})")[0]  # no placeholder
+    heads = (("q_proj", "q", 4), ("k_proj", "k", 2), ("v_proj", "v", 2))
+    layouts = {f"attn.{n}.weight": speccond.ProjectionLayout(r, h) for n, r, h in heads}
+    reference = reference_at_w_plus_c(model, layouts, LAM)
+    report = _quiet_apply(model, _declaration(message))
+    assert {row.module for row in report} == {"attn.q_proj", "attn.k_proj", "attn.v_proj"}
+    found = {a.qualified_name: a.correction.layout for a in speccond.backends.attachments(model)}
+    assert found == layouts
+    assert_close(_run(model, (x,)), _run(reference, (x,)))

@@ -103,7 +103,9 @@ def test_verify_passes_with_the_models_default_settings(case):
 
 @pytest.mark.parametrize("case", CONDITIONED, ids=[c.name for c in CONDITIONED])
 def test_head_diagnostics_equal_the_models_own_attention(case):
-    """float32 tolerance: transformers' eager attention takes its softmax in float32 even for a float64 model."""
+    """float32 tolerance: transformers' eager attention takes its softmax in float32 even for a float64 model,
+    and with lam = 10 its logits reach several hundred, where float32 rounding alone is about 3e-5 relative
+    (the rebuilt logits through a float32 softmax match the model's probabilities exactly)."""
     model, inputs = _build(case), _inputs(case)
     _apply(model, case)
     if case.diagnostics_refused is not None:
@@ -118,7 +120,7 @@ def test_head_diagnostics_equal_the_models_own_attention(case):
         assert len(heads) == probabilities.shape[1], name
         for head, rebuilt in enumerate(heads):
             torch.testing.assert_close(
-                rebuilt.probabilities(), probabilities[:, head].to(torch.float64), rtol=1e-5, atol=1e-6,
+                rebuilt.probabilities(), probabilities[:, head].to(torch.float64), rtol=1e-4, atol=1e-5,
                 msg=lambda m: f"{name} head {head}: {m}",
             )
 
@@ -132,3 +134,30 @@ def test_refused_before_anything_changes(case):
     assert not speccond.is_conditioned(model)
     after = model.state_dict()
     assert list(after) == list(state) and all(torch.equal(after[k], state[k]) for k in state)
+
+
+def test_readme_table_is_the_architecture_table():
+    """README's supported-architecture table is generated from this table (scripts/architecture_table.py)."""
+    from pathlib import Path
+
+    from tests.scripts import load_script
+
+    script = load_script("architecture_table")
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert script.readme_block(readme) == script.table(), "run scripts/architecture_table.py --write"
+
+
+@pytest.mark.parametrize("name", ["timm-eva", "timm-beit"])
+def test_verify_zeroes_separate_q_biases_of_a_fused_qkv(name):
+    """EVA and BEiT add q_bias / v_bias to a bias-free qkv with F.linear; trained (non-zero) biases must not
+    make verify fail on a correctly conditioned model."""
+    case = next(c for c in CASES if c.name == name)
+    model, inputs = _build(case), _inputs(case)
+    with torch.no_grad():
+        for module_name, module in model.named_modules():
+            for role in "qv":
+                bias = getattr(module, f"{role}_bias", None)
+                if isinstance(bias, torch.nn.Parameter):
+                    bias.normal_()
+    _apply(model, case)
+    assert speccond.verify(model, **inputs)

@@ -27,13 +27,16 @@ log = logging.getLogger(__name__)
 
 
 def apply(
-    model: nn.Module, config: Optional[SpectralConfig] = None, *, verify_with: Optional[tuple] = None
+    model: nn.Module, config: Optional[SpectralConfig] = None, *, verify_with: object = None
 ) -> SpectralReport:
     """Condition the q, k, v projections of ``model`` in place and report what changed.
 
-    ``verify_with``: example inputs of ``model`` (a tuple of positional arguments). When given,
-    :func:`speccond.verify` probes every conditioned attention module after attaching; if it fails, the
-    corrections are taken off again (the model is as before) and the VerificationError is raised.
+    ``verify_with``: one example input of ``model``, as the model is called: a dict (any mapping, e.g. a
+    tokenizer's BatchEncoding) of keyword arguments, ``{"input_ids": ids, "attention_mask": mask}``; a
+    tuple or list of positional arguments, ``(images,)``; or a single tensor. When given,
+    :func:`speccond.verify` probes every conditioned attention module after attaching, with the model's
+    own defaults (a decoder's KV cache included; nothing is written to it); if it fails, the corrections
+    are taken off again (the model is as before) and the error is raised.
 
     Every projection that the adapters (or ``config.layouts``) find and ``config.targets`` selects gets
     its fixed correction C: lam * I_k per q/k/v block (Theorem 3.8) or sigma_max U V^T (Theorem 3.5).
@@ -85,28 +88,96 @@ def apply(
             raise ValueError(f"{site.qualified_name} ({site.source}): {err}") from None
         correction.acts_as = site.acts_as or site.layout.roles  # what verify probes for
         correction.probe_skip = site.probe_skip
+        correction.collapse_exempt = site.collapse_exempt
         built.append((site, correction))
+    risks = _predicted_collapse(model, sites, built)  # read before attaching: W + C from the built corrections
     for site, correction in built:
         for note in site.notes:
             warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
         attach(site.module, site.param_name, correction, config.backend, config.init)
     if verify_with is not None:
         _verify_or_undo(model, config, verify_with)
+        try:
+            risks = _measured_collapse(model, verify_with, risks)
+        except Exception:
+            remove(model, merge=config.init == "preserve")  # all or nothing, as after a failed verify
+            raise
+    for risk in risks:
+        if risk.collapses:
+            warnings.warn(risk.message(_collapse_advice(config)), UserWarning, stacklevel=2)
     report.rows = describe(model).rows
     log.info("conditioned %d projections", len(report.rows))
     return report
 
 
-def _verify_or_undo(model: nn.Module, config: SpectralConfig, example_inputs: tuple) -> None:
+def _verify_or_undo(model: nn.Module, config: SpectralConfig, example_inputs: object) -> None:
+    """Run :func:`speccond.verify` on ``example_inputs`` (a mapping: keyword arguments; a tuple or list:
+    positional arguments; anything else: the one positional argument); on any failure take every
+    correction off again and re-raise."""
+    from collections.abc import Mapping
+
     from speccond.verify import verify
 
-    if not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
     try:
-        verify(model, *example_inputs)
+        if isinstance(example_inputs, Mapping):
+            bad = [key for key in example_inputs if not isinstance(key, str)]
+            if bad:
+                raise TypeError(
+                    f"speccond.apply: verify_with as a mapping holds keyword arguments, so its keys must be "
+                    f"str; got {bad[:3]!r}. Pass positional inputs as a tuple instead"
+                )
+            verify(model, **example_inputs)
+        elif isinstance(example_inputs, (tuple, list)):
+            verify(model, *example_inputs)
+        else:
+            verify(model, example_inputs)
     except Exception:
         remove(model, merge=config.init == "preserve")  # "preserve" stored W - C: merging gives W back
         raise
+
+
+def _predicted_collapse(model: nn.Module, sites: list[ProjectionSite], built: list) -> list:
+    """speccond.collapse.predict over the selected attention modules, at W + C of the built corrections."""
+    from speccond.collapse import predict
+
+    corrections = {id(site): correction for site, correction in built}
+    groups: dict[str, list] = {}
+    modules: dict[str, nn.Module] = {}
+    for site in sites:
+        weight = site.layout.out_in(getattr(site.module, site.param_name).detach())  # (out, in)
+        correction = corrections.get(id(site))
+        effective = weight if correction is None else weight + correction.dense_out_in(weight.dtype).to(weight.device)
+        key = site.attention_name or site.module_name.rpartition(".")[0]  # a declared site: its parent
+        groups.setdefault(key, []).append((site, effective))
+        modules[key] = model.get_submodule(key)  # its logit scale, when it has one
+    return predict(groups, modules)
+
+
+def _collapse_advice(config: SpectralConfig) -> str:
+    """What to try instead, given what was applied (never the setting that was just applied)."""
+    if config.correction == "svd":
+        return "the SVD correction is already sized to the weights; check the module's logit scale, or condition v alone (lam_q=0, lam_k=0)"
+    if config.auto_roles():
+        return (
+            f"lam='auto' with target_kappa={config.target_kappa:g} still picks lam = sigma_max (t + 1) / (t - 1) "
+            "too large for these heads: SpectralConfig(correction='svd') or a larger target_kappa (smaller lam) "
+            "keeps attention spread"
+        )
+    return (
+        "SpectralConfig(lam='auto') or SpectralConfig(correction='svd') size the correction to the weights and "
+        "keep attention spread"
+    )
+
+
+def _measured_collapse(model: nn.Module, inputs: object, predicted: list) -> list:
+    """The collapse risk measured on ``inputs`` where the head diagnostics rebuild a family, else predicted."""
+    from collections.abc import Mapping
+
+    from speccond.collapse import measure
+
+    measured = measure(model, dict(inputs) if isinstance(inputs, Mapping) else inputs)
+    families = {risk.family for risk in measured}
+    return measured + [risk for risk in predicted if risk.family not in families]
 
 
 def describe(model: nn.Module) -> SpectralReport:

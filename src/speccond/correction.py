@@ -62,6 +62,7 @@ class SpectralCorrection(nn.Module):
         self.notes = tuple(notes)
         self.acts_as = layout.roles  # the paper's role of each block, when an adapter says otherwise
         self.probe_skip = ""  # why speccond.verify cannot probe the owning attention ("" = it can)
+        self.collapse_exempt = ""  # why apply's collapse warning skips the owning attention ("" = it may not)
         self.layout = layout
         self.kind = kind
         self.granularity = granularity

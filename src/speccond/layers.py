@@ -28,6 +28,7 @@ class Projection:
     layout: ProjectionLayout
     acts_as: str  # the paper's role of each block, in block order
     attachment: Optional[Attachment]  # None when not conditioned
+    attention: Optional[nn.Module] = None  # the attention module it belongs to (holds timm's q_bias / v_bias)
 
     def stored(self) -> torch.Tensor:
         """W as (out, in), detached."""
@@ -80,8 +81,10 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
     for site in find_projections(model, config):
         attachment = found.get((site.module_name, site.param_name))
         acts_as = attachment.correction.acts_as if attachment else (site.acts_as or site.layout.roles)
-        projection = Projection(site.qualified_name, site.module, site.param_name, site.layout, acts_as, attachment)
         owner = by_name.get(site.attention_name) or _declared_layer(layers, by_name, site.module_name, model)
+        projection = Projection(
+            site.qualified_name, site.module, site.param_name, site.layout, acts_as, attachment, owner.module
+        )
         owner.projections.append(projection)
     order = {name: position for position, (name, _) in enumerate(model.named_modules())}
     kept = sorted((layer for layer in layers if layer.projections), key=lambda layer: order[layer.name])
@@ -100,12 +103,19 @@ def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: st
     return by_name[parent]
 
 
-def projection_bias(module: nn.Module, param_name: str, out_features: int, roles: str) -> Optional[torch.Tensor]:
-    """The bias over a projection's output features (a view of the module's tensor data), or None.
+def projection_bias(
+    module: nn.Module, param_name: str, out_features: int, roles: str, attention: Optional[nn.Module] = None
+) -> Optional[torch.Tensor]:
+    """The bias over a projection's output features, or None.
 
     ``<name>.replace("weight", "bias")`` on the same module when its size matches (nn.Linear, Conv1D,
     nn.MultiheadAttention's in_proj_bias); for nn.MultiheadAttention's separate q/k/v weights, the role's
-    third of ``in_proj_bias``.
+    third of ``in_proj_bias``. These are views of the module's tensor data (writing to them writes the bias).
+
+    When the projection holds no bias and ``attention`` (the attention module it belongs to) is given:
+    timm's separate biases of a bias-free fused ``qkv`` (EVA, BEiT, SwinV2: ``q_bias``, ``v_bias`` and the
+    zero buffer ``k_bias``, which the forward concatenates as q, k, v) when ``roles`` is "qkv" and the
+    sizes add up. That is a copy: writing to it changes nothing.
     """
     bias = getattr(module, param_name.replace("weight", "bias"), None)
     if isinstance(bias, torch.Tensor) and bias.dim() == 1 and bias.numel() == out_features:
@@ -114,4 +124,11 @@ def projection_bias(module: nn.Module, param_name: str, out_features: int, roles
     if isinstance(shared, torch.Tensor) and shared.numel() == 3 * out_features and len(roles) == 1:
         start = "qkv".index(roles) * out_features
         return shared.data[start : start + out_features]
+    if attention is not None and roles == "qkv":
+        parts = [getattr(attention, f"{role}_bias", None) for role in roles]
+        if parts[0] is not None and parts[2] is not None:
+            parts[1] = torch.zeros_like(parts[0]) if parts[1] is None else parts[1]
+            vectors = all(isinstance(p, torch.Tensor) and p.dim() == 1 for p in parts)
+            if vectors and sum(p.numel() for p in parts) == out_features:
+                return torch.cat([p.detach() for p in parts])  # (out_features,), blocks q, k, v
     return None

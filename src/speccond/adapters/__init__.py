@@ -14,12 +14,23 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from speccond.adapters.base import Adapter, ProjectionSpec, is_conv1d
+from speccond.adapters.hf_deberta import HF_DEBERTA_V2
+from speccond.adapters.hf_fused_qkv import HF_FUSED_QKV
 from speccond.adapters.hf_gpt2 import HFGPT2AttentionAdapter
-from speccond.adapters.hf_separate_qkv import HF_BERT, HF_DISTILBERT, HF_QKV_PROJ
+from speccond.adapters.hf_relative_bias import HF_MPNET, HF_T5
+from speccond.adapters.hf_separate_qkv import HF_ALBERT, HF_BERT, HF_DISTILBERT, HF_QKV_PROJ
 from speccond.adapters.timm_attention import TIMM_ATTENTION
 from speccond.adapters.timm_attention_pool import TimmAttentionPoolAdapter
 from speccond.adapters.timm_davit import TIMM_DAVIT_CHANNEL, TIMM_DAVIT_CHANNEL_V2, TIMM_DAVIT_WINDOW
+from speccond.adapters.timm_eva import TIMM_BEIT, TIMM_EVA, TIMM_SWINV2
+from speccond.adapters.timm_fused import TIMM_CAIT_TALKING_HEADS, TIMM_CONVIT_MHSA, TIMM_FASTVIT
+from speccond.adapters.timm_pooled import TIMM_HIERA, TIMM_MVIT
+from speccond.adapters.timm_refused import TIMM_REFUSED
+from speccond.adapters.timm_separate import (
+    TIMM_CONVIT_GPSA, TIMM_CROSSVIT, TIMM_MVIT_POOL_FIRST, TIMM_REDUCED_KV, TIMM_TNT,
+)
 from speccond.adapters.timm_swin import TIMM_SWIN
+from speccond.adapters.timm_windowed import TIMM_GCVIT, TIMM_MAXVIT, TIMM_NEST, TIMM_TWINS_LOCAL
 from speccond.adapters.timm_xcit import TIMM_XCA, TimmClassAttnAdapter
 from speccond.adapters.torch_mha import TorchMultiheadAttentionAdapter
 from speccond.adapters.unrecognised import UnrecognisedAttention, find_unrecognised, unrecognised_message
@@ -27,7 +38,8 @@ from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
 
 # First match wins. The timm and transformers entries match disjoint class paths; the transformers
-# entries also require their q/k/v attribute names, so their order does not matter either.
+# entries also require their q/k/v attribute names, so their order does not matter either, except that
+# the specific T5 / MPNet / ALBERT / DeBERTa entries come before the generic name families.
 ADAPTERS: tuple[Adapter, ...] = (
     TorchMultiheadAttentionAdapter(),
     TIMM_ATTENTION,
@@ -38,10 +50,33 @@ ADAPTERS: tuple[Adapter, ...] = (
     TIMM_XCA,
     TimmClassAttnAdapter(),
     TimmAttentionPoolAdapter(),
+    TIMM_EVA,
+    TIMM_BEIT,
+    TIMM_SWINV2,
+    TIMM_CAIT_TALKING_HEADS,
+    TIMM_CONVIT_MHSA,
+    TIMM_CONVIT_GPSA,
+    TIMM_FASTVIT,
+    TIMM_CROSSVIT,
+    TIMM_TNT,
+    TIMM_REDUCED_KV,
+    TIMM_MVIT,
+    TIMM_MVIT_POOL_FIRST,
+    TIMM_HIERA,
+    TIMM_MAXVIT,
+    TIMM_GCVIT,
+    TIMM_NEST,
+    TIMM_TWINS_LOCAL,
+    *TIMM_REFUSED,  # claimed so that apply refuses them with the reason (timm_refused.py)
+    HF_T5,
+    HF_MPNET,
+    HF_ALBERT,
+    HF_DEBERTA_V2,
     HF_BERT,
     HF_DISTILBERT,
     HF_QKV_PROJ,
     HFGPT2AttentionAdapter(),
+    *HF_FUSED_QKV,
 )
 
 __all__ = [
@@ -66,7 +101,7 @@ class ProjectionSite:
         module_name: path of the module holding the parameter.
         module: that module.
         param_name: the parameter's attribute name.
-        layout, activation_ok, notes, acts_as, probe_skip: as in :class:`ProjectionSpec`.
+        layout, activation_ok, notes, acts_as, probe_skip, collapse_exempt: as in :class:`ProjectionSpec`.
         source: the adapter's name, or "declared".
     """
 
@@ -80,6 +115,7 @@ class ProjectionSite:
     source: str
     acts_as: str = ""
     probe_skip: str = ""
+    collapse_exempt: str = ""
 
     @property
     def qualified_name(self) -> str:
@@ -125,6 +161,8 @@ def find_projections(
             sites.append(ProjectionSite("", module_name, module, param_name, layout, activation_ok, (), "declared"))
             claimed.add((id(module), param_name))
     for attention_name, attention, adapter in attention_modules(model, adapters):
+        if _excluded(config, attention_name):
+            continue  # before projections(): a refusing adapter (timm_refused.py) raises there
         for spec in adapter.projections(attention):
             owner = attention.get_submodule(spec.owner) if spec.owner else attention
             owner_name = ".".join(p for p in (attention_name, spec.owner) if p)
@@ -134,7 +172,7 @@ def find_projections(
             sites.append(
                 ProjectionSite(
                     attention_name, owner_name, owner, spec.param_name, spec.layout, spec.activation_ok,
-                    spec.notes, adapter.name, spec.acts_as, spec.probe_skip,
+                    spec.notes, adapter.name, spec.acts_as, spec.probe_skip, spec.collapse_exempt,
                 )
             )
     return sites
@@ -154,8 +192,10 @@ def unrecognised_attention(
     """
     claimed = {(id(site.module), site.param_name) for site in sites}
     recognised = set()
-    for _, attention, adapter in attention_modules(model, adapters):
+    for name, attention, adapter in attention_modules(model, adapters):
         recognised.add(id(attention))
+        if _excluded(config, name):
+            continue
         for spec in adapter.projections(attention):
             owner = attention.get_submodule(spec.owner) if spec.owner else attention
             claimed.add((id(owner), spec.param_name))
@@ -165,6 +205,11 @@ def unrecognised_attention(
             if config.declared_layout(qualified) is not None:
                 claimed.add((id(module), param_name))
     return find_unrecognised(model, claimed, recognised, config.selects)
+
+
+def _excluded(config: SpectralConfig, attention_name: str) -> bool:
+    """Whether ``config.exclude`` leaves out the whole attention module (then none of its sites is kept)."""
+    return any(pattern.search(attention_name) for pattern in config.exclude or ())
 
 
 def _direct_tensor_names(module: nn.Module) -> list[str]:

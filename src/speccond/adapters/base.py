@@ -11,6 +11,12 @@ from torch import nn
 
 from speccond.layout import ProjectionLayout
 
+# Why apply's collapse warning (speccond.collapse) does not apply to a module: its logits do not grow with lam.
+NORMALISED_QK_EXEMPT = (
+    "q and k are normalised per head after the projection, so the logits do not grow with lam"
+)
+CHANNEL_EXEMPT = "channel attention: the softmax mixes channels, not tokens"
+
 QK_NORM_NOTE = (
     "q/k normalisation after the projection (qk_norm) rescales each head's q and k, so part of the "
     "Q/K correction is cancelled; V is unaffected"
@@ -32,6 +38,8 @@ class ProjectionSpec:
         acts_as: the paper's role (q, k or v) each block plays in the attention, in block order, when it
             differs from the module's own names ("" = same as ``layout.roles``). Used by ``verify``.
         probe_skip: why ``verify`` cannot read attention signatures off this module's output ("" = it can).
+        collapse_exempt: why a large correction cannot make this module's token attention one-hot (cosine or
+            normalised logits, channel attention), so apply's collapse warning skips it ("" = it may).
     """
 
     owner: str
@@ -41,6 +49,7 @@ class ProjectionSpec:
     notes: tuple[str, ...] = field(default_factory=tuple)
     acts_as: str = ""
     probe_skip: str = ""
+    collapse_exempt: str = ""
 
 
 class Adapter(Protocol):

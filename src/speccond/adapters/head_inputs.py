@@ -92,6 +92,16 @@ class HeadInputs:
         return bias.detach().clamp_min(torch.finfo(dtype).min).to(dtype)
 
 
+class RebuiltByForm:
+    """For adapter dataclasses with fields ``name``, ``head_form`` ((module, args, kwargs) -> HeadInputs, or
+    None) and ``head_reason`` (why not, when None): one ``head_inputs`` for them all."""
+
+    def head_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+        if self.head_form is None:
+            raise ValueError(self.head_reason or f"{self.name}: its heads cannot be rebuilt")
+        return self.head_form(module, args, kwargs)
+
+
 def head_refusal(adapter: object) -> Optional[str]:
     """Why ``adapter`` does not rebuild heads, or None when it does."""
     reason = getattr(adapter, "head_reason", "")

@@ -11,9 +11,11 @@ gated queries) is left to the unrecognised-attention error instead of being half
   ``BertCrossAttention``, ``RobertaSelfAttention``, ``NystromformerSelfAttention`` (and the many
   classes "copied from" them, including ``ViTSelfAttention`` of transformers 4.x).
 - DistilBERT ``q_lin``/``k_lin``/``v_lin`` (+ ``out_lin``), head count ``n_heads``.
-- ``q_proj``/``k_proj``/``v_proj`` (+ ``o_proj`` or ``out_proj``): the HF ``ViTAttention`` of
-  transformers 5, and CLIP-, BART- and Llama-style attention. k and v may have fewer heads than q
-  (grouped-query attention): their head count is their width over q's head width.
+- ALBERT ``query``/``key``/``value`` + ``dense`` (``AlbertAttention``). ALBERT shares its layers: one
+  module runs at every depth, so it is found, and conditioned, once; its correction acts at every depth.
+- ``q_proj``/``k_proj``/``v_proj`` (+ ``o_proj``, ``out_proj`` or ``dense``): the HF ``ViTAttention`` of
+  transformers 5, and CLIP-, BART-, Llama-, Phi- and GPT-J-style attention. k and v may have fewer heads
+  than q (grouped-query attention): their head count is their width over q's head width.
 """
 from __future__ import annotations
 
@@ -23,12 +25,13 @@ from typing import Optional
 import torch
 from torch import nn
 
-from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path
 from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, has_module, hidden_states
 from speccond.layout import ProjectionLayout
 
 _HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads")
-_NORM_ATTRS = ("q_norm", "k_norm", "query_norm", "key_norm")
+_NORM_ATTRS = ("q_norm", "k_norm", "query_norm", "key_norm", "q_layernorm", "k_layernorm")
+_NORM_PAIRS = (("q_norm", "k_norm"), ("query_norm", "key_norm"), ("q_layernorm", "k_layernorm"))  # Phi: *_layernorm
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,11 @@ class HFSeparateQkvAdapter:
         family = type(module).__name__
         if "Nystromformer" in family:
             raise ValueError("Nystrom attention approximates the softmax through landmarks; no full head to rebuild")
+        if has_module(module, "relative_position_bias") and family.startswith(("Swin", "Donut")):
+            raise ValueError(
+                "Swin attends inside (shifted) windows and adds its relative_position_bias module's output to the "
+                "logits; the head diagnostics do not rebuild windowed attention"
+            )
         if not family.startswith(self.rebuilds):
             raise ValueError(
                 f"{family} is not among the families whose attention the head diagnostics rebuild and check "
@@ -76,9 +84,11 @@ class HFSeparateQkvAdapter:
     def projections(self, module: nn.Module) -> list[ProjectionSpec]:
         heads = self._head_counts(module)
         assert heads is not None, "projections() called on a module matches() rejected"
-        notes = (QK_NORM_NOTE,) if _has_qk_norm(module) else ()
+        normalised = _has_qk_norm(module)
+        notes, exempt = ((QK_NORM_NOTE,), NORMALISED_QK_EXEMPT) if normalised else ((), "")
         return [
-            ProjectionSpec(name, "weight", ProjectionLayout(roles=role, num_heads=h), activation_ok=True, notes=notes)
+            ProjectionSpec(name, "weight", ProjectionLayout(roles=role, num_heads=h), activation_ok=True, notes=notes,
+                           collapse_exempt=exempt)
             for name, role, h in zip(self.names, "qkv", heads)
         ]
 
@@ -119,23 +129,29 @@ HF_DISTILBERT = HFSeparateQkvAdapter(
     "transformers q_lin/k_lin/v_lin (DistilBERT)", ("q_lin", "k_lin", "v_lin"), ("Attention",), ("out_lin",),
     rebuilds=("DistilBert",),
 )
+HF_ALBERT = HFSeparateQkvAdapter(
+    "transformers query/key/value + dense (ALBERT)", ("query", "key", "value"), ("AlbertAttention",), ("dense",),
+    rebuilds=("Albert",),
+)
 HF_QKV_PROJ = HFSeparateQkvAdapter(
-    "transformers q_proj/k_proj/v_proj", ("q_proj", "k_proj", "v_proj"), ("Attention",), ("o_proj", "out_proj"),
+    "transformers q_proj/k_proj/v_proj", ("q_proj", "k_proj", "v_proj"), ("Attention",),
+    ("o_proj", "out_proj", "dense"),
     rebuilds=(
         "Llama", "Mistral", "Mixtral", "Qwen2", "Qwen3", "Gemma", "Olmo", "OPT", "Bart", "CLIP", "Siglip", "ViT",
-        "DeiT", "Dinov2", "Whisper",
+        "DeiT", "Dinov2", "Whisper", "PhiAttention", "GPTJ", "Beit",
     ),
 )
 
 
 # -- rebuilding one head (speccond.diagnostics.heads) --------------------------------------------------------
-def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict, head_dim: Optional[int] = None) -> HeadInputs:
     """transformers self-attention on one captured call: softmax(cap(scaling rot(n(q)) rot(n(k))^T) + mask) v.
 
     Reads ``scaling`` (else head_dim^-1/2), the additive ``attention_mask`` the model passed (padding,
     causal and sliding-window masks included), ``is_causal`` (only when the model passed no mask: a
     materialised mask already holds causality, and a query row it hides entirely is uniform there), rotary ``position_embeddings`` (cos, sin)
-    (rotate_half style, partial when cos is narrower than dh), per-head ``q_norm`` / ``k_norm`` and
+    (rotate_half style, partial when cos is narrower than dh; GPT-J passes (sin, cos) over the rotated pairs
+    and rotates pairs (2i, 2i + 1)), per-head ``q_norm`` / ``k_norm`` (Phi: ``q_layernorm`` / ``k_layernorm``) and
     ``attn_logit_softcapping``. Refuses cross-attention, q/k norms over the whole width, clipped q/k/v and
     a sliding window the model left out of a missing mask.
     """
@@ -146,12 +162,13 @@ def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
     config = getattr(module, "config", None)
     if getattr(config, "clip_qkv", None) is not None:
         raise ValueError("config.clip_qkv clamps q, k and v; the head diagnostics do not rebuild the clamp")
-    head_dim = getattr(module, "head_dim", None) or getattr(module, "attention_head_size")
+    head_dim = head_dim or getattr(module, "head_dim", None) or getattr(module, "attention_head_size")
     scale = getattr(module, "scaling", None)
     scale = float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) else head_dim**-0.5
     q_norm = k_norm = None
     if any(has_module(module, n) for n in _NORM_ATTRS):
-        q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+        pair = next((p for p in _NORM_PAIRS if any(has_module(module, n) for n in p)), _NORM_PAIRS[0])
+        q_norm, k_norm = (getattr(module, n, None) for n in pair)
         widths = {tuple(getattr(n, "weight", torch.empty(head_dim)).shape) for n in (q_norm, k_norm)}
         if not (isinstance(q_norm, nn.Module) and isinstance(k_norm, nn.Module)) or widths != {(head_dim,)}:
             raise ValueError("q/k normalisation over the whole projection width (not per head) is not rebuilt")
@@ -164,7 +181,10 @@ def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
         )
     rotary = None
     position = call.get("position_embeddings")
-    if isinstance(position, (tuple, list)) and len(position) == 2:
+    if isinstance(position, (tuple, list)) and len(position) == 2 and type(module).__name__.startswith("GPTJ"):
+        sin, cos = (t.detach().repeat_interleave(2, dim=-1) for t in position)  # (B, N, r/2) -> (B, N, r)
+        rotary = Rotary(cos, sin, interleaved=True)  # rotate_every_two: pairs (2i, 2i + 1)
+    elif isinstance(position, (tuple, list)) and len(position) == 2:
         rotary = Rotary(position[0].detach(), position[1].detach())
     softcap = getattr(module, "attn_logit_softcapping", None)
     return HeadInputs(

@@ -15,15 +15,15 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path
-from speccond.adapters.head_inputs import HeadInputs, has_module, hidden_states
+from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.head_inputs import HeadInputs, RebuiltByForm, has_module, hidden_states
 from speccond.layout import ProjectionLayout
 
 HeadForm = Callable[[nn.Module, tuple, dict], HeadInputs]
 
 
 @dataclass(frozen=True)
-class TimmFusedQkvAdapter:
+class TimmFusedQkvAdapter(RebuiltByForm):
     """A timm module whose ``qkv`` Linear holds q, k, v blocked, heads contiguous, (out, in).
 
     Attributes:
@@ -43,11 +43,7 @@ class TimmFusedQkvAdapter:
     acts_as: str = ""
     head_form: Optional[HeadForm] = None
     head_reason: str = ""
-
-    def head_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
-        if self.head_form is None:
-            raise ValueError(self.head_reason or f"{self.name}: its heads cannot be rebuilt")
-        return self.head_form(module, args, kwargs)
+    collapse_exempt: str = ""
 
     def matches(self, module: nn.Module) -> bool:
         heads = getattr(module, self.heads_attr, None)
@@ -60,10 +56,13 @@ class TimmFusedQkvAdapter:
 
     def projections(self, module: nn.Module) -> list[ProjectionSpec]:
         layout = ProjectionLayout(roles="qkv", num_heads=getattr(module, self.heads_attr))
-        notes = self.notes
+        notes, exempt = self.notes, self.collapse_exempt
         if not isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity):
-            notes = notes + (QK_NORM_NOTE,)
-        return [ProjectionSpec("qkv", "weight", layout, activation_ok=True, notes=notes, acts_as=self.acts_as)]
+            notes, exempt = notes + (QK_NORM_NOTE,), exempt or NORMALISED_QK_EXEMPT
+        return [
+            ProjectionSpec("qkv", "weight", layout, activation_ok=True, notes=notes, acts_as=self.acts_as,
+                           collapse_exempt=exempt)
+        ]
 
 
 def timm_attention_inputs(module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:

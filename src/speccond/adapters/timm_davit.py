@@ -15,6 +15,7 @@ All three store ``qkv`` as nn.Linear(dim, 3 * dim), blocks q, k, v, heads contig
 """
 from __future__ import annotations
 
+from speccond.adapters.base import CHANNEL_EXEMPT
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 
 _CHANNEL = "channel attention mixes channels, not tokens: there is no token attention to rebuild"
@@ -24,8 +25,10 @@ TIMM_DAVIT_WINDOW = TimmFusedQkvAdapter(
     "whole token sequences only",
 )
 TIMM_DAVIT_CHANNEL = TimmFusedQkvAdapter(
-    "timm DaViT ChannelAttention", ("timm.models.davit.ChannelAttention",), acts_as="vqk", head_reason=_CHANNEL
+    "timm DaViT ChannelAttention", ("timm.models.davit.ChannelAttention",), acts_as="vqk", head_reason=_CHANNEL,
+    collapse_exempt=CHANNEL_EXEMPT,
 )
 TIMM_DAVIT_CHANNEL_V2 = TimmFusedQkvAdapter(
-    "timm DaViT ChannelAttentionV2", ("timm.models.davit.ChannelAttentionV2",), heads_attr="groups", head_reason=_CHANNEL
+    "timm DaViT ChannelAttentionV2", ("timm.models.davit.ChannelAttentionV2",), heads_attr="groups", head_reason=_CHANNEL,
+    collapse_exempt=CHANNEL_EXEMPT,
 )

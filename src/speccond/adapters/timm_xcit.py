@@ -26,6 +26,7 @@ XCA_NORM_NOTE = (
 
 TIMM_XCA = TimmFusedQkvAdapter(
     "timm XCiT XCA", ("timm.models.xcit.XCA",), notes=(XCA_NORM_NOTE,),
+    collapse_exempt="channel attention with cosine logits: |logit| <= the learned temperature whatever lam",
     head_reason="XCA is channel attention (cross-covariance of L2-normalised channels): there is no token "
     "attention to rebuild",
 )

@@ -28,6 +28,7 @@ _CORE_ROLES = {"query_key_value": "qkv", "query": "q", "key": "k", "value": "v"}
 _SPECIAL_ROLES = {"in_proj": "qkv", "in_proj_weight": "qkv", "c_attn": "qkv", "q_attn": "q"}
 _ATTENTION_CLASS = re.compile(r"attention|attn", re.IGNORECASE)
 _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head", "heads", "groups")
+_HEAD_DIM_ATTRS = ("head_dim", "head_size", "attention_head_size", "dim_head", "d_head")
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,14 @@ class Projection:
 
 @dataclass(frozen=True)
 class UnrecognisedAttention:
+    """An attention-like module nothing claims: its name, class, head count and head width (when it has
+    attributes for them) and its q/k/v-like projections."""
+
     name: str
     class_path: str
     num_heads: Optional[int]
     projections: tuple[Projection, ...]
+    head_dim: Optional[int] = None
 
 
 def projection_roles(name: str) -> Optional[str]:
@@ -82,12 +87,20 @@ def find_unrecognised(
         if not selected(name, *(p.qualified_name.rsplit(".", 1)[0] for _, p in projections)):
             continue
         listed = tuple(p for _, p in projections)
-        found.append(UnrecognisedAttention(name, class_path(module), _num_heads(module), listed))
+        found.append(UnrecognisedAttention(name, class_path(module), _num_heads(module), listed, _head_dim(module)))
     return found
 
 
 def unrecognised_message(found: list[UnrecognisedAttention]) -> str:
-    """The error: which modules, and the SpectralConfig declaration that would condition them."""
+    """The error: which modules, and the SpectralConfig declaration that would condition them.
+
+    A declaration is printed complete only where every field follows from what the module shows (a
+    separate q, k or v Linear: its role, and its head count from the module's head count and head width).
+    Where a field cannot be read off the module (how a fused weight's rows are arranged, the key/value head
+    count when the head width is unknown) the declaration holds a ``<...>`` placeholder, so that pasting it
+    unchanged is a SyntaxError rather than a layout that conditions the wrong rows, and the message says
+    which fact is missing and where to read it.
+    """
     lines = ["found attention-like modules that no speccond adapter recognises and no declared layout covers:"]
     for item in found[:10]:
         weights = ", ".join(f"{p.qualified_name} {tuple(p.shape)}" for p in item.projections)
@@ -98,14 +111,32 @@ def unrecognised_message(found: list[UnrecognisedAttention]) -> str:
         "They would be left unconditioned. Declare their layouts (check the block order, the head count and "
         "whether heads are interleaved against the module's forward):"
     )
-    declarations, excludes = {}, {}
+    declarations: dict[str, str] = {}
+    missing: dict[str, list[str]] = {}
+    excludes = {}
     for item in found:
         excludes.setdefault(_pattern(item.name) if item.name else "^$", None)
+        q_width = next((_out_features(p) for p in item.projections if p.roles == "q"), None)
         for p in item.projections:
-            declarations.setdefault(_pattern(p.qualified_name), _declaration(p, item.num_heads))
+            pattern = _pattern(p.qualified_name)
+            if pattern not in declarations:
+                declarations[pattern], missing[pattern] = _declaration(p, item, q_width)
     lines.append("  SpectralConfig(layouts={")
     lines += [f'      r"{pattern}": {text}' for pattern, text in declarations.items()]
     lines.append("  })")
+    unknown = {pattern: facts for pattern, facts in missing.items() if facts}
+    if unknown:
+        lines.append(
+            "The <...> fields cannot be read off the module's weights (a guessed layout would be accepted and "
+            "condition the wrong rows); read them in its forward:"
+        )
+        for pattern, facts in unknown.items():
+            lines.append(f'    r"{pattern}":')
+            lines += [f"      - {fact}" for fact in facts]
+        lines.append(
+            "  then check the declaration on a real input: speccond.verify(model, inputs), or "
+            "speccond.apply(model, config, verify_with=(inputs,)), fails on heads declared in the wrong arrangement."
+        )
     excluded = ", ".join(f'r"{p}"' for p in excludes)
     lines.append(f"or leave them plain on purpose: SpectralConfig(exclude=[{excluded}])")
     return "\n".join(lines)
@@ -142,22 +173,106 @@ def _num_heads(module: nn.Module) -> Optional[int]:
     return None
 
 
+def _head_dim(module: nn.Module) -> Optional[int]:
+    for attr in _HEAD_DIM_ATTRS:
+        value = getattr(module, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def _pattern(qualified_name: str) -> str:
     """An anchored regex for ``qualified_name`` with every numeric index generalised (one line per layer type)."""
     return "^" + r"\.".join(r"\d+" if part.isdigit() else re.escape(part) for part in qualified_name.split(".")) + "$"
 
 
-def _declaration(p: Projection, num_heads: Optional[int]) -> str:
-    fields = [f'roles="{p.roles}"', f"num_heads={num_heads or 1}"]
+def _out_features(p: Projection) -> int:
+    return p.shape[0] if p.storage == "out_in" else p.shape[1]
+
+
+def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[int]) -> tuple[str, list[str]]:
+    """(the ProjectionLayout text for ``p``, the facts it is missing). Complete only where nothing is guessed."""
+    out, heads, owner = _out_features(p), item.num_heads, p.qualified_name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+    missing: list[str] = []
+    comments: list[str] = []
+    if heads is None:
+        comments.append("set num_heads to the module's head count")
+    # the head width: the module's own attribute, else q's width over the head count
+    dh = item.head_dim or (q_width // heads if q_width and heads and q_width % heads == 0 else None)
+    if len(p.roles) == 1:
+        count = heads or 1
+        if p.roles != "q" and heads and (q_width or out) != out:  # a k or v narrower than q: fewer kv heads
+            count = out // dh if dh and out % dh == 0 else None
+        fields = [f'roles="{p.roles}"', f"num_heads={count if count else '<heads>'}"]
+        if count is None:
+            missing.append(
+                f"num_heads: {owner} is {out} wide and q {q_width}: its head count is {out} over the head width dh "
+                f"(q = {heads} heads x dh)"
+            )
+    elif "q" in p.roles:
+        fields = [f'roles="{p.roles}"', f"num_heads={heads or 1}"]
+        kv = _kv_heads(p, heads, dh, out)
+        if kv is None:
+            fields.append("num_kv_heads=<kv heads>")
+            missing.append(
+                f"num_kv_heads: the {out} output features are q = {heads or 'H'} heads x dh plus "
+                f"{', '.join(r for r in p.roles if r != 'q')} = num_kv_heads x dh each; the head width dh was not "
+                "found (head_dim / head_size / attention_head_size). Equal blocks (num_kv_heads = num_heads, leave "
+                "it out) when every block is as wide as q"
+            )
+        elif heads and kv < heads:
+            fields.append(f"num_kv_heads={kv}")
+        fields.append(f"arrangement={_arrangement_hole(p, heads, kv)}")
+        missing.append(_arrangement_hint(p, owner, heads, kv))
+    else:  # fused k, v (q separate): every block has the k/v head count
+        count = heads or 1
+        if heads and q_width and out != len(p.roles) * q_width:
+            count = out // (len(p.roles) * dh) if dh and out % (len(p.roles) * dh) == 0 else None
+        fields = [f'roles="{p.roles}"', f"num_heads={count if count else '<kv heads>'}"]
+        if count is None:
+            missing.append(f"num_heads: {owner} holds {len(p.roles)} blocks of kv_heads x dh each, q = {heads} x dh")
+        fields.append(f"arrangement={_arrangement_hole(p, count, count)}")
+        missing.append(_arrangement_hint(p, owner, count, count))
+        if out % len(p.roles):
+            comments.append(f"check roles: {len(p.roles)} blocks do not divide the output width {out}")
     if p.storage != "out_in":
         fields.append(f'storage="{p.storage}"')
-    comments = []
-    if num_heads is None:
-        comments.append("set num_heads to the module's head count")
-    if len(p.roles) > 1:
-        comments.append('arrangement="per_head" if its forward splits the output as (H, 3, dh)')
-    out = p.shape[0] if p.storage == "out_in" else p.shape[1]
-    if out % len(p.roles):
-        comments.append(f"check roles: {len(p.roles)} blocks do not divide the output width {out}")
     comment = f"  # {'; '.join(comments)}" if comments else ""
-    return f"ProjectionLayout({', '.join(fields)}),{comment}"
+    return f"ProjectionLayout({', '.join(fields)}),{comment}", missing
+
+
+def _arrangement_options(p: Projection, heads: Optional[int], kv: Optional[int]) -> list[str]:
+    """The arrangements a fused weight can have: per_head needs equal head counts, grouped fewer k/v heads."""
+    options = ["blocked"]
+    if kv is None or kv == heads:
+        options.append("per_head")
+    if p.roles == "qkv" and (kv is None or kv < (heads or 0)):
+        options.append("grouped")
+    return options
+
+
+def _arrangement_hole(p: Projection, heads: Optional[int], kv: Optional[int]) -> str:
+    return "<" + " | ".join(f'"{o}"' for o in _arrangement_options(p, heads, kv)) + ">"
+
+
+def _kv_heads(p: Projection, heads: Optional[int], dh: Optional[int], out: int) -> Optional[int]:
+    """The k/v head count of a fused weight holding q, from the head width; None when it cannot be read."""
+    if "q" not in p.roles or not heads or not dh or out % dh:
+        return None
+    rest, others = out // dh - heads, len(p.roles) - 1
+    if rest < others or rest % others or heads % (rest // others):
+        return None
+    return rest // others
+
+
+def _arrangement_hint(p: Projection, owner: str, heads: Optional[int], kv: Optional[int]) -> str:
+    """How to read a fused weight's arrangement off the module's forward."""
+    n = len(p.roles)
+    hints = {
+        "blocked": f"into [{' | '.join(p.roles)}] blocks (.split / .chunk({n}) / .view(B, N, {n}, H, dh)) "
+        '-> "blocked"',
+        "per_head": f"per head (.view(B, N, H, {n}, dh), or .view(B, N, H, {n} dh).chunk({n})) -> \"per_head\"",
+        "grouped": "per key/value group, its q heads then k then v (.view(B, N, G, H / G + 2, dh)) -> \"grouped\"",
+    }
+    options = [hints[o] for o in _arrangement_options(p, heads, kv)]
+    return f"arrangement: how does the forward split the output of {owner}? " + "; ".join(options)

@@ -126,4 +126,6 @@ def _head_weight(projection: Projection, role: str, head: int) -> tuple[torch.Te
 
 def _bias(projection: Projection) -> Optional[torch.Tensor]:
     out_features = projection.layout.out_in(getattr(projection.module, projection.param_name)).shape[0]
-    return projection_bias(projection.module, projection.param_name, out_features, projection.layout.roles)
+    return projection_bias(
+        projection.module, projection.param_name, out_features, projection.layout.roles, projection.attention
+    )

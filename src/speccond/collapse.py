@@ -1,0 +1,173 @@
+"""Will the correction make the initial token attention nearly one-hot? apply's warning, per module family.
+
+With C = lam I_k, head h's query and key are about lam times the head's slice of the input, so with
+inputs of unit variance (what a LayerNorm or RMSNorm hands the attention at initialisation) the logit of
+a token with itself is about scale lam^2 dh and the others about scale lam^2 sqrt(dh) N(0, 1): at
+lam = 10, dh = 16, scale = dh^-1/2 a gap of several hundred, so each token attends to itself alone.
+docs/RESULTS.md measured this collapse at initialisation and the accuracy it cost.
+
+``predict`` evaluates it on the module's own effective weights W + C (biases included) for a probe of
+``PROBE_TOKENS`` tokens drawn N(0, 1) (seeded): the mean entropy of softmax(scale q k^T) per head,
+against uniform attention's log N. A family (the adapter that claimed the modules) is at risk when its
+lowest head entropy falls below ``COLLAPSE_NATS``. With example inputs (``apply(..., verify_with=...)``)
+``measure`` reads the entropy of the attention the modules compute on them instead (the head
+diagnostics), where they can rebuild it. Modules whose logits do not grow with lam (cosine logits,
+q/k normalised per head, channel attention) are exempt; their adapters say why
+(``ProjectionSpec.collapse_exempt``). The prediction ignores what rotary embeddings, masks and
+position biases add to the logits, all of which are bounded independently of lam.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+COLLAPSE_NATS = 0.5  # mean attention entropy below this: nearly one-hot (over 0.9 of the weight on one key)
+PROBE_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class CollapseRisk:
+    """One module family's predicted (or measured) initial attention entropy under the correction.
+
+    family: the adapter's name; modules: how many of its attention modules were evaluated; entropy: the
+    lowest mean head entropy among them (nats); uniform: uniform attention's entropy for that input;
+    plain: the same head's entropy without the correction; measured: entropy read on real inputs
+    (else predicted from unit-variance tokens).
+    """
+
+    family: str
+    modules: int
+    entropy: float
+    uniform: float
+    plain: float
+    measured: bool
+
+    @property
+    def collapses(self) -> bool:
+        return self.entropy < COLLAPSE_NATS
+
+    def message(self, advice: str) -> str:
+        plain = "" if math.isnan(self.plain) else f" ({self.plain:.2f} without the correction)"
+        how = "measured on the verify_with inputs" if self.measured else (
+            f"predicted for {PROBE_TOKENS} unit-variance tokens (a LayerNorm output)"
+        )
+        return (
+            f"{self.family}: the correction makes the initial token attention nearly one-hot in "
+            f"{self.modules} module(s): mean head entropy down to {self.entropy:.2f} nats against "
+            f"{self.uniform:.2f} for uniform attention{plain}, {how}. lam = 10 cost accuracy this way in "
+            f"docs/RESULTS.md; {advice}"
+        )
+
+
+def predict(groups: dict[str, list[tuple[Any, torch.Tensor]]], modules: dict[str, nn.Module]) -> list[CollapseRisk]:
+    """Predicted risk per family.
+
+    groups: attention module name -> [(site, effective (out, in) weight W + C)], the sites of one attention
+    module (``speccond.adapters.ProjectionSite``); modules: attention module name -> the module (for its
+    logit scale). Modules with a ``collapse_exempt`` site, or whose q and k cannot be paired, are skipped.
+    """
+    worst: dict[str, tuple[float, float, float, int]] = {}
+    for name, members in groups.items():
+        if any(site.collapse_exempt for site, _ in members):
+            continue
+        blocks = _qk_blocks(members)
+        if blocks is None:
+            continue
+        entropy, plain = _lowest_head_entropy(blocks, modules.get(name))
+        family = members[0][0].source if members[0][0].source != "declared" else "modules declared by layouts"
+        entropy_so_far, plain_so_far, _, count = worst.get(family, (math.inf, math.inf, 0.0, 0))
+        if entropy < entropy_so_far:
+            entropy_so_far, plain_so_far = entropy, plain
+        worst[family] = (entropy_so_far, plain_so_far, math.log(PROBE_TOKENS), count + 1)
+    return [CollapseRisk(f, n, e, u, p, measured=False) for f, (e, p, u, n) in worst.items()]
+
+
+def measure(model: nn.Module, inputs: Any) -> list[CollapseRisk]:
+    """Measured risk per family: the head diagnostics' entropy on ``inputs``, for every attention layer whose
+    adapter rebuilds its heads and that no adapter exempts (others are skipped)."""
+    from speccond.diagnostics.entropy import row_entropy
+    from speccond.diagnostics.heads import head_cases
+    from speccond.layers import attention_layers
+
+    worst: dict[str, tuple[float, float, int]] = {}
+    for layer in attention_layers(model):
+        sites = [p.attachment for p in layer.projections]
+        if any(getattr(a.correction, "collapse_exempt", "") for a in sites if a is not None):
+            continue
+        try:
+            heads = head_cases(model, inputs, layer.index)
+        except ValueError:
+            continue  # not rebuildable: predicted instead
+        with torch.no_grad():
+            entropies = [float(row_entropy(h.double().probabilities()).mean()) for h in heads]
+            uniform = float(heads[0].visible_keys().double().log().mean())
+        entropy, reference, count = worst.get(layer.adapter_name, (math.inf, uniform, 0))
+        worst[layer.adapter_name] = (min(entropy, min(entropies)), reference, count + 1)
+    return [CollapseRisk(f, n, e, u, math.nan, measured=True) for f, (e, u, n) in worst.items()]
+
+
+def _qk_blocks(members: list[tuple[Any, torch.Tensor]]) -> Optional[dict[str, tuple]]:
+    """{"q": (site, stored role, W_eff (out, in), bias), "k": ...}, or None without both."""
+    found = {}
+    for site, effective in members:
+        for stored, acting in zip(site.layout.roles, site.acts_as or site.layout.roles):
+            if acting in "qk":
+                found[acting] = (site, stored, effective, _bias(site))
+    return found if {"q", "k"} <= found.keys() else None
+
+
+def _bias(site: Any) -> Optional[torch.Tensor]:
+    from speccond.layers import projection_bias
+
+    weight = getattr(site.module, site.param_name)
+    out_features = site.layout.out_in(weight).shape[0]
+    return projection_bias(site.module, site.param_name, out_features, site.layout.roles)
+
+
+def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) -> tuple[float, float]:
+    """(lowest mean head entropy with the correction, that head's entropy without it), in nats."""
+    q_site, q_role, q_eff, q_bias = blocks["q"]
+    k_site, k_role, k_eff, k_bias = blocks["k"]
+    in_features = q_eff.shape[1]
+    if k_eff.shape[1] != in_features:  # q and k read different inputs (cross-attention): no shared probe
+        return math.inf, math.inf
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(PROBE_TOKENS, in_features, generator=generator, dtype=torch.float64)  # (N, D)
+    q_heads, k_heads = q_site.layout.heads(q_role), k_site.layout.heads(k_role)
+    group = max(q_heads // k_heads, 1)
+    lowest, plain_at_lowest = math.inf, math.inf
+    for head in range(q_heads):
+        q_rows = q_site.layout.head_rows(q_role, head, q_eff.shape[0])
+        k_rows = k_site.layout.head_rows(k_role, head // group, k_eff.shape[0])
+        if q_rows.numel() != k_rows.numel():  # a declaration this module's verify would refuse: no prediction
+            return math.inf, math.inf
+        scale = _scale(module, q_rows.numel())
+        with_c = _entropy(x, q_eff, k_eff, q_bias, k_bias, q_rows, k_rows, scale)
+        if with_c < lowest:
+            q_w = q_site.layout.out_in(getattr(q_site.module, q_site.param_name).detach())
+            k_w = k_site.layout.out_in(getattr(k_site.module, k_site.param_name).detach())
+            lowest, plain_at_lowest = with_c, _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, scale)
+    return lowest, plain_at_lowest
+
+
+def _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, scale) -> float:
+    q = x @ q_w[q_rows].double().t()  # (N, dh)
+    k = x @ k_w[k_rows].double().t()  # (N, dh)
+    if q_bias is not None:
+        q = q + q_bias[q_rows].double()
+    if k_bias is not None:
+        k = k + k_bias[k_rows].double()
+    p = torch.softmax(scale * q @ k.t(), dim=-1)  # (N, N)
+    return float(-(p * p.clamp_min(1e-300).log()).sum(-1).mean())
+
+
+def _scale(module: Optional[nn.Module], head_dim: int) -> float:
+    for name in ("scale", "scaling"):
+        value = getattr(module, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return head_dim**-0.5

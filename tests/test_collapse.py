@@ -1,0 +1,91 @@
+"""Issue 14 item 7: apply warns, per module family, when the correction will make the initial token
+attention nearly one-hot, predicted from the effective weights (or measured on verify_with inputs), and
+exempts attention whose logits do not grow with lam."""
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+import speccond
+from speccond.collapse import COLLAPSE_NATS
+from speccond.experiments.families import build_backbone
+
+ONE_HOT = "nearly one-hot"
+
+
+def _main_job_vit(**timm_kwargs):
+    """The main job's model: a 4-layer ViT, width 64, 4 heads of 16, 28 px grey images."""
+    torch.manual_seed(0)
+    return build_backbone("vit", 28, 1, 10, 64, 4, 4, 4)
+
+
+def _collapse_warnings(model, config, **kwargs) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        speccond.apply(model, config, **kwargs)
+    return [str(w.message) for w in caught if ONE_HOT in str(w.message)]
+
+
+def _entropy(message: str) -> float:
+    return float(re.search(r"down to ([0-9.]+) nats", message).group(1))
+
+
+def test_lam_10_warns_once_per_family_with_the_predicted_entropy_and_the_way_out():
+    (message,) = _collapse_warnings(_main_job_vit(), speccond.SpectralConfig(lam=10.0))
+    assert message.startswith("timm Attention:") and "4 module(s)" in message
+    assert _entropy(message) < COLLAPSE_NATS and "4.16 for uniform attention" in message
+    assert "predicted for 64 unit-variance tokens" in message and "lam='auto'" in message
+
+
+@pytest.mark.parametrize("config", [dict(lam="auto"), dict(correction="svd"), dict(lam=1.0)], ids=str)
+def test_corrections_of_the_weights_size_do_not_warn(config):
+    """RESULTS: lam = auto (2.47 nats), SVD (2.7) and lam = 1 (1.91) keep this model's attention spread."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lam = 1 warns about Theorem 3.8's lam >= 2
+        assert _collapse_warnings(_main_job_vit(), speccond.SpectralConfig(**config)) == []
+
+
+def test_with_verify_inputs_the_entropy_is_measured_and_matches_the_diagnostics():
+    images = torch.randn(4, 1, 28, 28)
+    model = _main_job_vit()
+    (message,) = _collapse_warnings(model, speccond.SpectralConfig(lam=10.0), verify_with=images)
+    assert "measured on the verify_with inputs" in message
+    rows = speccond.diagnostics.attention_entropy(model, (images,))
+    assert _entropy(message) == pytest.approx(min(r["entropy"] for r in rows), abs=0.005)
+
+
+def test_auto_that_still_collapses_points_elsewhere_than_auto():
+    """At dh = 64 even lam = auto's 3 sigma_max (about 1.3 here) concentrates the logits (lam^2 dh scale)."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=4, num_classes=10)
+    (message,) = _collapse_warnings(model, speccond.SpectralConfig(lam="auto"))
+    assert "correction='svd'" in message and "larger target_kappa" in message
+
+
+def test_cosine_and_normalised_logits_are_exempt():
+    """XCiT's XCA (cosine logits, channel attention) and timm's qk_norm=True keep their logits bounded."""
+    import timm
+
+    torch.manual_seed(0)
+    xcit = timm.create_model("xcit_nano_12_p8_224", pretrained=False, img_size=32, depth=2, cls_attn_layers=0,
+                             num_classes=5)
+    assert _collapse_warnings(xcit, speccond.SpectralConfig(lam=10.0)) == []
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                            qk_norm=True, num_classes=5)
+    assert _collapse_warnings(vit, speccond.SpectralConfig(lam=10.0)) == []
+
+
+def test_xcit_class_attention_is_not_exempt():
+    """XCiT's class-attention blocks are softmax over tokens: the collapse the classification runs met."""
+    import timm
+
+    torch.manual_seed(0)
+    xcit = timm.create_model("xcit_nano_12_p8_224", pretrained=False, img_size=32, depth=2, cls_attn_layers=1,
+                             num_classes=5)
+    (message,) = _collapse_warnings(xcit, speccond.SpectralConfig(lam=10.0))
+    assert message.startswith("timm ClassAttn:")
