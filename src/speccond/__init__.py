@@ -5,8 +5,10 @@
     import speccond
     report = speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     speccond.remove(model, merge=True)
+    speccond.save_pretrained(model, directory); speccond.from_pretrained(ModelClass, directory)
 """
 from speccond.api import apply, describe, is_conditioned, refresh, remove
+from speccond.checkpoint import from_pretrained, load_conditioned, save_pretrained
 from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
 from speccond.report import ReportRow, SpectralReport
@@ -22,8 +24,11 @@ __all__ = [
     "VerificationError",
     "apply",
     "describe",
+    "from_pretrained",
     "is_conditioned",
+    "load_conditioned",
     "refresh",
     "remove",
+    "save_pretrained",
     "verify",
 ]

@@ -18,7 +18,7 @@ from speccond.adapters import (
     unrecognised_attention,
     unrecognised_message,
 )
-from speccond.backends import attach, attachments, detach
+from speccond.backends import Undo, attach, attachments, detach, merged_weight, restore
 from speccond.config import SpectralConfig
 from speccond.correction import SpectralCorrection
 from speccond.report import SpectralReport, rows_for
@@ -35,8 +35,8 @@ def apply(
     tokenizer's BatchEncoding) of keyword arguments, ``{"input_ids": ids, "attention_mask": mask}``; a
     tuple or list of positional arguments, ``(images,)``; or a single tensor. When given,
     :func:`speccond.verify` probes every conditioned attention module after attaching, with the model's
-    own defaults (a decoder's KV cache included; nothing is written to it); if it fails, the corrections
-    are taken off again (the model is as before) and the error is raised.
+    own defaults (a decoder's KV cache included; nothing is written to it); if it fails, the model is put
+    back as it was (below) and the error is raised.
 
     Every projection that the adapters (or ``config.layouts``) find and ``config.targets`` selects gets
     its fixed correction C: lam * I_k per q/k/v block (Theorem 3.8) or sigma_max U V^T (Theorem 3.5).
@@ -52,12 +52,20 @@ def apply(
             projection that reads its weight directly; lam="auto" met an all-zero (or non-finite) block,
             or granularity="head" with heads whose rows run past the block's diagonal (block_out > in).
         Every check runs before the first correction is attached: an error leaves the model untouched.
+
+    All or nothing: if anything fails once attaching has begun (attaching the k-th projection, verify,
+    the collapse measurement), every module is put back as it was before the call: outputs, stored W
+    (with ``init="preserve"`` too: W itself, not (W - C) + C), state_dict, classes, forward hooks and the
+    very Parameter objects, bit for bit; then the error is raised.
     """
     config = SpectralConfig() if config is None else config
     if not isinstance(model, nn.Module):
         raise TypeError(f"speccond.apply expects a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(config, SpectralConfig):
         raise TypeError(f"speccond.apply expects a speccond.SpectralConfig, got {type(config).__name__}")
+    from speccond.checkpoint import refuse_partly_loaded  # lazy: speccond.checkpoint imports this module
+
+    refuse_partly_loaded(model)  # transformers' from_pretrained of a conditioned save: q, k, v were dropped
     if is_conditioned(model):
         raise ValueError(
             "this model is already spectrally conditioned; call speccond.remove(model) before applying again"
@@ -91,49 +99,47 @@ def apply(
         correction.collapse_exempt = site.collapse_exempt
         built.append((site, correction))
     risks = _predicted_collapse(model, sites, built)  # read before attaching: W + C from the built corrections
-    for site, correction in built:
-        for note in site.notes:
-            warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
-        attach(site.module, site.param_name, correction, config.backend, config.init)
-    if verify_with is not None:
-        _verify_or_undo(model, config, verify_with)
-        try:
+    undos = []  # each module as it was before its attach: any failure below puts every one back
+    try:
+        for site, correction in built:
+            for note in site.notes:
+                warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
+            weight = getattr(site.module, site.param_name)
+            undos.append(Undo(site.module, weight, config.backend, writes=config.init == "preserve"))
+            attach(site.module, site.param_name, correction, config.backend, config.init)
+        if verify_with is not None:
+            _verify(model, verify_with)
             risks = _measured_collapse(model, verify_with, risks)
-        except Exception:
-            remove(model, merge=config.init == "preserve")  # all or nothing, as after a failed verify
-            raise
-    for risk in risks:
-        if risk.collapses:
-            warnings.warn(risk.message(_collapse_advice(config)), UserWarning, stacklevel=2)
-    report.rows = describe(model).rows
+        for risk in risks:
+            if risk.collapses:
+                warnings.warn(risk.message(_collapse_advice(config)), UserWarning, stacklevel=2)
+        report.rows = describe(model).rows
+    except BaseException:
+        restore(undos)  # W itself comes back (with "preserve" too, not (W - C) + C), bit for bit
+        raise
     log.info("conditioned %d projections", len(report.rows))
     return report
 
 
-def _verify_or_undo(model: nn.Module, config: SpectralConfig, example_inputs: object) -> None:
+def _verify(model: nn.Module, example_inputs: object) -> None:
     """Run :func:`speccond.verify` on ``example_inputs`` (a mapping: keyword arguments; a tuple or list:
-    positional arguments; anything else: the one positional argument); on any failure take every
-    correction off again and re-raise."""
+    positional arguments; anything else: the one positional argument)."""
     from collections.abc import Mapping
 
     from speccond.verify import verify
 
-    try:
-        if isinstance(example_inputs, Mapping):
-            bad = [key for key in example_inputs if not isinstance(key, str)]
-            if bad:
-                raise TypeError(
-                    f"speccond.apply: verify_with as a mapping holds keyword arguments, so its keys must be "
-                    f"str; got {bad[:3]!r}. Pass positional inputs as a tuple instead"
-                )
-            verify(model, **example_inputs)
-        elif isinstance(example_inputs, (tuple, list)):
-            verify(model, *example_inputs)
-        else:
-            verify(model, example_inputs)
-    except Exception:
-        remove(model, merge=config.init == "preserve")  # "preserve" stored W - C: merging gives W back
-        raise
+    if isinstance(example_inputs, Mapping):
+        bad = [key for key in example_inputs if not isinstance(key, str)]
+        if bad:
+            raise TypeError(
+                f"speccond.apply: verify_with as a mapping holds keyword arguments, so its keys must be "
+                f"str; got {bad[:3]!r}. Pass positional inputs as a tuple instead"
+            )
+        verify(model, **example_inputs)
+    elif isinstance(example_inputs, (tuple, list)):
+        verify(model, *example_inputs)
+    else:
+        verify(model, example_inputs)
 
 
 def _predicted_collapse(model: nn.Module, sites: list[ProjectionSite], built: list) -> list:
@@ -194,8 +200,10 @@ def refresh(model: nn.Module) -> int:
     projection stay). A numeric identity correction is fixed and is left as it is. Refreshing moves
     W + C. The paper sets its correction once; PAPER.md section 5 makes periodic refresh an option: calling
     ``refresh`` every N steps is the caller's (or the training harness's) choice, and between two calls C
-    is fixed, a buffer that is not trained, exactly as in the paper. All new corrections are computed
-    before any is stored, so an error (an all-zero block under "auto") leaves the model as it was.
+    is fixed, a buffer that is not trained, exactly as in the paper.
+
+    All or nothing: every new correction is computed before any is stored (an all-zero block under "auto"
+    raises there), and if storing one fails, those already stored get their old buffers back, bit for bit.
     """
     found = [item for item in attachments(model) if item.correction.follows_weights]
     fresh = []
@@ -204,8 +212,18 @@ def refresh(model: nn.Module) -> int:
             fresh.append(item.correction.recomputed(item.stored_weight()))
         except ValueError as err:
             raise ValueError(f"speccond.refresh: {item.qualified_name}: {err}") from None
-    for item, buffer in zip(found, fresh):
-        item.correction.store(buffer)
+    kept = []  # each correction's buffers before its store: (name, the tensor, a copy of its values)
+    try:
+        for item, buffer in zip(found, fresh):
+            correction = item.correction
+            kept.append((correction, [(n, b, b.clone()) for n, b in correction.named_buffers(recurse=False)]))
+            correction.store(buffer)
+    except BaseException:
+        for correction, buffers in reversed(kept):
+            for name, tensor, values in buffers:
+                setattr(correction, name, tensor)  # the very tensor, with its old values
+                tensor.copy_(values)  # buffers are never trained: no autograd involved
+        raise
     return len(found)
 
 
@@ -215,12 +233,25 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
     ``merge=True`` bakes W + C into the parameters: plain modules (class restored), same outputs, zero
     overhead. ``merge=False`` drops C and leaves the stored W (bit for bit the original weight if the model
     was not trained since ``init="add"``). The Parameter objects stay the same, so optimisers keep working.
+
+    All or nothing: every W + C is computed before the first correction comes off (so arithmetic that
+    fails on the weights' type, a DTensor under FSDP, raises with nothing changed), and if taking one off
+    fails, every module already done is put back as it was: still conditioned, stored W, class, hooks and
+    Parameters bit for bit and object for object. (The activation backend's merge writes W + C in place,
+    so until ``remove`` returns it keeps a copy of each W.)
     """
     found = list(attachments(model))
     if not found:
         raise ValueError("this model is not spectrally conditioned; nothing to remove")
-    for item in found:
-        detach(item, merge)
+    merged = [merged_weight(item) if merge else None for item in found]  # before anything is taken off
+    undos = []  # each module as it was before its detach
+    try:
+        for item, weight in zip(found, merged):
+            undos.append(Undo(item.module, item.stored_weight(), item.backend, writes=merge))
+            detach(item, merge, weight)
+    except BaseException:
+        restore(undos)
+        raise
     return model
 
 

@@ -96,22 +96,100 @@ def attachments(model: nn.Module) -> Iterator[Attachment]:
             yield Attachment(name, module, "weight", child, "activation")
 
 
-def detach(found: Attachment, merge: bool) -> None:
-    """Remove a correction: ``merge=True`` bakes W + C into the parameter, ``merge=False`` restores W."""
+def detach(found: Attachment, merge: bool, merged: torch.Tensor | None = None) -> None:
+    """Remove a correction: ``merge=True`` bakes W + C into the parameter, ``merge=False`` restores W.
+
+    ``merged``: W + C from :func:`merged_weight`, when the caller computed it already (``remove`` computes
+    every one before it takes the first correction off). W + C is computed before anything changes, so
+    arithmetic that fails on the weight's own type (a DTensor under FSDP) leaves the module as it was.
+    """
     module, name = found.module, found.param_name
+    weight = found.stored_weight()
+    if merge and merged is None:
+        merged = merged_weight(found)
     if found.backend == "weight":
         _give_own_class(module)
-        parametrize.remove_parametrizations(module, name, leave_parametrized=merge)
+        parametrize.remove_parametrizations(module, name, leave_parametrized=False)
+        if merge:  # what leave_parametrized=True stores, computed above
+            with torch.no_grad():
+                _point(weight, merged)
         _restore_order(module, getattr(found.correction, "parameter_order", ()))
         return
     for key, hook in list(module._forward_hooks.items()):
         if isinstance(hook, AddCorrectionHook):
             del module._forward_hooks[key]
-    weight = getattr(module, name)
     if merge:
         with torch.no_grad():
-            weight.add_(found.correction.dense(weight.dtype))
+            weight.copy_(merged)  # in place, so the parameter keeps its storage (W + C: the bits of W.add_(C))
     delattr(module, CHILD_NAME)
+
+
+def merged_weight(found: Attachment) -> torch.Tensor:
+    """W + C, a new tensor in the stored orientation and dtype: what ``detach(found, merge=True)`` stores."""
+    with torch.no_grad():
+        return found.effective_weight().detach()
+
+
+class Undo:
+    """One module as it is now, so that :meth:`restore` puts it back exactly if attaching or detaching
+    fails part way (or a later step of the same call does).
+
+    Kept: the module's class and the names in it (registering a second parametrization adds a property
+    to the class), shallow copies of the parameter, buffer, child and forward-hook tables of the module
+    and of its parametrizations (so the very Parameters, hooks and corrections come back, and optimisers
+    keep working), and what ``weight`` holds. The weight backend moves ``weight`` to new storage (torch's
+    ``set_``): the old storage is kept and pointed to again. The activation backend writes W - C or W + C
+    in place: with ``writes=True`` a clone of W is kept and copied back.
+    """
+
+    TABLES = (
+        "_parameters", "_buffers", "_non_persistent_buffers_set", "_modules",
+        "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+    )
+
+    def __init__(self, module: nn.Module, weight: torch.Tensor, backend: str, writes: bool) -> None:
+        self.module, self.weight = module, weight
+        self.cls, self.names = type(module), frozenset(vars(type(module)))
+        owners = [module]
+        if "parametrizations" in module._modules:
+            owners += list(module._modules["parametrizations"].modules())
+        self.tables = [
+            (table, table.copy()) for owner in owners for key, table in vars(owner).items() if key in self.TABLES
+        ]
+        self.storage = weight.detach() if backend == "weight" else None  # shares the storage W is in now
+        self.values = weight.detach().clone() if backend == "activation" and writes else None
+
+    def restore(self) -> None:
+        for name in set(vars(self.cls)) - self.names:
+            delattr(self.cls, name)
+        self.module.__class__ = self.cls
+        for table, saved in self.tables:
+            table.clear()
+            table.update(saved)
+        with torch.no_grad():
+            if self.storage is not None:
+                _point(self.weight, self.storage)
+            if self.values is not None:
+                self.weight.copy_(self.values)
+
+
+def restore(undos: list[Undo]) -> None:
+    """Put every module back, last changed first."""
+    for undo in reversed(undos):
+        undo.restore()
+
+
+def _point(weight: torch.Tensor, data: torch.Tensor) -> None:
+    """Make ``weight`` (the same object) hold ``data``, as torch.nn.utils.parametrize moves a parametrized
+    tensor: ``set_``, or ``swap_tensors`` for tensor subclasses (DTensor) and under the swap flag."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if torch.__future__.get_swap_module_params_on_conversion() or is_traceable_wrapper_subclass(weight):
+        if isinstance(weight, nn.Parameter) and not isinstance(data, nn.Parameter):
+            data = nn.Parameter(data, requires_grad=weight.requires_grad)
+        torch.utils.swap_tensors(weight, data)
+    else:
+        weight.set_(data)
 
 
 def _give_own_class(module: nn.Module) -> None:

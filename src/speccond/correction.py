@@ -13,8 +13,19 @@ Two representations:
   target_kappa) and depend on the weights they were chosen from, so ``values`` is saved.
 - svd (Theorem 3.5): a dense (out, in) matrix, sigma_max U V^T per head or per block. It depends on the
   weights at the moment it was computed, so it is saved in the state_dict.
+
+Every correction also saves a marker, the buffer ``speccond``: its description (kind, lam per role,
+granularity and target_kappa where they matter, layout) as UTF-8 JSON in a uint8 tensor, so a state dict
+of a conditioned model says so under either backend. Loading it into a plain model gives unexpected keys
+under strict loading; loading it into a conditioned model checks that the correction is the one saved (a
+numeric lam is not saved otherwise: lam = 10 loaded into a lam = 1 model would pass silently). State
+dicts written before the marker existed have none: loading tolerates its absence (``speccond.checkpoint``
+reads the marker keys to rebuild the conditioning).
 """
 from __future__ import annotations
+
+import json
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +34,11 @@ from torch import nn
 from speccond.config import AUTO
 from speccond.layout import ProjectionLayout
 from speccond.spectral import auto_lam, svd_correction
+
+log = logging.getLogger(__name__)
+
+MARKER = "speccond"  # name of the buffer that marks a state dict as conditioned
+MARKER_FORMAT = 1  # version of the marker's JSON; a newer one is refused with a message
 
 
 class SpectralCorrection(nn.Module):
@@ -92,6 +108,8 @@ class SpectralCorrection(nn.Module):
             self.register_buffer("matrix", self._svd_matrix(weight).to(weight.dtype))  # (out, in)
         else:
             raise ValueError(f"unknown correction kind {kind!r}; expected 'identity' or 'svd'")
+        # The marker: saved (persistent), never trained, not floating point (model.half() leaves it).
+        self.register_buffer(MARKER, encode_marker(self.description()))  # (bytes,) uint8
 
     # -- construction -------------------------------------------------------------------------------
     def _corrected_roles(self) -> list[str]:
@@ -223,6 +241,35 @@ class SpectralCorrection(nn.Module):
         with torch.no_grad():
             (self.matrix if self.kind == "svd" else self.values).copy_(buffer)
 
+    # -- the marker -----------------------------------------------------------------------------------
+    def description(self) -> dict:
+        """What determines C given W, as JSON-ready values: the marker's content. Granularity is given only
+        where it matters (svd, "auto") and target_kappa only with an "auto" lam."""
+        scales = {role: lam if lam == AUTO else float(lam) for role, lam in self.scales.items()}
+        described = {"format": MARKER_FORMAT, "kind": self.kind, "scales": scales, "layout": self.layout.to_dict()}
+        if self.follows_weights:
+            described["granularity"] = self.granularity
+        if self.auto_roles:
+            described["target_kappa"] = self.target_kappa
+        return described
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        """torch's loader, plus the marker: absent (a state dict from before markers) is accepted; present, it
+        must describe this correction, else the load fails naming both. The marker itself is never copied."""
+        key = prefix + MARKER
+        if key in state_dict:
+            problem = marker_mismatch(state_dict[key], self.description())
+            if problem:
+                error_msgs.append(f"{key}: {problem}")
+            state_dict = {k: v for k, v in state_dict.items() if k != key}
+        else:
+            log.debug("%s: no marker (a state dict written before speccond saved one); accepted", key)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        if key in missing_keys:
+            missing_keys.remove(key)
+
     # -- views ----------------------------------------------------------------------------------------
     def head_lams(self, role: str) -> tuple[float, ...]:
         """Identity only: the lam on each head's slice of ``role``'s block, read from the ``values`` buffer
@@ -285,3 +332,68 @@ class SpectralCorrection(nn.Module):
             scales += f", target_kappa={self.target_kappa:g}"
         kind = self.kind if self.kind == "identity" else f"svd/{self.granularity}"
         return f"{kind}, {scales}, layout=({self.layout.describe()})"
+
+
+def encode_marker(description: dict) -> torch.Tensor:
+    """A description as a uint8 tensor of compact, key-sorted JSON: (bytes,)."""
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    return torch.tensor(list(text.encode()), dtype=torch.uint8)
+
+
+def decode_marker(marker: torch.Tensor) -> dict:
+    """The description a marker holds. Raises ValueError when it is not a marker this version can read."""
+    if not isinstance(marker, torch.Tensor) or marker.dtype != torch.uint8 or marker.dim() != 1:
+        what = f"{marker.dtype} tensor of shape {tuple(marker.shape)}" if isinstance(marker, torch.Tensor) else type(marker).__name__
+        raise ValueError(f"a speccond marker is a 1-D uint8 tensor of JSON, got a {what}")
+    try:
+        described = json.loads(bytes(marker.cpu().tolist()).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"unreadable speccond marker ({error})") from None
+    if not isinstance(described, dict) or not isinstance(described.get("format"), int):
+        raise ValueError(f"a speccond marker holds a JSON object with an integer 'format', got {described!r:.80}")
+    if described["format"] > MARKER_FORMAT:
+        raise ValueError(
+            f"marker format {described['format']} was written by a newer speccond (this one reads format "
+            f"{MARKER_FORMAT}); upgrade speccond to load it"
+        )
+    return described
+
+
+def marker_mismatch(marker: torch.Tensor, expected: dict) -> str:
+    """'' when ``marker`` describes the correction ``expected`` describes, else what differs and what to do.
+    For the svd correction only zero versus non-zero lam matters, so that is all that is compared."""
+    try:
+        saved = decode_marker(marker)
+    except ValueError as error:
+        return str(error)
+    if essentials(saved) == essentials(expected):
+        return ""
+    return (
+        f"the checkpoint's correction is {describe_marker(saved)} but this model's is {describe_marker(expected)}; "
+        "condition the model as the checkpoint was: speccond.load_conditioned(model, checkpoint) reads the "
+        "conditioning from the checkpoint"
+    )
+
+
+def describe_marker(described: dict) -> str:
+    """Short text of a description, e.g. "identity q=10 k=10 v=10" or "svd/head q k v"."""
+    layout = described.get("layout") or {}
+    saved = described.get("scales", {})
+    scales = {role: saved[role] for role in layout.get("roles", "") if role in saved} or saved  # block order
+    if described.get("kind") == "svd":
+        text = f"svd/{described.get('granularity')} " + " ".join(role for role, lam in scales.items() if lam != 0)
+    else:
+        text = f"{described.get('kind')} " + " ".join(
+            f"{role}={lam if lam == AUTO else f'{lam:g}'}" for role, lam in scales.items()
+        )
+        if "target_kappa" in described:
+            text += f" target_kappa={described['target_kappa']:g} ({described.get('granularity')})"
+    return text + " (" + ", ".join(f"{k}={v}" for k, v in sorted(layout.items())) + ")"
+
+
+def essentials(described: dict) -> dict:
+    """What two descriptions must share to describe the same correction (svd: which lams are non-zero)."""
+    shared = {k: v for k, v in described.items() if k not in ("format", "backend")}
+    if described.get("kind") == "svd":
+        shared["scales"] = {role: lam != 0 for role, lam in described.get("scales", {}).items()}
+    return shared

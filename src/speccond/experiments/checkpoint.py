@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from speccond.checkpoint import mismatch_advice, missing_and_unexpected
 from speccond.data.store import sha256
 
 FOLDER = "checkpoints"
@@ -84,12 +85,12 @@ def load(folder: Path, model: nn.Module) -> tuple[dict, dict[str, Any]]:
         if not path.is_file() or sha256(path) != manifest.get(key):
             raise ValueError(f"{path}: missing or corrupt (SHA-256 differs from {manifest_path}); refusing to resume")
     weights = load_file(str(Path(folder) / "model.safetensors"))
-    expected = set(model.state_dict())
-    if set(weights) != expected:
-        missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
+    # A checkpoint written before speccond saved its markers (speccond.correction.MARKER) has none: accepted.
+    missing, extra = missing_and_unexpected(model, weights)
+    if missing or extra:
+        advice = mismatch_advice(missing, extra) or "was it written with another config?"
         raise ValueError(
-            f"{folder}: checkpoint does not match this model (missing {missing[:5]}, unexpected {extra[:5]}); "
-            "was it written with another config?"
+            f"{folder}: checkpoint does not match this model (missing {missing[:5]}, unexpected {extra[:5]}); {advice}"
         )
     model.load_state_dict(weights)
     state = torch.load(Path(folder) / "state.pt", weights_only=True, map_location="cpu")

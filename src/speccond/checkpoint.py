@@ -1,0 +1,511 @@
+"""Saving and loading conditioned models: a checkpoint says that it is conditioned, and how.
+
+Every SpectralCorrection saves a marker in the state dict (``<proj>.parametrizations.weight.0.speccond`` or
+``<proj>.spectral_correction.speccond``: its description as JSON, ``speccond.correction``), so whatever
+wrote the state dict (``model.save_pretrained``, ``Trainer.save_model``, safetensors' ``save_file``), the
+checkpoint names every conditioned parameter, its backend and its correction. From that this module
+rebuilds the conditioning and loads every tensor exactly:
+
+    speccond.save_pretrained(model, directory)                  # model.save_pretrained + speccond.json
+    model = speccond.from_pretrained(BertForSequenceClassification, directory)
+    speccond.load_conditioned(plain_model, "model.safetensors")  # any nn.Module: condition as saved, load
+
+Loading conditions the plain model with a SpectralConfig (given, or speccond.json's, or inferred from the
+markers), then checks the checkpoint against the model before it copies anything: the same conditioned
+parameters with the same corrections, the same keys (tied weights, which transformers saves once,
+excepted) and shapes. So a conditioned checkpoint is never loaded into a plain model, nor a plain one
+into a conditioned model, without an error that names what differs.
+
+transformers' own ``from_pretrained`` cannot load such a checkpoint: the stored W of the weight backend
+sits under ``<proj>.parametrizations.weight.original``, which the plain model does not have, so it
+initialises q, k, v at random (and drops the markers and saved corrections as unexpected keys).
+:func:`refuse_partly_loaded` detects a model loaded that way, for ``speccond.apply`` to refuse it.
+
+Imports only torch (and speccond's core); safetensors and transformers are imported where they are read.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Mapping, Optional, Union
+
+import torch
+from torch import nn
+
+from speccond.adapters import attention_modules, find_projections, unrecognised_attention
+from speccond.api import apply, is_conditioned, remove
+from speccond.backends import CHILD_NAME, attachments
+from speccond.config import AUTO, SpectralConfig
+from speccond.correction import MARKER, decode_marker, describe_marker, essentials
+from speccond.layout import ProjectionLayout
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "speccond.json"  # beside a transformers checkpoint: the SpectralConfig it was saved with
+FORMAT = 1  # of speccond.json
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+LOADED = "_speccond_loaded"  # True on a model whose every weight load_conditioned loaded: the guard passes it
+
+_WEIGHT_MARKER = re.compile(rf"^(?:(.*)\.)?parametrizations\.([^.]+)\.\d+\.{MARKER}$")
+_ACTIVATION_MARKER = re.compile(rf"^(?:(.*)\.)?{CHILD_NAME}\.{MARKER}$")
+_MOVED_WEIGHT = re.compile(r"^(?:(.*)\.)?parametrizations\.([^.]+)\.original$")
+
+Source = Union[str, os.PathLike, Mapping[str, torch.Tensor]]
+
+
+# -- the public verbs -----------------------------------------------------------------------------------
+def save_pretrained(model: nn.Module, directory: Union[str, os.PathLike], **kwargs) -> Path:
+    """Save a conditioned transformers model with ``model.save_pretrained(directory, **kwargs)`` and write
+    ``speccond.json`` beside it: the SpectralConfig that reproduces its conditioning. Returns the directory.
+
+    ``model.save_pretrained`` alone (or ``Trainer.save_model``) writes the same weights, markers included;
+    :func:`from_pretrained` loads those too. speccond.json records the config for people and tools.
+    """
+    if not callable(getattr(model, "save_pretrained", None)):
+        raise TypeError(
+            f"speccond.save_pretrained expects a transformers model (with save_pretrained), got "
+            f"{type(model).__name__}; save any nn.Module's state_dict (e.g. safetensors' save_file) and load it "
+            "with speccond.load_conditioned(model, path)"
+        )
+    if not is_conditioned(model):
+        raise ValueError("this model is not spectrally conditioned; save it with model.save_pretrained(directory)")
+    config = inferred_config(model, _attached(model))
+    model.save_pretrained(directory, **kwargs)
+    directory = Path(directory)
+    if kwargs.get("is_main_process", True):
+        record = {"format": FORMAT, "speccond_version": _version(), "config": config.to_dict()}
+        partial = directory / f".{CONFIG_FILE}.partial"
+        partial.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(partial, directory / CONFIG_FILE)
+    return directory
+
+
+def from_pretrained(
+    model_class, directory: Union[str, os.PathLike], *, config: Optional[SpectralConfig] = None, **kwargs
+) -> nn.Module:
+    """Build ``model_class`` from the transformers checkpoint in ``directory`` (a local folder written by
+    ``save_pretrained``, :func:`save_pretrained` or ``Trainer.save_model``), condition it as it was saved
+    and load every weight exactly; returns the model in eval mode, like transformers' from_pretrained.
+
+    The model is built from ``directory``'s config.json (``model_class(config, **kwargs)``, or
+    ``model_class.from_config(config, **kwargs)`` for an Auto class) in the dtype it was saved in; the
+    conditioning comes from ``config``, else speccond.json, else the checkpoint's markers
+    (:func:`load_conditioned`).
+    """
+    from transformers import AutoConfig
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"speccond.from_pretrained reads a local checkpoint folder; {str(directory)!r} is not one")
+    hf_config = AutoConfig.from_pretrained(directory)
+    build = getattr(model_class, "from_config", None)
+    model = build(hf_config, **kwargs) if build is not None else model_class(hf_config, **kwargs)
+    dtype = getattr(hf_config, "dtype", None)
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        model.to(dtype)
+    load_conditioned(model, directory, config=config)
+    return model.eval()
+
+
+def load_conditioned(model: nn.Module, source: Source, *, config: Optional[SpectralConfig] = None) -> nn.Module:
+    """Load a conditioned checkpoint into ``model`` exactly, conditioning ``model`` first if it is plain.
+
+    ``source``: a checkpoint folder (``model.safetensors`` or a sharded index), a ``.safetensors`` file, or a
+    state dict. A plain ``model`` is conditioned with ``config`` if given, else with the SpectralConfig of
+    the folder's speccond.json, else with the one inferred from the checkpoint's markers; a conditioned
+    ``model`` must already carry the checkpoint's corrections. Before any tensor is copied the checkpoint
+    must match: the same conditioned parameters, backend and corrections, the same keys (a tied weight
+    saved once excepted) and shapes. Returns ``model``.
+
+    A checkpoint written before speccond saved markers has none: pass the ``config`` it was trained with.
+
+    Raises:
+        ValueError: the checkpoint holds no marker and no ``config`` is given (a plain checkpoint: load it
+            with ``model.load_state_dict``); it does not match ``model``; no SpectralConfig reproduces its
+            conditioning (pass ``config``). A plain ``model`` conditioned here is plain again afterwards.
+    """
+    state, folder = _read(source)
+    recorded = conditioning(state)
+    where = _name(source)
+    if not recorded and config is None:
+        raise ValueError(
+            f"{where} holds no speccond marker, so it is not a conditioned checkpoint: load a plain checkpoint with "
+            "model.load_state_dict before speccond.apply; for a conditioned checkpoint written before speccond "
+            "saved markers, pass the config it was trained with: speccond.load_conditioned(model, source, config=...)"
+        )
+    applied, flagged = False, getattr(model, LOADED, False)
+    setattr(model, LOADED, True)  # every weight is about to be replaced: refuse_partly_loaded (in apply) passes it
+    try:
+        if not is_conditioned(model):
+            if config is None:
+                config = _saved_config(folder) or inferred_config(model, recorded)
+            apply(model, config)
+            applied = True
+        problem = _mismatch(model, state, recorded)
+        if problem:
+            raise ValueError(f"{where} does not match this model: {problem}")
+        result = model.load_state_dict(state, strict=False)
+        assert not result.unexpected_keys, result.unexpected_keys  # checked by _mismatch
+    except Exception:
+        if applied:
+            remove(model, merge=False)
+        setattr(model, LOADED, flagged)
+        raise
+    log.info("loaded %d tensors (%d conditioned parameters) from %s", len(state), len(recorded), where)
+    return model
+
+
+# -- what a checkpoint holds ----------------------------------------------------------------------------
+def conditioning(state: Mapping[str, torch.Tensor]) -> dict[str, dict]:
+    """The conditioned parameters a state dict's markers name: qualified parameter name -> its correction's
+    description plus ``"backend"`` ("weight" or "activation"), in key order. Empty for a plain state dict
+    (or one written before markers)."""
+    found = {}
+    for key in state:
+        parsed = _marker_site(key)
+        if parsed is None:
+            continue
+        name, backend = parsed
+        try:
+            described = decode_marker(state[key])
+        except ValueError as error:
+            raise ValueError(f"{key}: {error}") from None
+        found[name] = {**described, "backend": backend}
+    return found
+
+
+def inferred_config(model: nn.Module, recorded: Mapping[str, dict]) -> SpectralConfig:
+    """A SpectralConfig that conditions exactly the parameters ``recorded`` names, with their corrections,
+    when applied to ``model`` (plain, or already conditioned so: it is read, not changed).
+
+    ``recorded``: :func:`conditioning`'s result. lam per role, the correction, granularity, target_kappa
+    and backend come from the descriptions; projections no adapter finds with the recorded layout become
+    declared ``layouts``; ``targets`` and ``exclude`` stay None when the default selection is the recorded
+    one, else they name the conditioned modules exactly. Raises ValueError when one config cannot do it
+    (corrections of different kinds or lams, mixed backends).
+    """
+    if not recorded:
+        raise ValueError("no conditioned parameter recorded: nothing to infer a SpectralConfig from")
+    fields = {}
+    for field in ("backend", "kind", "granularity", "target_kappa"):
+        values = {json.dumps(r.get(field)) for r in recorded.values() if field in r}
+        if len(values) > 1:
+            raise ValueError(
+                f"the recorded corrections differ in {field} ({', '.join(sorted(values))}): no single SpectralConfig "
+                "conditions them all; pass config=..."
+            )
+        if values:
+            fields[field] = json.loads(values.pop())
+    lams = {}
+    for name, described in recorded.items():
+        for role, lam in described.get("scales", {}).items():
+            if lams.setdefault(role, lam) != lam:
+                raise ValueError(
+                    f"lam_{role} is {lams[role]} on one recorded projection and {lam} on {name}: no single "
+                    "SpectralConfig conditions them all; pass config=..."
+                )
+    base = dict(
+        lam=0.0, **{f"lam_{role}": lams.get(role, 0.0) for role in "qkv"},
+        correction=fields["kind"], backend=fields["backend"],
+        granularity=fields.get("granularity", "head"), target_kappa=fields.get("target_kappa", 2.0),
+    )
+    with warnings.catch_warnings():  # apply warned about a lam in (0, 2] when it was applied
+        warnings.simplefilter("ignore", UserWarning)
+        found = _default_sites(model, SpectralConfig(**base))
+        layouts = {
+            f"^{re.escape(name)}$": ProjectionLayout(**described["layout"])
+            for name, described in recorded.items()
+            if name not in found or found[name].layout.to_dict() != described["layout"]
+        }
+        simple = SpectralConfig(**base, layouts=layouts)
+        if _selection(model, simple) == set(recorded):
+            return simple
+        owners = {name.rpartition(".")[0] for name in recorded}
+        unused = [n for n, _, _ in attention_modules(model) if not any(_within(o, n) for o in owners)]
+        return SpectralConfig(
+            **base, layouts=layouts, targets=[f"^{re.escape(o)}$" for o in sorted(owners)],
+            exclude=[f"^{re.escape(n)}$" for n in unused] or None,
+        )
+
+
+def refuse_partly_loaded(model: nn.Module) -> None:
+    """Raise ValueError when ``model`` holds the weights of a conditioned checkpoint that transformers'
+    ``from_pretrained`` loaded into a plain model: with the weight backend its q, k, v were saved as
+    ``<proj>.parametrizations.weight.original`` and initialised at random; with the activation backend the
+    saved corrections (and the markers) were dropped. For ``speccond.apply`` to call before it conditions.
+
+    It reads ``model.config._name_or_path`` (a local folder, or a Hub id in the local Hugging Face cache),
+    the checkpoint's key names, and one weight matrix the checkpoint and the model share, to tell a model
+    loaded from it from one only built from its config.json (the documented reload route, which passes).
+    A model loaded by :func:`load_conditioned` passes; so does anything that is not a transformers model.
+    """
+    source = getattr(getattr(model, "config", None), "_name_or_path", None)
+    if not isinstance(source, str) or not source or getattr(model, LOADED, False):
+        return
+    files = _checkpoint_files(source)
+    if not files:
+        return
+    keys = _keys_of(files)
+    own = model.state_dict(keep_vars=True)
+    rename = _aligner(keys, own)
+    moved = [own_key for own_key in (rename(_moved_to(k)) for k in keys if _MOVED_WEIGHT.match(k)) if own_key in own]
+    markers = [k for k in keys if _marker_site(k) is not None]
+    if not moved and not markers:
+        return
+    if not _holds_weights_of(model, own, files, keys, rename):
+        return  # built from the config only: its weights are its own
+    if moved:
+        what = (
+            f"its q/k/v weights ({', '.join(moved[:3])}{', ...' if len(moved) > 3 else ''}) were saved as "
+            "<proj>.parametrizations.weight.original, so transformers initialised them at random"
+        )
+    else:
+        what = "transformers dropped its saved corrections (the speccond markers and SVD / lam='auto' buffers)"
+    raise ValueError(
+        f"{type(model).__name__} was loaded with transformers' from_pretrained from {source}, a checkpoint of a "
+        f"spectrally conditioned model: {what}. Load it with speccond.from_pretrained({type(model).__name__}, "
+        f"{source!r}), which conditions the model as it was saved and loads every weight exactly (or "
+        f"speccond.load_conditioned(model, {source!r}) into this model)"
+    )
+
+
+def missing_and_unexpected(model: nn.Module, keys) -> tuple[list[str], list[str]]:
+    """(missing, unexpected) keys of a checkpoint holding ``keys`` against ``model``'s state dict, where a
+    checkpoint without any marker (written before speccond saved them) is not missing the markers."""
+    keys = set(keys)
+    expected = set(model.state_dict())
+    if not any(_marker_site(k) for k in keys):
+        expected = {k for k in expected if _marker_site(k) is None}
+    return sorted(expected - keys), sorted(keys - expected)
+
+
+def mismatch_advice(missing: list[str], unexpected: list[str]) -> str:
+    """What to do when a checkpoint's keys differ from a model's by conditioning ('' when they do not)."""
+    if _conditioned(unexpected) and not _conditioned(missing):
+        return (
+            "the checkpoint is of a spectrally conditioned model and this model is plain (or conditioned "
+            "elsewhere): load it with speccond.load_conditioned(model, checkpoint), which conditions the model "
+            "as it was saved"
+        )
+    if _conditioned(missing) and not _conditioned(unexpected):
+        return (
+            "this model is spectrally conditioned and the checkpoint is not (or conditions other parameters): "
+            "load a plain checkpoint before speccond.apply, or a conditioned one with speccond.load_conditioned"
+        )
+    return ""
+
+
+# -- internals ------------------------------------------------------------------------------------------
+def _marker_site(key: str) -> Optional[tuple[str, str]]:
+    """(qualified parameter name, backend) of a marker key, or None when ``key`` is not one."""
+    match = _WEIGHT_MARKER.match(key)
+    if match:
+        module, param = match.group(1), match.group(2)
+        return (f"{module}.{param}" if module else param), "weight"
+    match = _ACTIVATION_MARKER.match(key)
+    if match:
+        return (f"{match.group(1)}.weight" if match.group(1) else "weight"), "activation"
+    return None
+
+
+def _conditioned(keys) -> bool:
+    """Whether any of ``keys`` exists only in a conditioned state dict (a marker, or W moved by parametrize)."""
+    return any(_marker_site(k) or _MOVED_WEIGHT.match(k) for k in keys)
+
+
+def _moved_to(key: str) -> str:
+    """Where the plain model keeps what the weight backend saved under ``...parametrizations.P.original``."""
+    module, param = _MOVED_WEIGHT.match(key).groups()
+    return f"{module}.{param}" if module else param
+
+
+def _attached(model: nn.Module) -> dict[str, dict]:
+    """What :func:`conditioning` reads back from ``model``'s own state dict, without building it."""
+    return {f.qualified_name: {**f.correction.description(), "backend": f.backend} for f in attachments(model)}
+
+
+def _mismatch(model: nn.Module, state: Mapping[str, torch.Tensor], recorded: Mapping[str, dict]) -> str:
+    """'' when ``state`` can be loaded into ``model`` exactly, else what differs (the first few of each)."""
+    if recorded:
+        attached = _attached(model)
+        only_saved = [n for n in recorded if n not in attached]
+        only_here = [n for n in attached if n not in recorded]
+        if only_saved or only_here:
+            parts = [f"the checkpoint conditions {only_saved[:3]} and this model does not"] if only_saved else []
+            parts += [f"this model conditions {only_here[:3]} and the checkpoint does not"] if only_here else []
+            return "; ".join(parts)
+        for name, saved in recorded.items():
+            here = attached[name]
+            if saved["backend"] != here["backend"]:
+                return f"{name}: saved with the {saved['backend']} backend, conditioned here with the {here['backend']} backend"
+            if essentials(saved) != essentials(here):
+                return f"{name}: the checkpoint's correction is {describe_marker(saved)}, this model's is {describe_marker(here)}"
+    missing, unexpected = missing_and_unexpected(model, state)
+    tensors = model.state_dict(keep_vars=True)
+    loaded = {id(tensors[k]) for k in state if k in tensors}
+    missing = [k for k in missing if id(tensors[k]) not in loaded]  # a tied weight, saved once under another name
+    if missing or unexpected:
+        advice = mismatch_advice(missing, unexpected)
+        return f"missing keys {missing[:5]}, unexpected keys {unexpected[:5]}" + (f"; {advice}" if advice else "")
+    shapes = [(k, tuple(v.shape), tuple(tensors[k].shape)) for k, v in state.items() if v.shape != tensors[k].shape]
+    if shapes:
+        return f"shapes differ (name, checkpoint, model): {shapes[:3]}"
+    return ""
+
+
+def _default_sites(model: nn.Module, config: SpectralConfig) -> dict:
+    """The sites the adapters find on ``model`` (qualified name -> site), refused families left out."""
+    from dataclasses import replace
+
+    try:
+        return {site.qualified_name: site for site in find_projections(model, config)}
+    except ValueError:  # a family an adapter refuses (timm_refused.py): one module at a time, the rest excluded
+        names = [n for n, _, _ in attention_modules(model)]
+        found = {}
+        for name in names:
+            alone = replace(config, exclude=[f"^{re.escape(n)}$" for n in names if n != name] or None)
+            try:
+                found.update({s.qualified_name: s for s in find_projections(model, alone)})
+            except ValueError:
+                continue
+        return found
+
+
+def _selection(model: nn.Module, config: SpectralConfig) -> set[str]:
+    """The parameters ``apply(model, config)`` would condition; none when apply would refuse."""
+    try:
+        sites = find_projections(model, config)
+        if unrecognised_attention(model, config, sites):
+            return set()
+    except ValueError:
+        return set()
+    return {s.qualified_name for s in sites if any(config.scale(r) != 0 for r in s.layout.roles)}
+
+
+def _within(name: str, ancestor: str) -> bool:
+    return ancestor == "" or name == ancestor or name.startswith(ancestor + ".")
+
+
+def _read(source: Source) -> tuple[dict[str, torch.Tensor], Optional[Path]]:
+    """(state dict, the checkpoint folder or None) of a folder, a .safetensors file or a state dict."""
+    if isinstance(source, Mapping):
+        return dict(source), None
+    from safetensors.torch import load_file
+
+    path = Path(source)
+    if path.is_dir():
+        files = _checkpoint_files(str(path))
+        if not files:
+            raise ValueError(f"{path}: no {WEIGHTS} or {WEIGHTS_INDEX}; expected a folder written by save_pretrained")
+        state = {}
+        for file in files:
+            state.update(load_file(str(file)))
+        return state, path
+    if path.is_file() and path.suffix == ".safetensors":
+        return load_file(str(path)), None
+    raise ValueError(f"{str(path)!r}: expected a checkpoint folder, a .safetensors file or a state dict")
+
+
+def _checkpoint_files(source: str) -> list[Path]:
+    """The safetensors files of a checkpoint folder, or of a Hub id found in the local cache ([] if none)."""
+    folder = Path(source)
+    if folder.is_dir():
+        index = folder / WEIGHTS_INDEX
+        if index.is_file():
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            return [folder / shard for shard in shards]
+        return [folder / WEIGHTS] if (folder / WEIGHTS).is_file() else []
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return []
+    try:
+        single = try_to_load_from_cache(source, WEIGHTS)
+        if isinstance(single, str):
+            return [Path(single)]
+        index = try_to_load_from_cache(source, WEIGHTS_INDEX)
+        if isinstance(index, str):
+            shards = sorted(set(json.loads(Path(index).read_text())["weight_map"].values()))
+            paths = [try_to_load_from_cache(source, shard) for shard in shards]
+            return [Path(p) for p in paths if isinstance(p, str)]
+    except (ValueError, OSError):  # not a valid repo id
+        return []
+    return []
+
+
+def _keys_of(files: list[Path]) -> list[str]:
+    from safetensors import safe_open
+
+    keys = []
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            keys.extend(handle.keys())
+    return keys
+
+
+def _aligner(keys: list[str], own: Mapping[str, torch.Tensor]):
+    """Checkpoint key -> model key: as is, or with the base model prefix added or removed (a task model's
+    checkpoint loaded into its base model, or the other way round), whichever shares the most keys."""
+    prefixes = {k.split(".", 1)[0] + "." for k in list(keys) + list(own) if "." in k}
+    candidates = [lambda k: k]
+    for prefix in prefixes:
+        candidates.append(lambda k, p=prefix: k[len(p):] if k.startswith(p) else k)
+        candidates.append(lambda k, p=prefix: p + k)
+    return max(candidates, key=lambda rename: sum(rename(k) in own for k in keys))
+
+
+def _holds_weights_of(model, own, files: list[Path], keys: list[str], rename) -> bool:
+    """Whether ``model`` holds the checkpoint's weights: a shared floating matrix of at least two rows
+    (initialised at random, so equal only if loaded from it) is equal. Constant tensors prove nothing."""
+    from safetensors import safe_open
+
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            for key in handle.keys():
+                mine = own.get(rename(key))
+                if mine is None or _marker_site(key) or _MOVED_WEIGHT.match(key) or CHILD_NAME in key:
+                    continue
+                if mine.dim() != 2 or not mine.is_floating_point() or mine.shape[0] < 2:
+                    continue
+                saved = handle.get_tensor(key)
+                if saved.shape != mine.shape:
+                    return False
+                return torch.equal(saved.to(mine.dtype), mine.detach().cpu())
+    return False
+
+
+def _saved_config(folder: Optional[Path]) -> Optional[SpectralConfig]:
+    """The SpectralConfig of ``folder``'s speccond.json, or None when there is none."""
+    if folder is None or not (folder / CONFIG_FILE).is_file():
+        return None
+    path = folder / CONFIG_FILE
+    try:
+        record = json.loads(path.read_text())
+        fields = dict(record["config"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: unreadable ({error}); expected the JSON speccond.save_pretrained writes") from None
+    if record.get("format", 0) > FORMAT:
+        raise ValueError(f"{path}: format {record['format']} was written by a newer speccond; upgrade to load it")
+    fields["layouts"] = {k: ProjectionLayout(**v) for k, v in (fields.get("layouts") or {}).items()}
+    for name in ("lam", "lam_q", "lam_k", "lam_v"):
+        if fields.get(name) not in (None, AUTO):
+            fields[name] = float(fields[name])
+    with warnings.catch_warnings():  # apply warned about a lam in (0, 2] when it was applied
+        warnings.simplefilter("ignore", UserWarning)
+        return SpectralConfig(**fields)
+
+
+def _name(source: Source) -> str:
+    return "the state dict" if isinstance(source, Mapping) else str(source)
+
+
+def _version() -> str:
+    from speccond import __version__
+
+    return __version__
