@@ -161,3 +161,20 @@ def test_verify_zeroes_separate_q_biases_of_a_fused_qkv(name):
                     bias.normal_()
     _apply(model, case)
     assert speccond.verify(model, **inputs)
+
+
+def test_a_relative_of_a_rebuilt_family_is_refused_not_rebuilt_as_its_cousin():
+    """Llama 4 shares the q_proj/k_proj/v_proj adapter with Llama but not its logits (complex RoPE, L2 q/k
+    norm, attention temperature): the head diagnostics refuse it instead of rebuilding it as Llama."""
+    import transformers
+
+    config = transformers.Llama4TextConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        intermediate_size=64, intermediate_size_mlp=64, vocab_size=64, num_local_experts=2, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = transformers.Llama4TextModel(config).eval()
+    _apply(model, CASES[0])
+    with pytest.raises(ValueError, match="Llama4TextAttention is not among the families"):
+        head_cases(model, {"input_ids": torch.randint(3, 64, (1, 6))}, 0)

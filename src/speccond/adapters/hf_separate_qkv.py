@@ -43,9 +43,10 @@ class HFSeparateQkvAdapter:
         names: attribute names of the q, k, v Linears, in that order.
         class_suffixes: the class name must end with one of these.
         output_names: other Linear children allowed on the module (its output projection).
-        rebuilds: class-name prefixes (the model family, e.g. "Llama") whose attention the head diagnostics
-            rebuild with :func:`hf_head_inputs`, each checked against the model's own attention
-            probabilities (tests/test_architectures.py); other classes are refused.
+        rebuilds: exact attention class names (e.g. "LlamaAttention") whose heads the diagnostics rebuild
+            with :func:`hf_head_inputs`, each checked against the model's own attention probabilities
+            (tests/test_architectures.py); every other class is refused, including relatives that share a
+            prefix but not the logits (Llama4's chunked attention, Gemma3n's value norm, Qwen2-VL's mrope).
     """
 
     name: str
@@ -63,7 +64,7 @@ class HFSeparateQkvAdapter:
                 "Swin attends inside (shifted) windows and adds its relative_position_bias module's output to the "
                 "logits; the head diagnostics do not rebuild windowed attention"
             )
-        if not family.startswith(self.rebuilds):
+        if family not in self.rebuilds:
             raise ValueError(
                 f"{family} is not among the families whose attention the head diagnostics rebuild and check "
                 f"({', '.join(self.rebuilds)}); it may add position biases or other terms to its logits"
@@ -123,22 +124,24 @@ def _has_qk_norm(module: nn.Module) -> bool:
 
 HF_BERT = HFSeparateQkvAdapter(
     "transformers query/key/value (BERT style)", ("query", "key", "value"), ("SelfAttention", "CrossAttention"),
-    rebuilds=("Bert", "Roberta", "XLMRoberta", "Electra"),
+    rebuilds=("BertSelfAttention", "RobertaSelfAttention", "XLMRobertaSelfAttention", "ElectraSelfAttention"),
 )
 HF_DISTILBERT = HFSeparateQkvAdapter(
     "transformers q_lin/k_lin/v_lin (DistilBERT)", ("q_lin", "k_lin", "v_lin"), ("Attention",), ("out_lin",),
-    rebuilds=("DistilBert",),
+    rebuilds=("DistilBertSelfAttention",),
 )
 HF_ALBERT = HFSeparateQkvAdapter(
     "transformers query/key/value + dense (ALBERT)", ("query", "key", "value"), ("AlbertAttention",), ("dense",),
-    rebuilds=("Albert",),
+    rebuilds=("AlbertAttention",),
 )
 HF_QKV_PROJ = HFSeparateQkvAdapter(
     "transformers q_proj/k_proj/v_proj", ("q_proj", "k_proj", "v_proj"), ("Attention",),
     ("o_proj", "out_proj", "dense"),
     rebuilds=(
-        "Llama", "Mistral", "Mixtral", "Qwen2", "Qwen3", "Gemma", "Olmo", "OPT", "Bart", "CLIP", "Siglip", "ViT",
-        "DeiT", "Dinov2", "Whisper", "PhiAttention", "GPTJ", "Beit",
+        "LlamaAttention", "MistralAttention", "MixtralAttention", "Qwen2Attention", "Qwen3Attention",
+        "GemmaAttention", "Gemma2Attention", "Gemma3Attention", "OlmoAttention", "OPTAttention", "BartAttention",
+        "CLIPAttention", "SiglipAttention", "ViTAttention", "DeiTAttention", "Dinov2Attention", "WhisperAttention",
+        "PhiAttention", "GPTJAttention", "BeitAttention",
     ),
 )
 
