@@ -150,11 +150,8 @@ def _predicted_collapse(model: nn.Module, sites: list[ProjectionSite], built: li
     groups: dict[str, list] = {}
     modules: dict[str, nn.Module] = {}
     for site in sites:
-        weight = site.layout.out_in(getattr(site.module, site.param_name).detach())  # (out, in)
-        correction = corrections.get(id(site))
-        effective = weight if correction is None else weight + correction.dense_out_in(weight.dtype).to(weight.device)
         key = site.attention_name or site.module_name.rpartition(".")[0]  # a declared site: its parent
-        groups.setdefault(key, []).append((site, effective))
+        groups.setdefault(key, []).append((site, corrections.get(id(site))))
         modules[key] = model.get_submodule(key)  # its logit scale, when it has one
     return predict(groups, modules)
 

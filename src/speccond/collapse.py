@@ -63,11 +63,12 @@ class CollapseRisk:
         )
 
 
-def predict(groups: dict[str, list[tuple[Any, torch.Tensor]]], modules: dict[str, nn.Module]) -> list[CollapseRisk]:
+def predict(groups: dict[str, list[tuple[Any, Any]]], modules: dict[str, nn.Module]) -> list[CollapseRisk]:
     """Predicted risk per family.
 
-    groups: attention module name -> [(site, effective (out, in) weight W + C)], the sites of one attention
-    module (``speccond.adapters.ProjectionSite``); modules: attention module name -> the module (for its
+    groups: attention module name -> [(site, its SpectralCorrection or None)], the sites of one attention
+    module (``speccond.adapters.ProjectionSite``), not yet attached; W + C is formed for one module's q and
+    k at a time, so no copy of every weight is held at once; modules: attention module name -> the module (for its
     logit scale). Modules with a ``collapse_exempt`` site, or whose q and k cannot be paired, are skipped.
     """
     worst: dict[str, tuple[float, float, float, int]] = {}
@@ -110,14 +111,29 @@ def measure(model: nn.Module, inputs: Any) -> list[CollapseRisk]:
     return [CollapseRisk(f, n, e, u, math.nan, measured=True) for f, (e, u, n) in worst.items()]
 
 
-def _qk_blocks(members: list[tuple[Any, torch.Tensor]]) -> Optional[dict[str, tuple]]:
+def _qk_blocks(members: list[tuple[Any, Any]]) -> Optional[dict[str, tuple]]:
     """{"q": (site, stored role, W_eff (out, in), bias), "k": ...}, or None without both."""
-    found = {}
-    for site, effective in members:
-        for stored, acting in zip(site.layout.roles, site.acts_as or site.layout.roles):
-            if acting in "qk":
-                found[acting] = (site, stored, effective, _bias(site))
-    return found if {"q", "k"} <= found.keys() else None
+    roles = {
+        acting: (site, correction, stored)
+        for site, correction in members
+        for stored, acting in zip(site.layout.roles, site.acts_as or site.layout.roles)
+        if acting in "qk"
+    }
+    if not {"q", "k"} <= roles.keys():
+        return None
+    effective = {id(site): _effective(site, correction) for site, correction, _ in roles.values()}  # fused q, k: once
+    return {
+        acting: (site, stored, effective[id(site)], _bias(site))
+        for acting, (site, correction, stored) in roles.items()
+    }
+
+
+def _effective(site: Any, correction: Any) -> torch.Tensor:
+    """W + C of a site as (out, in), from its built (not yet attached) correction; W when it has none."""
+    weight = site.layout.out_in(getattr(site.module, site.param_name).detach())  # (out, in)
+    if correction is None:
+        return weight
+    return weight + correction.dense_out_in(weight.dtype).to(weight.device)
 
 
 def _bias(site: Any) -> Optional[torch.Tensor]:
