@@ -18,9 +18,11 @@ from speccond.adapters import (
     unrecognised_attention,
     unrecognised_message,
 )
+from speccond.adapters.base import is_conv1d
 from speccond.backends import Undo, attach, attachments, detach, merged_weight, restore
 from speccond.config import SpectralConfig
 from speccond.correction import SpectralCorrection
+from speccond.peft_layers import is_tuner_layer, rescaling_reason
 from speccond.report import SpectralReport, rows_for
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ def apply(
         raise ValueError(unrecognised_message(unknown))
     if not sites:
         raise ValueError(_nothing_selected_message(model, config))
-    _check_sites(sites, config)
+    _check_sites(model, sites, config)
     report = SpectralReport(config=config.to_dict())
     if config.is_noop():
         log.info("every lam is 0: nothing attached")
@@ -106,7 +108,9 @@ def apply(
                 warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
             weight = getattr(site.module, site.param_name)
             undos.append(Undo(site.module, weight, config.backend, writes=config.init == "preserve"))
-            attach(site.module, site.param_name, correction, config.backend, config.init)
+            parent_name, _, child_name = site.module_name.rpartition(".")
+            parent = model.get_submodule(parent_name) if site.module_name else None
+            attach(site.module, site.param_name, correction, config.backend, config.init, parent, child_name)
         if verify_with is not None:
             _verify(model, verify_with)
             risks = _measured_collapse(model, verify_with, risks)
@@ -257,9 +261,10 @@ def is_conditioned(model: nn.Module) -> bool:
     return next(attachments(model), None) is not None
 
 
-def _check_sites(sites: list[ProjectionSite], config: SpectralConfig) -> None:
+def _check_sites(model: nn.Module, sites: list[ProjectionSite], config: SpectralConfig) -> None:
     """Validate every site before touching any, so a bad one leaves the model untouched."""
     for site in sites:
+        _check_not_rewritten_by_peft(model, site, config.backend)
         weight = getattr(site.module, site.param_name)
         site.layout.check_shape(weight.shape, site.qualified_name)
         if config.backend == "activation" and not site.activation_ok:
@@ -272,6 +277,31 @@ def _check_sites(sites: list[ProjectionSite], config: SpectralConfig) -> None:
                 f"{site.qualified_name} already has a parametrization; remove it first or choose "
                 "SpectralConfig(backend='activation') if the module is Linear-like"
             )
+
+
+def _check_not_rewritten_by_peft(model: nn.Module, site: ProjectionSite, backend: str) -> None:
+    """PEFT wraps a Linear (or Conv1D) and calls it: the correction on the wrapped layer then holds (see
+    speccond.peft_layers), except on the activation backend under a tuner that rescales the output (IA3,
+    DoRA). PEFT's other tuner layers (LoRA for nn.MultiheadAttention) delete and re-register the wrapped
+    module's weights around every forward, which would take the correction off. Those are refused."""
+    parent_name = site.module_name.rpartition(".")[0] if site.module_name else None
+    parent = model.get_submodule(parent_name) if parent_name is not None else None
+    if not is_tuner_layer(parent):
+        return
+    reason = rescaling_reason(parent)
+    if backend == "activation" and reason:
+        raise ValueError(
+            f"{site.qualified_name} ({site.source}) is wrapped by PEFT: {reason}, so the activation backend's "
+            "x C^T would be rescaled with the output and no merge could keep it; use "
+            "SpectralConfig(backend='weight'), with which every PEFT tuner merges exactly"
+        )
+    if not (isinstance(site.module, nn.Linear) or is_conv1d(site.module)):
+        raise ValueError(
+            f"{site.qualified_name} ({site.source}) is wrapped by PEFT's {type(parent).__name__}, which deletes "
+            f"and re-registers the {type(site.module).__name__}'s weights around every forward, so no correction "
+            "on them would survive; leave this module out of the LoRA config's target_modules (LoRA on Linear "
+            "projections works with speccond on both backends), or out of speccond's targets"
+        )
 
 
 def _nothing_selected_message(model: nn.Module, config: SpectralConfig) -> str:

@@ -19,16 +19,40 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from speccond.correction import SpectralCorrection
+from speccond.peft_layers import is_tuner_layer, rescaling_reason
 
 CHILD_NAME = "spectral_correction"
 
 
 class AddCorrectionHook:
-    """Forward hook of the activation backend: returns y + x C^T. A plain class so models pickle."""
+    """Forward hook of the activation backend: returns y + x C^T. A plain class so models pickle.
+
+    ``parent`` and ``child_name``: where the module sat when it was conditioned. If PEFT has since wrapped
+    it in a tuner layer that rescales its output (IA3, DoRA), x C^T would be rescaled with y and the tuner's
+    merge could not carry it: the forward is refused, before any training, naming the weight backend.
+    """
+
+    def __init__(self, parent: nn.Module | None = None, child_name: str = "") -> None:
+        self.parent, self.child_name = parent, child_name
 
     def __call__(self, module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        if self.parent is not None and self.parent._modules.get(self.child_name) is not module:
+            self._check_wrapper(module)
         correction: SpectralCorrection = getattr(module, CHILD_NAME)
         return correction.add_to_output(args[0], output)
+
+    def _check_wrapper(self, module: nn.Module) -> None:
+        wrapper = self.parent._modules.get(self.child_name)
+        while is_tuner_layer(wrapper) and wrapper is not module:
+            reason = rescaling_reason(wrapper)
+            if reason:
+                raise RuntimeError(
+                    f"{self.child_name} carries speccond's activation-backend correction (y + x C^T) and is now "
+                    f"wrapped by PEFT: {reason}, so the correction would be rescaled with y and no merge could "
+                    "keep it. Condition the model with SpectralConfig(backend='weight') before get_peft_model "
+                    "(every PEFT tuner then merges exactly), or use LoRA without DoRA"
+                )
+            wrapper = wrapper._modules["base_layer"]
 
 
 @dataclass(frozen=True)
@@ -59,8 +83,12 @@ class Attachment:
         return stored + self.correction.dense(stored.dtype)
 
 
-def attach(module: nn.Module, param_name: str, correction: SpectralCorrection, backend: str, init: str) -> None:
-    """Attach ``correction`` to ``module.<param_name>``; ``init="preserve"`` stores W - C."""
+def attach(
+    module: nn.Module, param_name: str, correction: SpectralCorrection, backend: str, init: str,
+    parent: nn.Module | None = None, child_name: str = "",
+) -> None:
+    """Attach ``correction`` to ``module.<param_name>``; ``init="preserve"`` stores W - C. ``parent`` and
+    ``child_name``: where ``module`` sits in the model (the activation backend's hook checks it later)."""
     weight = getattr(module, param_name)
     correction.to(device=weight.device)
     if backend == "weight":
@@ -75,7 +103,7 @@ def attach(module: nn.Module, param_name: str, correction: SpectralCorrection, b
                 module.parametrizations[param_name].original.copy_(saved)
         return
     module.add_module(CHILD_NAME, correction)
-    module.register_forward_hook(AddCorrectionHook())
+    module.register_forward_hook(AddCorrectionHook(parent, child_name))
     if init == "preserve":
         with torch.no_grad():
             weight.sub_(correction.dense(weight.dtype))

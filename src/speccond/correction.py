@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from speccond.config import AUTO
+from speccond.effective_weight import EffectiveWeight
 from speccond.layout import ProjectionLayout
 from speccond.spectral import auto_lam, svd_correction
 
@@ -300,13 +301,21 @@ class SpectralCorrection(nn.Module):
 
     # -- the two backends -----------------------------------------------------------------------------
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        """Weight backend: W_eff = W + C, in W's stored orientation and dtype."""
+        """Weight backend: W_eff = W + C, in W's stored orientation and dtype.
+
+        Read from the parameter itself (eager, a plain tensor), W + C comes back as an
+        :class:`~speccond.effective_weight.EffectiveWeight`: writes into it (PEFT's merge writes
+        ``weight.data``) are stored as (value - C) in W instead of being lost on a temporary."""
         if self.kind == "svd":
-            return weight + self.layout.out_in(self.matrix).to(weight.dtype)
-        index = (self.out_index, self.in_index)
-        if self.layout.storage == "in_out":
-            index = (self.in_index, self.out_index)
-        return weight.index_put(index, self.values.to(weight.dtype), accumulate=True)
+            effective = weight + self.layout.out_in(self.matrix).to(weight.dtype)
+        else:
+            index = (self.out_index, self.in_index)
+            if self.layout.storage == "in_out":
+                index = (self.in_index, self.out_index)
+            effective = weight.index_put(index, self.values.to(weight.dtype), accumulate=True)
+        if isinstance(weight, nn.Parameter) and type(effective) is torch.Tensor and not torch.compiler.is_compiling():
+            return EffectiveWeight.wrap(effective, self, weight)
+        return effective
 
     def right_inverse(self, effective: torch.Tensor) -> torch.Tensor:
         """Assigning ``module.weight = W_eff`` stores W_eff - C."""

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from speccond.adapters import attention_modules, find_projections
+from speccond.peft_layers import unmerged_tuner_layers
 from speccond.backends import Attachment, attachments
 from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
@@ -58,6 +59,17 @@ class AttentionLayer:
     adapter_name: str
     projections: list[Projection] = field(default_factory=list)
     adapter: Optional[object] = None  # the adapter that claimed the module; None when declared by a layout
+
+    def check_weights_tell(self, what: str) -> None:
+        """Raise when PEFT tuner layers add an update the weights do not hold (see unmerged_tuner_layers)."""
+        tuned = unmerged_tuner_layers(self.module)
+        if tuned:
+            raise ValueError(
+                f"layer {self.index} ({self.name}): {what} read the q, k, v weights, but the PEFT tuner layers "
+                f"{', '.join(tuned[:3])}{' ...' if len(tuned) > 3 else ''} add their own update on top of them, "
+                "which the weights do not hold; measure after merging the adapters (peft_model.merge_adapter() "
+                "or merge_and_unload()), or before get_peft_model"
+            )
 
     def block(self, role: str) -> tuple[Projection, str]:
         """The projection holding the block that acts as ``role`` in the attention, and its stored name."""

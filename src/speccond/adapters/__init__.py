@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from speccond.adapters.base import Adapter, ProjectionSpec, is_conv1d
+from speccond.peft_layers import tuned_layer
 from speccond.adapters.hf_deberta import HF_DEBERTA_V2
 from speccond.adapters.hf_fused_qkv import HF_FUSED_QKV
 from speccond.adapters.hf_gpt2 import HFGPT2AttentionAdapter
@@ -146,9 +147,11 @@ def find_projections(
     """
     sites: list[ProjectionSite] = []
     claimed: set[tuple[int, str]] = set()
+    logical = _logical_names(model)
     for module_name, module in model.named_modules():
         for param_name in _direct_tensor_names(module):
-            qualified = f"{module_name}.{param_name}" if module_name else param_name
+            name = logical.get(id(module), module_name)
+            qualified = f"{name}.{param_name}" if name else param_name
             layout = config.declared_layout(qualified)
             if layout is None or not config.selects(module_name, qualified):
                 continue
@@ -165,7 +168,8 @@ def find_projections(
             continue  # before projections(): a refusing adapter (timm_refused.py) raises there
         for spec in adapter.projections(attention):
             owner = attention.get_submodule(spec.owner) if spec.owner else attention
-            owner_name = ".".join(p for p in (attention_name, spec.owner) if p)
+            owner, below = tuned_layer(owner)  # a PEFT tuner layer: the layer it wraps carries C
+            owner_name = ".".join(p for p in (attention_name, spec.owner, below) if p)
             if (id(owner), spec.param_name) in claimed or not config.selects(attention_name, owner_name):
                 continue
             claimed.add((id(owner), spec.param_name))
@@ -198,10 +202,12 @@ def unrecognised_attention(
             continue
         for spec in adapter.projections(attention):
             owner = attention.get_submodule(spec.owner) if spec.owner else attention
-            claimed.add((id(owner), spec.param_name))
+            claimed.add((id(tuned_layer(owner)[0]), spec.param_name))
+    logical = _logical_names(model)
     for module_name, module in model.named_modules():
         for param_name in _direct_tensor_names(module):
-            qualified = f"{module_name}.{param_name}" if module_name else param_name
+            name = logical.get(id(module), module_name)
+            qualified = f"{name}.{param_name}" if name else param_name
             if config.declared_layout(qualified) is not None:
                 claimed.add((id(module), param_name))
     return find_unrecognised(model, claimed, recognised, config.selects)
@@ -210,6 +216,17 @@ def unrecognised_attention(
 def _excluded(config: SpectralConfig, attention_name: str) -> bool:
     """Whether ``config.exclude`` leaves out the whole attention module (then none of its sites is kept)."""
     return any(pattern.search(attention_name) for pattern in config.exclude or ())
+
+
+def _logical_names(model: nn.Module) -> dict[int, str]:
+    """The name each layer wrapped by a PEFT tuner layer had before PEFT wrapped it (``attn.qkv`` for
+    ``attn.qkv.base_layer``): declared layouts' patterns are matched against it, as written for the model."""
+    names = {}
+    for name, module in model.named_modules():
+        inner, below = tuned_layer(module)
+        if below:
+            names[id(inner)] = name
+    return names
 
 
 def _direct_tensor_names(module: nn.Module) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Protocol
 from torch import nn
 
 from speccond.layout import ProjectionLayout
+from speccond.peft_layers import tuned_layer
 
 # Why apply's collapse warning (speccond.collapse) does not apply to a module: its logits do not grow with lam.
 NORMALISED_QK_EXEMPT = (
@@ -72,6 +73,14 @@ def class_path(module: nn.Module) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def is_linear(module: object) -> bool:
+    """An nn.Linear, also inside a PEFT tuner layer (see :func:`speccond.peft_layers.tuned_layer`)."""
+    return isinstance(module, nn.Module) and isinstance(tuned_layer(module)[0], nn.Linear)
+
+
 def is_conv1d(module: object) -> bool:
     """transformers' Conv1D (GPT-2): y = x @ W + b with W stored (in, out)."""
-    return isinstance(module, nn.Module) and class_path(module).endswith(".Conv1D") and hasattr(module, "nf")
+    if not isinstance(module, nn.Module):
+        return False
+    module = tuned_layer(module)[0]
+    return class_path(module).endswith(".Conv1D") and hasattr(module, "nf")

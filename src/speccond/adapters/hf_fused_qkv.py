@@ -32,7 +32,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from speccond.adapters.base import ProjectionSpec, class_path
+from speccond.adapters.base import ProjectionSpec, class_path, is_linear
 from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, hidden_states
 from speccond.adapters.hf_separate_qkv import hf_head_inputs
 from speccond.layout import ProjectionLayout
@@ -65,7 +65,7 @@ class HFFusedQkvAdapter:
         path = class_path(module)
         if not path.startswith("transformers.models.") or path.rsplit(".", 1)[-1] not in self.class_names:
             return False
-        if not isinstance(getattr(module, self.weight_owner, None), nn.Linear):
+        if not is_linear(getattr(module, self.weight_owner, None)):
             return False
         layout = self.layout_of(module)
         if layout is None:

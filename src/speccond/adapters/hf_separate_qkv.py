@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
 from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, has_module, hidden_states
 from speccond.layout import ProjectionLayout
 
@@ -77,7 +77,7 @@ class HFSeparateQkvAdapter:
         path = class_path(module)
         if not path.startswith("transformers.models.") or not path.endswith(self.class_suffixes):
             return False
-        linears = {n for n, child in module.named_children() if isinstance(child, nn.Linear)}
+        linears = {n for n, child in module.named_children() if is_linear(child)}
         if not set(self.names) <= linears or not linears <= set(self.names) | set(self.output_names):
             return False
         return self._head_counts(module) is not None

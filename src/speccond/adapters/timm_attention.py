@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
 from speccond.adapters.head_inputs import HeadInputs, RebuiltByForm, has_module, hidden_states
 from speccond.layout import ProjectionLayout
 
@@ -49,7 +49,7 @@ class TimmFusedQkvAdapter(RebuiltByForm):
         heads = getattr(module, self.heads_attr, None)
         return (
             class_path(module) in self.class_paths
-            and isinstance(getattr(module, "qkv", None), nn.Linear)
+            and is_linear(getattr(module, "qkv", None))
             and isinstance(heads, int)
             and not isinstance(heads, bool)
         )

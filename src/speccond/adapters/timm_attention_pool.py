@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
 from speccond.layout import ProjectionLayout
 
 
@@ -23,7 +23,7 @@ class TimmAttentionPoolAdapter:
     def matches(self, module: nn.Module) -> bool:
         return (
             class_path(module) == "timm.layers.attention_pool.AttentionPoolLatent"
-            and isinstance(getattr(module, "kv", None), nn.Linear)
+            and is_linear(getattr(module, "kv", None))
             and isinstance(getattr(module, "num_heads", None), int)
         )
 
@@ -31,7 +31,7 @@ class TimmAttentionPoolAdapter:
         heads = module.num_heads
         notes = () if isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity) else (QK_NORM_NOTE,)
         specs = []
-        if isinstance(module.q, nn.Linear):
+        if is_linear(module.q):
             specs.append(ProjectionSpec("q", "weight", ProjectionLayout("q", heads), activation_ok=True, notes=notes, probe_skip=PROBE_SKIP))
         specs.append(ProjectionSpec("kv", "weight", ProjectionLayout("kv", heads), activation_ok=True, notes=notes, probe_skip=PROBE_SKIP))
         return specs

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path
+from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
 from speccond.adapters.head_inputs import HeadInputs, Rotary, bound_arguments, has_module, hidden_states
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 from speccond.layout import ProjectionLayout
@@ -51,13 +51,13 @@ class TimmQvBiasAdapter(TimmFusedQkvAdapter):
 
     def matches(self, module: nn.Module) -> bool:
         heads = getattr(module, self.heads_attr, None)
-        projections = isinstance(getattr(module, "qkv", None), nn.Linear) or all(
-            isinstance(getattr(module, f"{role}_proj", None), nn.Linear) for role in "qkv"
+        projections = is_linear(getattr(module, "qkv", None)) or all(
+            is_linear(getattr(module, f"{role}_proj", None)) for role in "qkv"
         )
         return class_path(module) in self.class_paths and projections and isinstance(heads, int)
 
     def projections(self, module: nn.Module) -> list[ProjectionSpec]:
-        if not isinstance(getattr(module, "qkv", None), nn.Linear):  # EVA qkv_fused=False
+        if not is_linear(getattr(module, "qkv", None)):  # EVA qkv_fused=False
             heads = getattr(module, self.heads_attr)
             normed = has_module(module, "q_norm")
             notes = self.notes + ((QK_NORM_NOTE,) if normed else ())

@@ -28,7 +28,7 @@ from typing import Optional
 
 from torch import nn
 
-from speccond.adapters.base import ProjectionSpec, class_path
+from speccond.adapters.base import ProjectionSpec, class_path, is_linear
 from speccond.adapters.head_inputs import HeadInputs, RebuiltByForm, hidden_states
 from speccond.adapters.timm_attention import HeadForm
 from speccond.layout import ProjectionLayout
@@ -56,7 +56,7 @@ class TimmProjectionsAdapter(RebuiltByForm):
         heads = getattr(module, self.heads_attr, None)
         return (
             class_path(module) in self.class_paths
-            and all(isinstance(getattr(module, attr, None), nn.Linear) for attr, _ in self.parts)
+            and all(is_linear(getattr(module, attr, None)) for attr, _ in self.parts)
             and isinstance(heads, int)
             and not isinstance(heads, bool)
         )

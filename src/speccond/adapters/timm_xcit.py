@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from speccond.adapters.base import ProjectionSpec, class_path
+from speccond.adapters.base import ProjectionSpec, class_path, is_linear
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 from speccond.layout import ProjectionLayout
 
@@ -41,7 +41,7 @@ class TimmClassAttnAdapter:
     def matches(self, module: nn.Module) -> bool:
         return (
             class_path(module) == "timm.models.cait.ClassAttn"
-            and all(isinstance(getattr(module, role, None), nn.Linear) for role in "qkv")
+            and all(is_linear(getattr(module, role, None)) for role in "qkv")
             and isinstance(getattr(module, "num_heads", None), int)
         )
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from speccond.adapters.base import class_path, is_conv1d
+from speccond.peft_layers import tuned_layer
 
 _NAME = re.compile(
     r"^(?:to_|w_?|c_)?(?P<core>query_key_value|qkv|qk|kv|query|key|value|q|k|v)"
@@ -152,7 +153,7 @@ def _projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Pr
         if roles and isinstance(weight, torch.Tensor) and weight.dim() == 2:
             storage = "in_out" if is_conv1d(child) else "out_in"
             projection = Projection(f"{prefix}{child_name}.weight", tuple(weight.shape), roles, storage)
-            out.append(((id(child), "weight"), projection))
+            out.append(((id(tuned_layer(child)[0]), "weight"), projection))  # a PEFT tuner layer: the wrapped one
     tensors = dict(module.named_parameters(recurse=False))
     parametrizations = getattr(module, "parametrizations", None)
     if parametrizations is not None:

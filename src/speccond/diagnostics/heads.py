@@ -72,6 +72,7 @@ def layer_count(model: nn.Module) -> int:
 
 
 def _check_rebuildable(layer: AttentionLayer) -> None:
+    layer.check_weights_tell("the head diagnostics")
     reason = "it was declared by a layout, so speccond does not know how it forms its logits"
     if layer.adapter is not None:
         reason = head_refusal(layer.adapter)

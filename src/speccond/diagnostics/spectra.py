@@ -23,6 +23,7 @@ def projection_spectra(model: nn.Module, config: Optional[SpectralConfig] = None
     W when conditioned. ``config`` only supplies declared layouts for modules no adapter knows."""
     rows = []
     for layer in attention_layers(model, config):
+        layer.check_weights_tell("projection_spectra")
         for projection in layer.projections:
             effective, stored = projection.effective(), projection.stored()  # (out, in) each
             for stored_role, role in zip(projection.layout.roles, projection.acts_as):
