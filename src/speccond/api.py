@@ -24,6 +24,7 @@ from speccond.config import SpectralConfig
 from speccond.correction import SpectralCorrection
 from speccond.peft_layers import is_tuner_layer, rescaling_reason
 from speccond.report import SpectralReport, rows_for
+from speccond.sharded import is_sharded
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +245,15 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
     found = list(attachments(model))
     if not found:
         raise ValueError("this model is not spectrally conditioned; nothing to remove")
+    sharded = [item for item in found if item.backend == "weight" and is_sharded(item.stored_weight())]
+    if sharded:
+        raise ValueError(
+            f"{sharded[0].qualified_name} is sharded (FSDP2), and removing a weight-backend correction moves the "
+            "parameter back from parametrizations.weight.original, where FSDP keeps it: the model would no longer "
+            "run. Gather a full state dict (torch.distributed.checkpoint.state_dict.get_model_state_dict with "
+            "StateDictOptions(full_state_dict=True)), load it with speccond.load_conditioned into an unsharded "
+            "model and remove there; or use the activation backend, whose remove works on a sharded model"
+        )
     merged = [merged_weight(item) if merge else None for item in found]  # before anything is taken off
     undos = []  # each module as it was before its detach
     try:
@@ -267,6 +277,13 @@ def _check_sites(model: nn.Module, sites: list[ProjectionSite], config: Spectral
         _check_not_rewritten_by_peft(model, site, config.backend)
         weight = getattr(site.module, site.param_name)
         site.layout.check_shape(weight.shape, site.qualified_name)
+        if config.backend == "weight" and is_sharded(weight):
+            raise ValueError(
+                f"{site.qualified_name} is already sharded (a DTensor: FSDP2's fully_shard ran), and FSDP keeps "
+                "each parameter where it found it, so the weight backend cannot move it under a parametrization; "
+                "call speccond.apply before fully_shard, or use SpectralConfig(backend='activation'), which "
+                "leaves the parameter in place"
+            )
         if config.backend == "activation" and not site.activation_ok:
             raise ValueError(
                 f"{site.qualified_name} ({site.source}) is read directly by its attention module, so the "

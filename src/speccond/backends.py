@@ -20,6 +20,7 @@ from torch.nn.utils import parametrize
 
 from speccond.correction import SpectralCorrection
 from speccond.peft_layers import is_tuner_layer, rescaling_reason
+from speccond.sharded import shaped_like
 
 CHILD_NAME = "spectral_correction"
 
@@ -80,7 +81,7 @@ class Attachment:
         if self.backend == "weight":
             return getattr(self.module, self.param_name)
         stored = self.stored_weight()
-        return stored + self.correction.dense(stored.dtype)
+        return stored + shaped_like(self.correction.dense(stored.dtype), stored)
 
 
 def attach(
@@ -106,7 +107,7 @@ def attach(
     module.register_forward_hook(AddCorrectionHook(parent, child_name))
     if init == "preserve":
         with torch.no_grad():
-            weight.sub_(correction.dense(weight.dtype))
+            weight.sub_(shaped_like(correction.dense(weight.dtype), weight))
 
 
 def attachments(model: nn.Module) -> Iterator[Attachment]:

@@ -25,6 +25,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from speccond.sharded import gathered
+
 COLLAPSE_NATS = 0.5  # mean attention entropy below this: nearly one-hot (over 0.9 of the weight on one key)
 PROBE_TOKENS = 64
 
@@ -130,7 +132,7 @@ def _qk_blocks(members: list[tuple[Any, Any]]) -> Optional[dict[str, tuple]]:
 
 def _effective(site: Any, correction: Any) -> torch.Tensor:
     """W + C of a site as (out, in), from its built (not yet attached) correction; W when it has none."""
-    weight = site.layout.out_in(getattr(site.module, site.param_name).detach())  # (out, in)
+    weight = site.layout.out_in(gathered(getattr(site.module, site.param_name).detach()))  # (out, in), whole
     if correction is None:
         return weight
     return weight + correction.dense_out_in(weight.dtype).to(weight.device)
@@ -141,7 +143,8 @@ def _bias(site: Any) -> Optional[torch.Tensor]:
 
     weight = getattr(site.module, site.param_name)
     out_features = site.layout.out_in(weight).shape[0]
-    return projection_bias(site.module, site.param_name, out_features, site.layout.roles)
+    bias = projection_bias(site.module, site.param_name, out_features, site.layout.roles)
+    return None if bias is None else gathered(bias)
 
 
 def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) -> tuple[float, float]:
@@ -155,6 +158,7 @@ def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) 
     x = torch.randn(PROBE_TOKENS, in_features, generator=generator, dtype=torch.float64)  # (N, D)
     q_heads, k_heads = q_site.layout.heads(q_role), k_site.layout.heads(k_role)
     group = max(q_heads // k_heads, 1)
+    q_w, k_w = _effective(q_site, None), _effective(k_site, None)  # (out, in) W, whole (a collective under FSDP2)
     lowest, plain_at_lowest = math.inf, math.inf
     for head in range(q_heads):
         q_rows = q_site.layout.head_rows(q_role, head, q_eff.shape[0])
@@ -164,8 +168,6 @@ def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) 
         scale = _scale(module, q_rows.numel())
         with_c = _entropy(x, q_eff, k_eff, q_bias, k_bias, q_rows, k_rows, scale)
         if with_c < lowest:
-            q_w = q_site.layout.out_in(getattr(q_site.module, q_site.param_name).detach())
-            k_w = k_site.layout.out_in(getattr(k_site.module, k_site.param_name).detach())
             lowest, plain_at_lowest = with_c, _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, scale)
     return lowest, plain_at_lowest
 

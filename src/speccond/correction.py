@@ -34,6 +34,7 @@ from torch import nn
 from speccond.config import AUTO
 from speccond.effective_weight import EffectiveWeight
 from speccond.layout import ProjectionLayout
+from speccond.sharded import gathered, is_sharded, shaped_like
 from speccond.spectral import auto_lam, svd_correction
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ class SpectralCorrection(nn.Module):
 
     def _auto_diagonal(self, weight: torch.Tensor, role: str) -> torch.Tensor:
         """The lam of each row of ``role``'s block: (width,), float64, constant per head or per block."""
-        w = self.layout.out_in(weight.detach()).to(torch.float64)  # (out, in)
+        w = self.layout.out_in(gathered(weight.detach())).to(torch.float64)  # (out, in)
         rows = self.layout.block_rows(role, self.out_features).to(w.device)
         parts = self.layout.heads(role) if self.granularity == "head" else 1
         part_out = self.block_widths[role] // parts
@@ -205,7 +206,7 @@ class SpectralCorrection(nn.Module):
         return tuple(segments)
 
     def _svd_matrix(self, weight: torch.Tensor) -> torch.Tensor:
-        w = self.layout.out_in(weight.detach()).to(torch.float64)  # (out, in)
+        w = self.layout.out_in(gathered(weight.detach())).to(torch.float64)  # (out, in)
         matrix = torch.zeros_like(w)
         head_out = self.layout.head_dim(self.out_features)
         for role, lam in self.scales.items():
@@ -306,6 +307,8 @@ class SpectralCorrection(nn.Module):
         Read from the parameter itself (eager, a plain tensor), W + C comes back as an
         :class:`~speccond.effective_weight.EffectiveWeight`: writes into it (PEFT's merge writes
         ``weight.data``) are stored as (value - C) in W instead of being lost on a temporary."""
+        if is_sharded(weight):  # FSDP2 between steps: W + C as a DTensor laid out as W
+            return weight + shaped_like(self.dense(weight.dtype), weight)
         if self.kind == "svd":
             effective = weight + self.layout.out_in(self.matrix).to(weight.dtype)
         else:
@@ -319,7 +322,7 @@ class SpectralCorrection(nn.Module):
 
     def right_inverse(self, effective: torch.Tensor) -> torch.Tensor:
         """Assigning ``module.weight = W_eff`` stores W_eff - C."""
-        return effective - self.dense(effective.dtype).to(effective.device)
+        return effective - shaped_like(self.dense(effective.dtype).to(effective.device), effective)
 
     def add_to_output(self, inputs: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """Activation backend: y + x C^T, where y = x W^T (+ b) is the projection's output (..., out)."""

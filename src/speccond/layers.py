@@ -16,6 +16,7 @@ from speccond.adapters import attention_modules, find_projections
 from speccond.peft_layers import unmerged_tuner_layers
 from speccond.backends import Attachment, attachments
 from speccond.config import SpectralConfig
+from speccond.sharded import gathered
 from speccond.layout import ProjectionLayout
 
 
@@ -32,14 +33,14 @@ class Projection:
     attention: Optional[nn.Module] = None  # the attention module it belongs to (holds timm's q_bias / v_bias)
 
     def stored(self) -> torch.Tensor:
-        """W as (out, in), detached."""
+        """W as (out, in), detached (whole, when FSDP2 shards it)."""
         weight = self.attachment.stored_weight() if self.attachment else getattr(self.module, self.param_name)
-        return self.layout.out_in(weight.detach())
+        return self.layout.out_in(gathered(weight.detach()))
 
     def effective(self) -> torch.Tensor:
         """W + C as (out, in), detached (W when not conditioned)."""
         weight = self.attachment.effective_weight() if self.attachment else getattr(self.module, self.param_name)
-        return self.layout.out_in(weight.detach())
+        return self.layout.out_in(gathered(weight.detach()))
 
     def rows(self, role: str, head: Optional[int] = None) -> torch.Tensor:
         """Output-axis indices of block ``role`` (the module's name for it), of one head if given."""

@@ -17,6 +17,7 @@ from typing import Iterator, Optional
 
 from speccond.backends import Attachment
 from speccond.config import AUTO
+from speccond.sharded import gathered
 from speccond.spectral import spectrum
 
 
@@ -79,8 +80,8 @@ def rows_for(found: Attachment) -> list[ReportRow]:
     """One row per corrected role of an attachment."""
     correction = found.correction
     layout = correction.layout
-    stored = layout.out_in(found.stored_weight().detach())  # (out, in)
-    effective = layout.out_in(found.effective_weight().detach())  # (out, in)
+    stored = layout.out_in(gathered(found.stored_weight().detach()))  # (out, in), whole under FSDP2
+    effective = layout.out_in(gathered(found.effective_weight().detach()))  # (out, in)
     head_out = layout.head_dim(correction.out_features)
     rows = []
     for role, lam in correction.scales.items():

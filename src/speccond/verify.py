@@ -43,6 +43,7 @@ from torch import nn
 from speccond.adapters import attention_modules
 from speccond.backends import Attachment, attachments
 from speccond.layers import projection_bias
+from speccond.sharded import is_sharded
 
 
 # Names of an attention module's output projection (a direct Linear or Conv1D child): the probe observes
@@ -102,6 +103,12 @@ def verify(model: nn.Module, *example_args: Any, **example_kwargs: Any) -> list[
     found = list(attachments(model))
     if not found:
         raise ValueError("speccond.verify: this model is not spectrally conditioned; call speccond.apply first")
+    sharded = [item.qualified_name for item in found if is_sharded(item.stored_weight())]
+    if sharded:
+        raise ValueError(
+            f"speccond.verify probes by writing rows of W, but {sharded[0]} is sharded (a DTensor: FSDP2); "
+            "verify the model before fully_shard (speccond.apply(model, config, verify_with=inputs) does)"
+        )
     groups = _group_by_attention(model, found)
     _check_no_filled_cache(example_args, example_kwargs)
     captured = _capture_inputs(model, list(groups), example_args, example_kwargs)

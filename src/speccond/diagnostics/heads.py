@@ -16,6 +16,8 @@ a layout) is refused with the adapter's reason.
 """
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from typing import Any, Optional
 
 import torch
@@ -24,6 +26,7 @@ from torch import nn
 from speccond.adapters.head_inputs import HeadInputs, head_refusal
 from speccond.diagnostics.attention_head import AttentionHead
 from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias
+from speccond.sharded import unsharded
 
 Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one tensor
 
@@ -37,10 +40,17 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     target = layers[layer]
     _check_rebuildable(target)
     args, kwargs = capture_input(model, target.module, inputs)
+    with unsharded(model, target.module):  # FSDP2: the module's own tensors, gathered, as in its forward
+        return _rebuilt(target, layer, args, kwargs, heads)
+
+
+def _rebuilt(target: AttentionLayer, layer: int, args: tuple, kwargs: dict, heads: Optional[list[int]]) -> list[AttentionHead]:
     try:
         form: HeadInputs = target.adapter.head_inputs(target.module, args, kwargs)
     except ValueError as err:
         raise ValueError(f"layer {layer} ({target.name}, {target.adapter_name}): {err}") from None
+    # Copies of the q/k norm modules, so the heads keep the values read now (FSDP2 reshards on the way out).
+    form = replace(form, q_norm=_snapshot(form.q_norm), k_norm=_snapshot(form.k_norm))
     q_proj, q_role = target.block("q")
     k_proj, k_role = target.block("k")
     v_proj, v_role = target.block("v")
@@ -65,6 +75,10 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
             )
         )
     return cases
+
+
+def _snapshot(norm):
+    return copy.deepcopy(norm) if isinstance(norm, nn.Module) else norm
 
 
 def layer_count(model: nn.Module) -> int:
