@@ -5,9 +5,12 @@ Two backends give the same map:
 - "weight": ``torch.nn.utils.parametrize``; ``module.<name>`` reads W + C, the trainable tensor moves to
   ``module.parametrizations.<name>.original`` (the same Parameter object, so optimisers built before
   attaching keep working). Works for any code that reads the weight, including nn.MultiheadAttention.
-- "activation": the correction becomes the child ``module.spectral_correction`` and a forward hook adds
-  x C^T to the module's output. The parameter stays where it was; only a Linear-like module called as
-  a module (y = x W^T + b on the last axis) can carry it.
+- "activation": the correction becomes the child ``module.spectral_correction`` and the parameter stays
+  where it was (state_dict keys unchanged, the model pickles). An nn.Linear computes F.linear(x, W + C,
+  b) (:class:`CorrectedLinearForward`, C folded into its forward: the cost of the plain layer); another
+  Linear-like module (Conv1D, a Linear subclass with its own forward) gets a forward hook adding x C^T
+  to its output. Only a Linear-like module called as a module (y = x W^T + b on the last axis) can
+  carry it.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -23,37 +27,65 @@ from speccond.peft_layers import is_tuner_layer, rescaling_reason
 from speccond.sharded import shaped_like
 
 CHILD_NAME = "spectral_correction"
+_ABSENT = object()  # Undo: the module had no instance-level forward
+
+
+class CorrectedLinearForward:
+    """The activation backend's forward of an nn.Linear: ``F.linear(x, W + C, b)``, the module's own forward
+    with C folded into the weight it multiplies by, so it costs what the plain layer costs (one (out, in)
+    add per call, independent of batch and sequence length). Set as the instance's ``forward``; ``weight``
+    stays the module's own Parameter. A plain class, so models pickle.
+
+    ``parent`` and ``child_name``: where the module sat when it was conditioned (see
+    :func:`refuse_rescaling_wrapper`).
+    """
+
+    def __init__(self, module: nn.Module, parent: nn.Module | None, child_name: str) -> None:
+        self.module, self.parent, self.child_name = module, parent, child_name
+
+    def __call__(self, input: torch.Tensor) -> torch.Tensor:
+        module = self.module
+        if self.parent is not None and self.parent._modules.get(self.child_name) is not module:
+            refuse_rescaling_wrapper(self.parent, self.child_name, module)
+        correction: SpectralCorrection = getattr(module, CHILD_NAME)
+        return F.linear(input, correction.plus(module.weight), module.bias)
 
 
 class AddCorrectionHook:
-    """Forward hook of the activation backend: returns y + x C^T. A plain class so models pickle.
-
-    ``parent`` and ``child_name``: where the module sat when it was conditioned. If PEFT has since wrapped
-    it in a tuner layer that rescales its output (IA3, DoRA), x C^T would be rescaled with y and the tuner's
-    merge could not carry it: the forward is refused, before any training, naming the weight backend.
-    """
+    """The activation backend on a Linear-like module with its own forward (transformers' Conv1D, Linear
+    subclasses): a forward hook returning y + x C^T. A plain class so models pickle."""
 
     def __init__(self, parent: nn.Module | None = None, child_name: str = "") -> None:
         self.parent, self.child_name = parent, child_name
 
     def __call__(self, module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
         if self.parent is not None and self.parent._modules.get(self.child_name) is not module:
-            self._check_wrapper(module)
+            refuse_rescaling_wrapper(self.parent, self.child_name, module)
         correction: SpectralCorrection = getattr(module, CHILD_NAME)
         return correction.add_to_output(args[0], output)
 
-    def _check_wrapper(self, module: nn.Module) -> None:
-        wrapper = self.parent._modules.get(self.child_name)
-        while is_tuner_layer(wrapper) and wrapper is not module:
-            reason = rescaling_reason(wrapper)
-            if reason:
-                raise RuntimeError(
-                    f"{self.child_name} carries speccond's activation-backend correction (y + x C^T) and is now "
-                    f"wrapped by PEFT: {reason}, so the correction would be rescaled with y and no merge could "
-                    "keep it. Condition the model with SpectralConfig(backend='weight') before get_peft_model "
-                    "(every PEFT tuner then merges exactly), or use LoRA without DoRA"
-                )
-            wrapper = wrapper._modules["base_layer"]
+
+def folds(module: nn.Module) -> bool:
+    """Whether the activation backend folds C into ``module``'s forward (an nn.Linear whose class keeps
+    nn.Linear's forward) rather than adding x C^T to its output with a hook."""
+    return isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward
+
+
+def refuse_rescaling_wrapper(parent: nn.Module, child_name: str, module: nn.Module) -> None:
+    """Raise if PEFT wrapped ``module`` (conditioned on the activation backend) in a tuner layer that
+    rescales its output (IA3, DoRA): C would be rescaled with the output and the tuner's merge, which
+    rescales W only, could not keep it. Refused at the first forward, before any training."""
+    wrapper = parent._modules.get(child_name)
+    while is_tuner_layer(wrapper) and wrapper is not module:
+        reason = rescaling_reason(wrapper)
+        if reason:
+            raise RuntimeError(
+                f"{child_name} carries speccond's activation-backend correction and is now wrapped by PEFT: "
+                f"{reason}, so the correction would be rescaled with the output and no merge could keep it. "
+                "Condition the model with SpectralConfig(backend='weight') before get_peft_model (every PEFT "
+                "tuner then merges exactly), or use LoRA without DoRA"
+            )
+        wrapper = wrapper._modules["base_layer"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +136,10 @@ def attach(
                 module.parametrizations[param_name].original.copy_(saved)
         return
     module.add_module(CHILD_NAME, correction)
-    module.register_forward_hook(AddCorrectionHook(parent, child_name))
+    if folds(module):
+        module.forward = CorrectedLinearForward(module, parent, child_name)
+    else:
+        module.register_forward_hook(AddCorrectionHook(parent, child_name))
     if init == "preserve":
         with torch.no_grad():
             weight.sub_(shaped_like(correction.dense(weight.dtype), weight))
@@ -147,6 +182,8 @@ def detach(found: Attachment, merge: bool, merged: torch.Tensor | None = None) -
     for key, hook in list(module._forward_hooks.items()):
         if isinstance(hook, AddCorrectionHook):
             del module._forward_hooks[key]
+    if isinstance(vars(module).get("forward"), CorrectedLinearForward):
+        del module.__dict__["forward"]
     if merge:
         with torch.no_grad():
             weight.copy_(merged)  # in place, so the parameter keeps its storage (W + C: the bits of W.add_(C))
@@ -185,6 +222,7 @@ class Undo:
         self.tables = [
             (table, table.copy()) for owner in owners for key, table in vars(owner).items() if key in self.TABLES
         ]
+        self.forward = vars(module).get("forward", _ABSENT)  # the activation backend sets an instance forward
         self.storage = weight.detach() if backend == "weight" else None  # shares the storage W is in now
         self.values = weight.detach().clone() if backend == "activation" and writes else None
 
@@ -195,6 +233,10 @@ class Undo:
         for table, saved in self.tables:
             table.clear()
             table.update(saved)
+        if self.forward is _ABSENT:
+            vars(self.module).pop("forward", None)
+        else:
+            vars(self.module)["forward"] = self.forward
         with torch.no_grad():
             if self.storage is not None:
                 _point(self.weight, self.storage)

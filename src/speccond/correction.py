@@ -1,8 +1,9 @@
 """SpectralCorrection: the fixed matrix C of one projection parameter, as a module.
 
 One class serves both backends: as a torch parametrization its ``forward(W)`` returns W + C; as a child
-of a Linear-like module its ``add_to_output(x, y)`` returns y + x C^T (the same map, applied to the
-activations). C is a buffer, never a parameter: no optimiser state, no gradient, dL/dW = dL/d(W + C).
+of a Linear-like module (the activation backend) ``plus(W)`` gives the W + C an nn.Linear's forward
+multiplies by, and ``add_to_output(x, y)`` returns y + x C^T for the other Linear-like modules (the
+same map, applied to the activations). C is a buffer, never a parameter: no optimiser state, no gradient, dL/dW = dL/d(W + C).
 
 Two representations:
 
@@ -307,18 +308,22 @@ class SpectralCorrection(nn.Module):
         Read from the parameter itself (eager, a plain tensor), W + C comes back as an
         :class:`~speccond.effective_weight.EffectiveWeight`: writes into it (PEFT's merge writes
         ``weight.data``) are stored as (value - C) in W instead of being lost on a temporary."""
-        if is_sharded(weight):  # FSDP2 between steps: W + C as a DTensor laid out as W
-            return weight + shaped_like(self.dense(weight.dtype), weight)
-        if self.kind == "svd":
-            effective = weight + self.layout.out_in(self.matrix).to(weight.dtype)
-        else:
-            index = (self.out_index, self.in_index)
-            if self.layout.storage == "in_out":
-                index = (self.in_index, self.out_index)
-            effective = weight.index_put(index, self.values.to(weight.dtype), accumulate=True)
+        effective = self.plus(weight)
         if isinstance(weight, nn.Parameter) and type(effective) is torch.Tensor and not torch.compiler.is_compiling():
             return EffectiveWeight.wrap(effective, self, weight)
         return effective
+
+    def plus(self, weight: torch.Tensor) -> torch.Tensor:
+        """W + C as a new tensor (differentiable in W), in W's stored orientation and dtype; a DTensor laid
+        out as W when W is one (FSDP2 between steps)."""
+        if is_sharded(weight):
+            return weight + shaped_like(self.dense(weight.dtype), weight)
+        if self.kind == "svd":
+            return weight + self.layout.out_in(self.matrix).to(weight.dtype)
+        index = (self.out_index, self.in_index)
+        if self.layout.storage == "in_out":
+            index = (self.in_index, self.out_index)
+        return weight.index_put(index, self.values.to(weight.dtype), accumulate=True)
 
     def right_inverse(self, effective: torch.Tensor) -> torch.Tensor:
         """Assigning ``module.weight = W_eff`` stores W_eff - C."""

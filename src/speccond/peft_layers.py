@@ -10,7 +10,7 @@ wrapper that holds it as ``base_layer`` and calls it. A correction goes on the w
   output (LoRA, LoHa, LoKr, VeRA) merges into W exactly, and C stays on the output. A tuner that
   *rescales* it (IA3, DoRA, LoRA variants) multiplies x C^T too, and its merge, which rescales W only,
   cannot: :func:`rescaling_reason` names those, ``speccond.apply`` refuses them, and the activation
-  backend's hook refuses to run under one (``speccond.backends.AddCorrectionHook``).
+  backend refuses to run under one (``speccond.backends.refuse_rescaling_wrapper``).
 """
 from __future__ import annotations
 
