@@ -27,7 +27,8 @@ from torch import nn
 from speccond import data
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.tasks import task_shape
-from speccond.experiments.train import augment, build_model, evaluate, learning_rate, load_task, make_optimizer, train
+from speccond.experiments.run_model import build_model
+from speccond.experiments.train import augment, evaluate, learning_rate, load_task, make_optimizer, train
 
 
 def bare_loop(config: TrainConfig) -> float:

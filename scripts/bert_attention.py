@@ -23,7 +23,7 @@ from speccond.experiments.compare import preset
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.runs import load_model, read_run
 from speccond.experiments.tasks import load_task
-from speccond.experiments.train import model_for
+from speccond.experiments.run_model import model_for
 
 AT_INIT = {"lam = 0 (baseline)": {"method": "baseline"}, "lam = 1": {"method": "spectral", "lam": 1.0},
            "lam = 10": {"method": "spectral", "lam": 10.0}, "lam = auto": {"method": "spectral", "target_kappa": 2.0}}

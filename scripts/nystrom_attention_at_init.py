@@ -21,7 +21,7 @@ from speccond.diagnostics.entropy import row_entropy
 from speccond.experiments.compare import preset
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.tasks import load_task, task_shape
-from speccond.experiments.train import build_model
+from speccond.experiments.run_model import build_model
 
 
 def entropy(p: torch.Tensor) -> float:

@@ -18,7 +18,8 @@ from speccond.experiments.compare import preset
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.sequence_model import PAD, PairClassifier, build_nystromformer, pooled
 from speccond.experiments.tasks import load_task, task_shape
-from speccond.experiments.train import build_model, train
+from speccond.experiments.run_model import build_model
+from speccond.experiments.train import train
 
 # SHA-256 of the arrays each dataset must produce (store.arrays_sha256): the split and the encoding are fixed.
 TEXT_ARRAYS_SHA256 = "6f5a78f049c9d7737bd0e83af5b3813fac62bac0bcee290beffb401057f2be94"

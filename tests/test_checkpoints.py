@@ -25,6 +25,7 @@ from torch import nn
 import speccond
 from speccond import checkpoint as ckpt
 from speccond.backends import attachments
+from speccond.checkpoint_files import refuse_partly_loaded
 from speccond.correction import MARKER
 
 transformers = pytest.importorskip("transformers")
@@ -213,7 +214,7 @@ def test_transformers_from_pretrained_of_a_conditioned_checkpoint_is_detected(tm
     lost = "initialised them at random" if backend == "weight" else "dropped its saved corrections"
     call = re.escape(f"speccond.from_pretrained({type(naive).__name__}, '{tmp_path}')")
     with pytest.raises(ValueError, match=rf"{lost}.*{call}"):
-        ckpt.refuse_partly_loaded(naive)
+        refuse_partly_loaded(naive)
     saved = load_file(tmp_path / "model.safetensors")
     for key, value in naive.state_dict().items():
         moved = key.removesuffix("weight") + "parametrizations.weight.original"
@@ -223,17 +224,17 @@ def test_transformers_from_pretrained_of_a_conditioned_checkpoint_is_detected(tm
             assert torch.equal(value, saved[key])
     built = type(model)(naive.config)  # built from the config only: the documented reload route passes
     assert built.config._name_or_path == str(tmp_path)
-    ckpt.refuse_partly_loaded(built)
+    refuse_partly_loaded(built)
     speccond.load_conditioned(naive, tmp_path)  # the model in hand, conditioned as saved: exact
     assert torch.equal(_logits(naive), expected)
-    ckpt.refuse_partly_loaded(naive)  # every weight now from the checkpoint
+    refuse_partly_loaded(naive)  # every weight now from the checkpoint
 
 
 @pytest.mark.parametrize("name", MODELS)
 def test_plain_models_pass_the_naive_path_check(tmp_path, name):
     MODELS[name]().save_pretrained(tmp_path)
     for plain in (MODELS[name](), getattr(transformers, AUTO_CLASSES[name]).from_pretrained(tmp_path), nn.Linear(2, 2)):
-        ckpt.refuse_partly_loaded(plain)
+        refuse_partly_loaded(plain)
 
 
 def test_apply_refuses_a_model_that_transformers_loaded_from_a_conditioned_checkpoint(tmp_path):

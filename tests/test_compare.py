@@ -216,7 +216,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
 def test_every_preset_builds_a_model_for_its_task(task, name):
     from speccond.experiments.compare import preset
     from speccond.experiments.tasks import task_shape
-    from speccond.experiments.train import build_model
+    from speccond.experiments.run_model import build_model
 
     config = TrainConfig(task=task).with_overrides(preset(name, task))
     shape = task_shape(task)

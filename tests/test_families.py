@@ -145,9 +145,9 @@ def test_documented_configurations(family, image):
 
 
 def test_vit_family_is_the_training_model():
-    """The "vit" family is the model train.build_model builds (same class, arguments and seed)."""
+    """The "vit" family is the model run_model.build_model builds (same class, arguments and seed)."""
     from speccond.experiments.tasks import task_shape
-    from speccond.experiments.train import build_model
+    from speccond.experiments.run_model import build_model
 
     config = TrainConfig(method="baseline", embed_dim=64, depth=4, num_heads=4, patch_size=4, seed=5)
     expected = build_model(config, task_shape("fashion-mnist")).state_dict()

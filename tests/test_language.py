@@ -31,7 +31,8 @@ from speccond.experiments.pretrained import load_pretrained
 from speccond.experiments.runs import read_run
 from speccond.experiments.stats import mean_interval, paired_difference
 from speccond.experiments.tasks import load_task, task_shape
-from speccond.experiments.train import build_model, train
+from speccond.experiments.run_model import build_model
+from speccond.experiments.train import train
 
 TINY = language.LanguageConfig(vocab_size=1000, documents=30, examples=600)
 BERT = dict(model="bert", embed_dim=32, depth=1, num_heads=2, warmup_steps=1)

@@ -282,7 +282,7 @@ def test_unknown_method_names_the_known_ones():
 
 @pytest.mark.parametrize("name", ["sigma-reparam", "spectral-norm", "qk-norm"])
 def test_a_model_without_attention_is_an_error(name):
-    with pytest.raises(ValueError, match=f"method '{name}' found no q, k, v projections in Sequential"):
+    with pytest.raises(ValueError, match=f"{name.replace('-', '_')} found no q, k, v projections in Sequential"):
         apply_method(nn.Sequential(nn.Linear(4, 4)), method(name))
 
 
@@ -306,7 +306,7 @@ def test_qk_norm_on_attention_that_already_normalises_everything_is_an_error():
 
 def test_qk_norm_needs_a_projection_module():
     """nn.MultiheadAttention reads in_proj_weight directly: no module outputs q and k to hook."""
-    with pytest.raises(ValueError, match="in_proj_weight.*qk-norm hooks the module"):
+    with pytest.raises(ValueError, match="in_proj_weight.*qk_norm hooks the module"):
         apply_method(nn.MultiheadAttention(8, 2), method("qk-norm"))
 
 

@@ -8,7 +8,8 @@ import speccond
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.sequence_model import PAD, attention_mode, build_nystromformer, padded_length
 from speccond.experiments.tasks import load_task, pixel_tokens, task_shape
-from speccond.experiments.train import build_model, train
+from speccond.experiments.run_model import build_model
+from speccond.experiments.train import train
 
 from tests.test_data import cifar10_home  # noqa: F401  (the session's prepared CIFAR-10)
 

@@ -10,7 +10,8 @@ import torch
 from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.tasks import task_shape
-from speccond.experiments.train import build_model, train
+from speccond.experiments.run_model import build_model
+from speccond.experiments.train import train
 
 needs_data = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir(),
@@ -287,7 +288,7 @@ def test_attention_norm_none_drops_the_layernorm_before_attention():
 def test_refresh_every_keeps_the_svd_correction_on_the_current_weights(prepared, tmp_path):
     import speccond
     from speccond.backends import attachments
-    from speccond.experiments.train import model_for
+    from speccond.experiments.run_model import model_for
 
     def drift(refresh_every: int) -> float:
         """Largest change of a saved svd correction when recomputed from the saved weights."""

@@ -6,6 +6,7 @@
     report = speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     speccond.remove(model, merge=True)
     speccond.save_pretrained(model, directory); speccond.from_pretrained(ModelClass, directory)
+    speccond.peers.sigma_reparam(model)   # the peer methods it is compared with
 """
 from speccond.api import apply, describe, is_conditioned, refresh, remove
 from speccond.checkpoint import from_pretrained, load_conditioned, save_pretrained
@@ -13,8 +14,10 @@ from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
 from speccond.report import ReportRow, SpectralReport
 from speccond.verify import VerificationError, verify
+from speccond.version import __version__
 
-__version__ = "0.1.0"
+from speccond import peers  # noqa: E402  (speccond.peers.sigma_reparam, ...: the comparison's peer methods)
+
 
 __all__ = [
     "ProjectionLayout",
@@ -27,6 +30,7 @@ __all__ = [
     "from_pretrained",
     "is_conditioned",
     "load_conditioned",
+    "peers",
     "refresh",
     "remove",
     "save_pretrained",

@@ -20,6 +20,7 @@ from speccond.adapters import (
 )
 from speccond.adapters.base import is_conv1d
 from speccond.backends import Undo, attach, attachments, detach, merged_weight, restore
+from speccond.checkpoint_files import refuse_partly_loaded
 from speccond.config import SpectralConfig
 from speccond.correction import SpectralCorrection
 from speccond.peft_layers import is_tuner_layer, rescaling_reason
@@ -66,8 +67,6 @@ def apply(
         raise TypeError(f"speccond.apply expects a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(config, SpectralConfig):
         raise TypeError(f"speccond.apply expects a speccond.SpectralConfig, got {type(config).__name__}")
-    from speccond.checkpoint import refuse_partly_loaded  # lazy: speccond.checkpoint imports this module
-
     refuse_partly_loaded(model)  # transformers' from_pretrained of a conditioned save: q, k, v were dropped
     if is_conditioned(model):
         raise ValueError(

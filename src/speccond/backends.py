@@ -172,7 +172,7 @@ def detach(found: Attachment, merge: bool, merged: torch.Tensor | None = None) -
     if merge and merged is None:
         merged = merged_weight(found)
     if found.backend == "weight":
-        _give_own_class(module)
+        give_own_class(module)
         parametrize.remove_parametrizations(module, name, leave_parametrized=False)
         if merge:  # what leave_parametrized=True stores, computed above
             with torch.no_grad():
@@ -263,7 +263,7 @@ def _point(weight: torch.Tensor, data: torch.Tensor) -> None:
         weight.set_(data)
 
 
-def _give_own_class(module: nn.Module) -> None:
+def give_own_class(module: nn.Module) -> None:
     """Give a parametrized module a private copy of its generated class.
 
     ``copy.deepcopy`` of a parametrized module shares the generated ``Parametrized<Class>`` between the

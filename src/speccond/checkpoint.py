@@ -19,7 +19,8 @@ into a conditioned model, without an error that names what differs.
 transformers' own ``from_pretrained`` cannot load such a checkpoint: the stored W of the weight backend
 sits under ``<proj>.parametrizations.weight.original``, which the plain model does not have, so it
 initialises q, k, v at random (and drops the markers and saved corrections as unexpected keys).
-:func:`refuse_partly_loaded` detects a model loaded that way, for ``speccond.apply`` to refuse it.
+:func:`speccond.checkpoint_files.refuse_partly_loaded` detects a model loaded that way, for ``speccond.apply``
+to refuse it.
 
 Imports only torch (and speccond's core); safetensors and transformers are imported where they are read.
 """
@@ -38,22 +39,21 @@ from torch import nn
 
 from speccond.adapters import attention_modules, find_projections, unrecognised_attention
 from speccond.api import apply, is_conditioned, remove
-from speccond.backends import CHILD_NAME, attachments
+from speccond.backends import attachments
 from speccond.config import AUTO, SpectralConfig
-from speccond.correction import MARKER, decode_marker, describe_marker, essentials
+from speccond.correction import decode_marker, describe_marker, essentials
+from speccond.checkpoint_files import (
+    LOADED, WEIGHTS, WEIGHTS_INDEX, checkpoint_files, holds_conditioned_keys, marker_site,
+)
 from speccond.layout import ProjectionLayout
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "speccond.json"  # beside a transformers checkpoint: the SpectralConfig it was saved with
 FORMAT = 1  # of speccond.json
-WEIGHTS = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
-LOADED = "_speccond_loaded"  # True on a model whose every weight load_conditioned loaded: the guard passes it
 
-_WEIGHT_MARKER = re.compile(rf"^(?:(.*)\.)?parametrizations\.([^.]+)\.\d+\.{MARKER}$")
-_ACTIVATION_MARKER = re.compile(rf"^(?:(.*)\.)?{CHILD_NAME}\.{MARKER}$")
-_MOVED_WEIGHT = re.compile(r"^(?:(.*)\.)?parametrizations\.([^.]+)\.original$")
+
+
 
 Source = Union[str, os.PathLike, Mapping[str, torch.Tensor]]
 
@@ -168,7 +168,7 @@ def conditioning(state: Mapping[str, torch.Tensor]) -> dict[str, dict]:
     (or one written before markers)."""
     found = {}
     for key in state:
-        parsed = _marker_site(key)
+        parsed = marker_site(key)
         if parsed is None:
             continue
         name, backend = parsed
@@ -234,66 +234,25 @@ def inferred_config(model: nn.Module, recorded: Mapping[str, dict]) -> SpectralC
         )
 
 
-def refuse_partly_loaded(model: nn.Module) -> None:
-    """Raise ValueError when ``model`` holds the weights of a conditioned checkpoint that transformers'
-    ``from_pretrained`` loaded into a plain model: with the weight backend its q, k, v were saved as
-    ``<proj>.parametrizations.weight.original`` and initialised at random; with the activation backend the
-    saved corrections (and the markers) were dropped. For ``speccond.apply`` to call before it conditions.
-
-    It reads ``model.config._name_or_path`` (a local folder, or a Hub id in the local Hugging Face cache),
-    the checkpoint's key names, and one weight matrix the checkpoint and the model share, to tell a model
-    loaded from it from one only built from its config.json (the documented reload route, which passes).
-    A model loaded by :func:`load_conditioned` passes; so does anything that is not a transformers model.
-    """
-    source = getattr(getattr(model, "config", None), "_name_or_path", None)
-    if not isinstance(source, str) or not source or getattr(model, LOADED, False):
-        return
-    files = _checkpoint_files(source)
-    if not files:
-        return
-    keys = _keys_of(files)
-    own = model.state_dict(keep_vars=True)
-    rename = _aligner(keys, own)
-    moved = [own_key for own_key in (rename(_moved_to(k)) for k in keys if _MOVED_WEIGHT.match(k)) if own_key in own]
-    markers = [k for k in keys if _marker_site(k) is not None]
-    if not moved and not markers:
-        return
-    if not _holds_weights_of(model, own, files, keys, rename):
-        return  # built from the config only: its weights are its own
-    if moved:
-        what = (
-            f"its q/k/v weights ({', '.join(moved[:3])}{', ...' if len(moved) > 3 else ''}) were saved as "
-            "<proj>.parametrizations.weight.original, so transformers initialised them at random"
-        )
-    else:
-        what = "transformers dropped its saved corrections (the speccond markers and SVD / lam='auto' buffers)"
-    raise ValueError(
-        f"{type(model).__name__} was loaded with transformers' from_pretrained from {source}, a checkpoint of a "
-        f"spectrally conditioned model: {what}. Load it with speccond.from_pretrained({type(model).__name__}, "
-        f"{source!r}), which conditions the model as it was saved and loads every weight exactly (or "
-        f"speccond.load_conditioned(model, {source!r}) into this model)"
-    )
-
-
 def missing_and_unexpected(model: nn.Module, keys) -> tuple[list[str], list[str]]:
     """(missing, unexpected) keys of a checkpoint holding ``keys`` against ``model``'s state dict, where a
     checkpoint without any marker (written before speccond saved them) is not missing the markers."""
     keys = set(keys)
     expected = set(model.state_dict())
-    if not any(_marker_site(k) for k in keys):
-        expected = {k for k in expected if _marker_site(k) is None}
+    if not any(marker_site(k) for k in keys):
+        expected = {k for k in expected if marker_site(k) is None}
     return sorted(expected - keys), sorted(keys - expected)
 
 
 def mismatch_advice(missing: list[str], unexpected: list[str]) -> str:
     """What to do when a checkpoint's keys differ from a model's by conditioning ('' when they do not)."""
-    if _conditioned(unexpected) and not _conditioned(missing):
+    if holds_conditioned_keys(unexpected) and not holds_conditioned_keys(missing):
         return (
             "the checkpoint is of a spectrally conditioned model and this model is plain (or conditioned "
             "elsewhere): load it with speccond.load_conditioned(model, checkpoint), which conditions the model "
             "as it was saved"
         )
-    if _conditioned(missing) and not _conditioned(unexpected):
+    if holds_conditioned_keys(missing) and not holds_conditioned_keys(unexpected):
         return (
             "this model is spectrally conditioned and the checkpoint is not (or conditions other parameters): "
             "load a plain checkpoint before speccond.apply, or a conditioned one with speccond.load_conditioned"
@@ -302,29 +261,6 @@ def mismatch_advice(missing: list[str], unexpected: list[str]) -> str:
 
 
 # -- internals ------------------------------------------------------------------------------------------
-def _marker_site(key: str) -> Optional[tuple[str, str]]:
-    """(qualified parameter name, backend) of a marker key, or None when ``key`` is not one."""
-    match = _WEIGHT_MARKER.match(key)
-    if match:
-        module, param = match.group(1), match.group(2)
-        return (f"{module}.{param}" if module else param), "weight"
-    match = _ACTIVATION_MARKER.match(key)
-    if match:
-        return (f"{match.group(1)}.weight" if match.group(1) else "weight"), "activation"
-    return None
-
-
-def _conditioned(keys) -> bool:
-    """Whether any of ``keys`` exists only in a conditioned state dict (a marker, or W moved by parametrize)."""
-    return any(_marker_site(k) or _MOVED_WEIGHT.match(k) for k in keys)
-
-
-def _moved_to(key: str) -> str:
-    """Where the plain model keeps what the weight backend saved under ``...parametrizations.P.original``."""
-    module, param = _MOVED_WEIGHT.match(key).groups()
-    return f"{module}.{param}" if module else param
-
-
 def _attached(model: nn.Module) -> dict[str, dict]:
     """What :func:`conditioning` reads back from ``model``'s own state dict, without building it."""
     return {f.qualified_name: {**f.correction.description(), "backend": f.backend} for f in attachments(model)}
@@ -400,7 +336,7 @@ def _read(source: Source) -> tuple[dict[str, torch.Tensor], Optional[Path]]:
 
     path = Path(source)
     if path.is_dir():
-        files = _checkpoint_files(str(path))
+        files = checkpoint_files(str(path))
         if not files:
             raise ValueError(f"{path}: no {WEIGHTS} or {WEIGHTS_INDEX}; expected a folder written by save_pretrained")
         state = {}
@@ -410,74 +346,6 @@ def _read(source: Source) -> tuple[dict[str, torch.Tensor], Optional[Path]]:
     if path.is_file() and path.suffix == ".safetensors":
         return load_file(str(path)), None
     raise ValueError(f"{str(path)!r}: expected a checkpoint folder, a .safetensors file or a state dict")
-
-
-def _checkpoint_files(source: str) -> list[Path]:
-    """The safetensors files of a checkpoint folder, or of a Hub id found in the local cache ([] if none)."""
-    folder = Path(source)
-    if folder.is_dir():
-        index = folder / WEIGHTS_INDEX
-        if index.is_file():
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            return [folder / shard for shard in shards]
-        return [folder / WEIGHTS] if (folder / WEIGHTS).is_file() else []
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return []
-    try:
-        single = try_to_load_from_cache(source, WEIGHTS)
-        if isinstance(single, str):
-            return [Path(single)]
-        index = try_to_load_from_cache(source, WEIGHTS_INDEX)
-        if isinstance(index, str):
-            shards = sorted(set(json.loads(Path(index).read_text())["weight_map"].values()))
-            paths = [try_to_load_from_cache(source, shard) for shard in shards]
-            return [Path(p) for p in paths if isinstance(p, str)]
-    except (ValueError, OSError):  # not a valid repo id
-        return []
-    return []
-
-
-def _keys_of(files: list[Path]) -> list[str]:
-    from safetensors import safe_open
-
-    keys = []
-    for file in files:
-        with safe_open(str(file), "pt") as handle:
-            keys.extend(handle.keys())
-    return keys
-
-
-def _aligner(keys: list[str], own: Mapping[str, torch.Tensor]):
-    """Checkpoint key -> model key: as is, or with the base model prefix added or removed (a task model's
-    checkpoint loaded into its base model, or the other way round), whichever shares the most keys."""
-    prefixes = {k.split(".", 1)[0] + "." for k in list(keys) + list(own) if "." in k}
-    candidates = [lambda k: k]
-    for prefix in prefixes:
-        candidates.append(lambda k, p=prefix: k[len(p):] if k.startswith(p) else k)
-        candidates.append(lambda k, p=prefix: p + k)
-    return max(candidates, key=lambda rename: sum(rename(k) in own for k in keys))
-
-
-def _holds_weights_of(model, own, files: list[Path], keys: list[str], rename) -> bool:
-    """Whether ``model`` holds the checkpoint's weights: a shared floating matrix of at least two rows
-    (initialised at random, so equal only if loaded from it) is equal. Constant tensors prove nothing."""
-    from safetensors import safe_open
-
-    for file in files:
-        with safe_open(str(file), "pt") as handle:
-            for key in handle.keys():
-                mine = own.get(rename(key))
-                if mine is None or _marker_site(key) or _MOVED_WEIGHT.match(key) or CHILD_NAME in key:
-                    continue
-                if mine.dim() != 2 or not mine.is_floating_point() or mine.shape[0] < 2:
-                    continue
-                saved = handle.get_tensor(key)
-                if saved.shape != mine.shape:
-                    return False
-                return torch.equal(saved.to(mine.dtype), mine.detach().cpu())
-    return False
 
 
 def _saved_config(folder: Optional[Path]) -> Optional[SpectralConfig]:
@@ -506,6 +374,6 @@ def _name(source: Source) -> str:
 
 
 def _version() -> str:
-    from speccond import __version__
+    from speccond.version import __version__
 
     return __version__

@@ -102,7 +102,8 @@ class ProjectionSite:
         module_name: path of the module holding the parameter.
         module: that module.
         param_name: the parameter's attribute name.
-        layout, activation_ok, notes, acts_as, probe_skip, collapse_exempt: as in :class:`ProjectionSpec`.
+        layout, activation_ok, notes, acts_as, probe_skip, collapse_exempt, qk_normalised: as in
+            :class:`ProjectionSpec`.
         source: the adapter's name, or "declared".
     """
 
@@ -117,6 +118,7 @@ class ProjectionSite:
     acts_as: str = ""
     probe_skip: str = ""
     collapse_exempt: str = ""
+    qk_normalised: str = ""
 
     @property
     def qualified_name(self) -> str:
@@ -177,6 +179,7 @@ def find_projections(
                 ProjectionSite(
                     attention_name, owner_name, owner, spec.param_name, spec.layout, spec.activation_ok,
                     spec.notes, adapter.name, spec.acts_as, spec.probe_skip, spec.collapse_exempt,
+                    spec.qk_normalised,
                 )
             )
     return sites

@@ -18,6 +18,10 @@ NORMALISED_QK_EXEMPT = (
 )
 CHANNEL_EXEMPT = "channel attention: the softmax mixes channels, not tokens"
 
+# How an attention module already normalises q and k after the projection (ProjectionSpec.qk_normalised).
+QK_LAYER_NORM = "layer_norm"  # a norm per head over head_dim (timm qk_norm=True, OLMo, Qwen3, ...)
+QK_L2_OVER_TOKENS = "l2_over_tokens"  # every q and k channel L2-normalised over the tokens (timm XCiT's XCA)
+
 QK_NORM_NOTE = (
     "q/k normalisation after the projection (qk_norm) rescales each head's q and k, so part of the "
     "Q/K correction is cancelled; V is unaffected"
@@ -41,6 +45,8 @@ class ProjectionSpec:
         probe_skip: why ``verify`` cannot read attention signatures off this module's output ("" = it can).
         collapse_exempt: why a large correction cannot make this module's token attention one-hot (cosine or
             normalised logits, channel attention), so apply's collapse warning skips it ("" = it may).
+        qk_normalised: how the module normalises q and k itself after the projection: QK_LAYER_NORM,
+            QK_L2_OVER_TOKENS, or "" (it does not). Read by the peers (qk-norm leaves or refuses such modules).
     """
 
     owner: str
@@ -51,6 +57,7 @@ class ProjectionSpec:
     acts_as: str = ""
     probe_skip: str = ""
     collapse_exempt: str = ""
+    qk_normalised: str = ""
 
 
 class Adapter(Protocol):

@@ -25,7 +25,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
+from speccond.adapters.base import (
+    NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
+)
 from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, has_module, hidden_states
 from speccond.layout import ProjectionLayout
 
@@ -89,7 +91,7 @@ class HFSeparateQkvAdapter:
         notes, exempt = ((QK_NORM_NOTE,), NORMALISED_QK_EXEMPT) if normalised else ((), "")
         return [
             ProjectionSpec(name, "weight", ProjectionLayout(roles=role, num_heads=h), activation_ok=True, notes=notes,
-                           collapse_exempt=exempt)
+                           collapse_exempt=exempt, qk_normalised=QK_LAYER_NORM if normalised else "")
             for name, role, h in zip(self.names, "qkv", heads)
         ]
 

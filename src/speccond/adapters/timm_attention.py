@@ -15,7 +15,9 @@ from typing import Callable, Optional
 
 from torch import nn
 
-from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
+from speccond.adapters.base import (
+    NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
+)
 from speccond.adapters.head_inputs import HeadInputs, RebuiltByForm, has_module, hidden_states
 from speccond.layout import ProjectionLayout
 
@@ -44,6 +46,7 @@ class TimmFusedQkvAdapter(RebuiltByForm):
     head_form: Optional[HeadForm] = None
     head_reason: str = ""
     collapse_exempt: str = ""
+    qk_normalised: str = ""  # how the family itself normalises q and k (ProjectionSpec.qk_normalised)
 
     def matches(self, module: nn.Module) -> bool:
         heads = getattr(module, self.heads_attr, None)
@@ -56,12 +59,12 @@ class TimmFusedQkvAdapter(RebuiltByForm):
 
     def projections(self, module: nn.Module) -> list[ProjectionSpec]:
         layout = ProjectionLayout(roles="qkv", num_heads=getattr(module, self.heads_attr))
-        notes, exempt = self.notes, self.collapse_exempt
+        notes, exempt, normalised = self.notes, self.collapse_exempt, self.qk_normalised
         if not isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity):
-            notes, exempt = notes + (QK_NORM_NOTE,), exempt or NORMALISED_QK_EXEMPT
+            notes, exempt, normalised = notes + (QK_NORM_NOTE,), exempt or NORMALISED_QK_EXEMPT, QK_LAYER_NORM
         return [
             ProjectionSpec("qkv", "weight", layout, activation_ok=True, notes=notes, acts_as=self.acts_as,
-                           collapse_exempt=exempt)
+                           collapse_exempt=exempt, qk_normalised=normalised)
         ]
 
 

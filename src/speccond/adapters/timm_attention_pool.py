@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from speccond.adapters.base import QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
+from speccond.adapters.base import QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
 from speccond.layout import ProjectionLayout
 
 
@@ -29,9 +29,12 @@ class TimmAttentionPoolAdapter:
 
     def projections(self, module: nn.Module) -> list[ProjectionSpec]:
         heads = module.num_heads
-        notes = () if isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity) else (QK_NORM_NOTE,)
+        normed = not isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity)
+        notes, normalised = ((QK_NORM_NOTE,), QK_LAYER_NORM) if normed else ((), "")
         specs = []
         if is_linear(module.q):
-            specs.append(ProjectionSpec("q", "weight", ProjectionLayout("q", heads), activation_ok=True, notes=notes, probe_skip=PROBE_SKIP))
-        specs.append(ProjectionSpec("kv", "weight", ProjectionLayout("kv", heads), activation_ok=True, notes=notes, probe_skip=PROBE_SKIP))
+            specs.append(ProjectionSpec("q", "weight", ProjectionLayout("q", heads), activation_ok=True, notes=notes,
+                                        probe_skip=PROBE_SKIP, qk_normalised=normalised))
+        specs.append(ProjectionSpec("kv", "weight", ProjectionLayout("kv", heads), activation_ok=True, notes=notes,
+                                    probe_skip=PROBE_SKIP, qk_normalised=normalised))
         return specs

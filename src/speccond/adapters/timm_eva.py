@@ -26,7 +26,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from speccond.adapters.base import NORMALISED_QK_EXEMPT, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
+from speccond.adapters.base import (
+    NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
+)
 from speccond.adapters.head_inputs import HeadInputs, Rotary, bound_arguments, has_module, hidden_states
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 from speccond.layout import ProjectionLayout
@@ -64,7 +66,7 @@ class TimmQvBiasAdapter(TimmFusedQkvAdapter):
             exempt = self.collapse_exempt or (NORMALISED_QK_EXEMPT if normed else "")
             return [
                 ProjectionSpec(f"{role}_proj", "weight", ProjectionLayout(role, heads), activation_ok=True, notes=notes,
-                               collapse_exempt=exempt)
+                               collapse_exempt=exempt, qk_normalised=QK_LAYER_NORM if normed else "")
                 for role in "qkv"
             ]
         [spec] = super().projections(module)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from speccond.adapters.base import ProjectionSpec, class_path, is_linear
+from speccond.adapters.base import QK_L2_OVER_TOKENS, ProjectionSpec, class_path, is_linear
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 from speccond.layout import ProjectionLayout
 
@@ -25,7 +25,7 @@ XCA_NORM_NOTE = (
 )
 
 TIMM_XCA = TimmFusedQkvAdapter(
-    "timm XCiT XCA", ("timm.models.xcit.XCA",), notes=(XCA_NORM_NOTE,),
+    "timm XCiT XCA", ("timm.models.xcit.XCA",), notes=(XCA_NORM_NOTE,), qk_normalised=QK_L2_OVER_TOKENS,
     collapse_exempt="channel attention with cosine logits: |logit| <= the learned temperature whatever lam",
     head_reason="XCA is channel attention (cross-covariance of L2-normalised channels): there is no token "
     "attention to rebuild",

@@ -141,7 +141,7 @@ def load_model(config: TrainConfig, folder: Path):
     (checksums verified by checkpoint.load); the global random generator is left as it was."""
     import torch
 
-    from speccond.experiments.train import model_for
+    from speccond.experiments.run_model import model_for
 
     with torch.random.fork_rng(devices=[]):  # building the model seeds the global generator
         model = model_for(config)

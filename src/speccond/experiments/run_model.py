@@ -1,0 +1,62 @@
+"""The model a run trains: its family for the task's inputs, seeded, with its method applied.
+
+One owner for "build the model of a run", which training (train.py), loading a run's checkpoint
+(runs.py) and pre-trained encoders (pretrained.py) all need; it lived in train.py, which made
+pretrained -> runs -> train -> pretrained an import cycle.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from speccond.experiments.bert_model import build_bert
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.families import FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone
+from speccond.experiments.methods import apply_method
+from speccond.experiments.sequence_model import build_nystromformer, padded_length
+from speccond.experiments.tasks import TaskShape, task_shape
+
+
+def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
+    """The config's model family for the task's inputs, seeded, with the config's method applied: a timm
+    family (families.py) for images, a Nystromformer (sequence_model.py) for token sequences (a shared-encoder
+    PairClassifier when each example is two texts), BERT (bert_model.py) for WordPiece text."""
+    kinds = {"image": (FAMILIES, "an image task"), "sequence": (SEQUENCE_FAMILIES, "a token-sequence task (lra-...)"),
+             "text": (LANGUAGE_FAMILIES, "a language task (mlm, glue-...)")}
+    kind = next(k for k, (models, _) in kinds.items() if config.model in models)
+    if kind != shape.kind:
+        raise ValueError(f"model {config.model!r} takes {kinds[kind][1]}, but task {config.task!r} is {shape.kind}s; "
+                         f"choose model from {kinds[shape.kind][0]}")
+    torch.manual_seed(config.seed)
+    if kind == "text":
+        model = build_bert(shape.vocab, shape.classes, config.embed_dim, config.depth, config.num_heads,
+                           masked_lm=shape.mlm, length=shape.length)
+    elif kind == "sequence":
+        model = build_nystromformer(
+            padded_length(shape.length, config.landmarks), shape.vocab, shape.classes, embed_dim=config.embed_dim,
+            depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks, pairs=shape.pairs,
+        )
+    else:
+        model = build_backbone(
+            config.model, shape.image_size, shape.channels, shape.classes, embed_dim=config.embed_dim,
+            depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size,
+        )
+    if config.attention_norm == "none":
+        _drop_attention_norms(model, config)
+    apply_method(model, config)
+    return model
+
+
+def _drop_attention_norms(model: nn.Module, config: TrainConfig) -> None:
+    """Replace the LayerNorm before every attention (timm blocks' ``norm1``) by the identity (ablation)."""
+    blocks = [module for module in model.modules() if isinstance(getattr(module, "norm1", None), nn.LayerNorm)]
+    if not blocks:
+        raise ValueError(f"attention_norm='none': model {config.model!r} has no blocks with a LayerNorm norm1 "
+                         "before attention (the timm families have one; the Nystromformer does not)")
+    for block in blocks:
+        block.norm1 = nn.Identity()
+
+
+def model_for(config: TrainConfig) -> nn.Module:
+    """The model a run of ``config`` trains, with the input shape of its task (for loading checkpoints)."""
+    return build_model(config, task_shape(config.task))

@@ -1,0 +1,137 @@
+"""speccond.peers, the public peer methods (issue 16): each against its reference, targeting, removal.
+
+The harness's methods are thin entries over these functions; tests/test_methods.py checks the same
+references through the harness, during training.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import speccond
+from speccond import peers
+
+from .conftest import assert_close
+
+timm_vit = pytest.importorskip("timm.models.vision_transformer")
+transformers = pytest.importorskip("transformers")
+
+
+def vit(seed: int = 0, **kwargs) -> nn.Module:
+    torch.manual_seed(seed)
+    options = dict(img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=32, depth=2, num_heads=2)
+    return timm_vit.VisionTransformer(**{**options, **kwargs})
+
+
+def bert(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    return transformers.BertModel(config).eval()
+
+
+IDS = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(3))
+
+
+def hidden(model: nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model(IDS).last_hidden_state
+
+
+def test_spectral_norm_is_torch_spectral_norm_on_separate_projections(float64_default):
+    model, reference = bert(), bert()
+    torch.manual_seed(1)
+    names = peers.spectral_norm(model)
+    torch.manual_seed(1)
+    for name in names:
+        module = reference.get_submodule(name.rpartition(".")[0])
+        nn.utils.parametrizations.spectral_norm(module, "weight")
+    assert len(names) == 2 * 3 and all(name.endswith(("query.weight", "key.weight", "value.weight")) for name in names)
+    assert_close(hidden(model), hidden(reference))
+
+
+def test_sigma_reparam_is_the_formula_and_keeps_the_function_at_the_call(float64_default):
+    model = bert()
+    before = hidden(model)
+    peers.sigma_reparam(model)
+    torch.testing.assert_close(hidden(model), before, rtol=1e-6, atol=1e-8)  # gamma = sigma(W0): W_hat = W0
+    query = model.encoder.layer[0].attention.self.query
+    norm = query.parametrizations.weight[0]
+    with torch.no_grad():
+        norm.gamma.mul_(2.0)
+    stored = query.parametrizations.weight.original
+    sigma = torch.linalg.matrix_norm(stored.detach(), ord=2)
+    torch.testing.assert_close(query.weight.detach(), norm.gamma.detach() / sigma * stored.detach(), rtol=1e-6, atol=1e-10)
+
+
+def test_qk_norm_is_timms_qk_norm(float64_default):
+    reference = vit(qk_norm=True)
+    with torch.no_grad():
+        for name, param in reference.named_parameters():
+            if "q_norm" in name or "k_norm" in name:
+                param.copy_(torch.randn_like(param))
+    model = vit(seed=5)
+    changed = peers.qk_norm(model)
+    assert changed == ["blocks.0.attn.qkv", "blocks.1.attn.qkv"]
+    renamed = {k.replace("attn.q_norm", "attn.qkv.q_norm").replace("attn.k_norm", "attn.qkv.k_norm"): v
+               for k, v in reference.state_dict().items()}
+    model.load_state_dict(renamed)  # strict: one to one
+    images = torch.randn(3, 1, 28, 28)
+    assert_close(model.eval()(images), reference.eval()(images))
+
+
+@pytest.mark.parametrize("peer", [peers.spectral_norm, peers.sigma_reparam, peers.qk_norm])
+def test_targets_and_exclude_select_as_speccond_apply_does(peer):
+    model = vit()
+    changed = peer(model, targets=[r"blocks\.1\."])
+    assert changed and all(name.startswith("blocks.1.") for name in changed)
+    other = vit()
+    assert peer(other, exclude=[r"blocks\.1\."]) == [name.replace("blocks.1.", "blocks.0.") for name in changed]
+
+
+def test_remove_merges_the_spectral_peers_and_restores_on_request():
+    model = bert()
+    peers.sigma_reparam(model)
+    with torch.no_grad():
+        model.encoder.layer[0].attention.self.query.parametrizations.weight[0].gamma.mul_(3.0)
+    effective = hidden(model)
+    merged = peers.remove(copy.deepcopy(model), merge=True)
+    assert peers.applied(merged) == [] and type(merged.encoder.layer[0].attention.self.query) is nn.Linear
+    assert_close(hidden(merged), effective)
+    original = model.encoder.layer[0].attention.self.query.parametrizations.weight.original
+    restored = peers.remove(model, merge=False)
+    assert restored.encoder.layer[0].attention.self.query.weight is original  # the trained W, same object
+    with pytest.raises(ValueError, match="nothing to remove"):
+        peers.remove(restored)
+
+
+def test_qk_norm_cannot_be_merged_and_is_refused_before_anything_changes():
+    model = vit()
+    peers.qk_norm(model)
+    assert peers.applied(model) == ["blocks.0.attn.qkv", "blocks.1.attn.qkv"]
+    images = torch.randn(2, 1, 28, 28)
+    before = model.eval()(images)
+    with pytest.raises(ValueError, match=r"cannot be merged.*merge=False"):
+        peers.remove(model, merge=True)
+    assert torch.equal(model(images), before) and len(peers.applied(model)) == 2
+    peers.remove(model, merge=False)
+    assert peers.applied(model) == [] and not hasattr(model.blocks[0].attn.qkv, "q_norm")
+    assert set(model.state_dict()) == set(vit().state_dict())
+
+
+def test_a_peer_refuses_before_anything_changes():
+    model = bert()
+    speccond.apply(model, speccond.SpectralConfig(lam="auto"))  # q, k, v now carry a parametrization
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="already has a parametrization"):
+        peers.spectral_norm(model)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+    with pytest.raises(ValueError, match="init_iterations must be an int >= 1"):
+        peers.sigma_reparam(bert(), init_iterations=0)
+    with pytest.raises(ValueError, match="already normalises q and k"):
+        peers.qk_norm(vit(qk_norm=True))
