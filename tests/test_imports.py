@@ -2,7 +2,8 @@
 experiment harness.
 
 Every ``import`` and ``from ... import`` of a speccond module counts, at module level or inside a
-function (a lazy import hides a cycle, it does not remove it). The implicit import of a parent package
+function (a lazy import hides a cycle, it does not remove it), except under ``if TYPE_CHECKING:``,
+which never runs (annotations only). The implicit import of a parent package
 (``speccond.adapters.base`` runs ``speccond/adapters/__init__.py``) is not an edge: Python imports
 packages before their modules by design.
 """
@@ -28,7 +29,15 @@ def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The speccond modules ``name`` imports (a ``from package import module`` names the module)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner) for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for statement in node.body for inner in ast.walk(statement)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

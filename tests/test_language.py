@@ -26,7 +26,8 @@ from speccond.experiments import checkpoint, mlm
 from speccond.experiments.bert_model import ENCODER, POOLER
 from speccond.experiments.compare import compare
 from speccond.experiments.glue import glue_table
-from speccond.experiments.config import METHODS, TrainConfig
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.methods import METHODS
 from speccond.experiments.pretrained import load_pretrained
 from speccond.experiments.runs import read_run
 from speccond.experiments.stats import mean_interval, paired_difference

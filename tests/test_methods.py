@@ -12,7 +12,8 @@ from torch import nn
 
 import speccond
 from speccond.adapters import find_projections
-from speccond.experiments.config import METHODS, TrainConfig
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.methods import METHODS
 from speccond.experiments.methods import apply_method
 
 from .conftest import assert_close

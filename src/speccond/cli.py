@@ -39,8 +39,8 @@ def non_negative_float(text: str) -> float:
 
 
 def method_list(text: str) -> list[str]:
-    """argparse ``type=`` for ``--methods``: comma-separated names from experiments.config.METHODS, at least one."""
-    from speccond.experiments.config import METHODS
+    """argparse ``type=`` for ``--methods``: comma-separated names from experiments.methods.METHODS, at least one."""
+    from speccond.experiments.methods import METHODS
 
     methods = [m.strip() for m in text.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]

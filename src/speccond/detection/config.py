@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from speccond.experiments.config import METHODS
+from speccond.experiments.methods import METHODS
 from speccond.experiments.config_fields import ConfigFields
 
 TASKS = {"fashion-scenes": "fashion-scenes"}  # detection task -> the prepared dataset it reads
@@ -22,7 +22,7 @@ MODELS = ("xcit-maskrcnn", "vit-maskrcnn")  # detection/model.py TRUNKS
 class DetectionConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     task: str = "fashion-scenes"  # one of TASKS
     model: str = "xcit-maskrcnn"  # one of MODELS: Mask R-CNN on a timm XCiT or ViT trunk
-    method: str = "spectral"  # one of experiments.config.METHODS, applied to the trunk's attention
+    method: str = "spectral"  # one of experiments.methods.METHODS, applied to the trunk's attention
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
     target_kappa: float = 0.0  # > 1: lam="auto" (lam per block so the Weyl bound meets it; lam is ignored)

@@ -9,22 +9,15 @@ import math
 from dataclasses import dataclass
 
 from speccond.experiments.config_fields import ConfigFields
+from speccond.experiments.methods import METHODS  # the registry of methods (methods.py)
 
-# baseline: no correction; spectral: the fixed correction (lam, correction); spectral-svd: the fixed SVD
-# correction; shifted-init: W0 + lam I_k baked in at initialisation and no correction afterwards (the
-# ablation that asks whether the fixed correction matters beyond initialisation, PAPER.md section 3).
-# The peers (experiments/methods.py), on the same q, k, v projections:
-# sigma-reparam: W_hat = gamma / sigma(W) * W per q, k, v block, gamma learnable (Zhai et al., 2023);
-# spectral-norm: W_hat = W / sigma(W) per q, k, v block (Miyato et al., 2018);
-# qk-norm: LayerNorm over head_dim on each head of q and of k before the logits (Dehghani et al., 2023).
-METHODS = ("baseline", "spectral", "spectral-svd", "shifted-init", "sigma-reparam", "spectral-norm", "qk-norm")
 
 
 @dataclass(frozen=True)
 class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
     model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*) or "bert" (mlm, glue-*)
-    method: str = "spectral"  # one of METHODS
+    method: str = "spectral"  # one of methods.METHODS (the registry)
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
     target_kappa: float = 0.0  # > 1: lam="auto" (lam per block so the Weyl bound meets it; lam is ignored)

@@ -7,28 +7,70 @@ fixed correction only in what they do to those projections:
 - "baseline": nothing.
 - "spectral": W + C with the fixed correction C (lam, correction) of Saratchandran and Lucey (2025).
 - "spectral-svd": W + C with the fixed SVD correction C = sigma_max U V^T.
-- "shifted-init": W0 + lam I baked into the initial weights, no correction afterwards.
+- "shifted-init": W0 + lam I baked into the initial weights, no correction afterwards (the ablation that
+  asks whether the fixed correction matters beyond initialisation, PAPER.md section 3).
 - "sigma-reparam": W_hat = gamma / sigma(W) * W per q, k, v block, gamma learnable (Zhai et al., 2023).
 - "spectral-norm": W_hat = W / sigma(W) per q, k, v block (Miyato et al., 2018).
 - "qk-norm": LayerNorm over head_dim on every head of q and of k before the logits (Dehghani et al., 2023).
 
-The peers are the public functions of :mod:`speccond.peers` (sigma_reparam, spectral_norm, qk_norm);
-this module maps a TrainConfig onto them and onto speccond.apply.
+The peers are the public functions of :mod:`speccond.peers`. Each method is one :class:`Method` in
+:data:`REGISTRY`: its name, how it is applied, the TrainConfig fields it reads beyond the shared ones,
+and whether it conditions q, k, v. Everything else derives from the registry: the names TrainConfig
+and the command line accept (:data:`METHODS`), the report's grouping (a baseline run ignores lam),
+labels, and the fields a pre-trained encoder must share. A new method is a function and one
+``register`` line.
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from torch import nn
 
 import speccond
 from speccond import peers
-from speccond.experiments.config import METHODS, TrainConfig
+from speccond.experiments.report_format import show_value
+
+if TYPE_CHECKING:
+    from speccond.experiments.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
+# Fields a label shows only when they differ from TrainConfig's default (when the method reads them).
+LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "refresh_every": 0}
 
-def apply_method(model: nn.Module, config: TrainConfig) -> None:
+
+@dataclass(frozen=True)
+class Method:
+    """One method a comparison can train.
+
+    Attributes:
+        name: what ``TrainConfig.method`` and ``--methods`` say.
+        apply: applies it in place to a freshly built model, given the run's config.
+        reads: the TrainConfig fields it depends on beyond the shared ones (the others never change its runs).
+        conditions: whether it conditions q, k, v with speccond (a pre-trained encoder must then match the
+            conditioning fields, pretrained.py).
+    """
+
+    name: str
+    apply: Callable[[nn.Module, "TrainConfig"], None]
+    reads: tuple[str, ...] = ()
+    conditions: bool = False
+
+
+REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add ``method`` to the registry (its name must be new)."""
+    if method.name in REGISTRY:
+        raise ValueError(f"method {method.name!r} is registered twice")
+    REGISTRY[method.name] = method
+    return method
+
+
+def apply_method(model: nn.Module, config: "TrainConfig") -> None:
     """Apply ``config.method`` to ``model`` in place (a freshly built model, not yet trained).
 
     Raises:
@@ -36,37 +78,74 @@ def apply_method(model: nn.Module, config: TrainConfig) -> None:
             attention that no adapter covers); a projection already carries a parametrization; qk-norm was
             asked for an attention that reads its weight directly or already normalises q and k.
     """
-    method = config.method
-    if method == "baseline":
-        return
-    if method == "spectral":
-        speccond.apply(model, speccond.SpectralConfig(
-            lam=_lam(config), correction=config.correction, granularity=config.granularity,
-            target_kappa=config.target_kappa or 2.0, **_scales(config)))
-    elif method == "spectral-svd":
-        speccond.apply(model, speccond.SpectralConfig(
-            correction="svd", granularity=config.granularity, **_scales(config)))
-    elif method == "shifted-init":  # W0 + C as a plain initialisation: decay then pulls it to 0, not to C
-        speccond.apply(model, speccond.SpectralConfig(
-            lam=_lam(config), granularity=config.granularity, target_kappa=config.target_kappa or 2.0,
-            **_scales(config)))
-        speccond.remove(model, merge=True)
-    elif method == "sigma-reparam":
-        peers.sigma_reparam(model)
-    elif method == "spectral-norm":
-        peers.spectral_norm(model)
-    elif method == "qk-norm":
-        peers.qk_norm(model)
-    else:
-        raise ValueError(f"unknown method {method!r}; known methods: {', '.join(METHODS)}")
-    log.info("applied method %s to %s", method, type(model).__name__)
+    method = REGISTRY.get(config.method)
+    if method is None:
+        raise ValueError(f"unknown method {config.method!r}; known methods: {', '.join(REGISTRY)}")
+    method.apply(model, config)
+    log.info("applied method %s to %s", method.name, type(model).__name__)
 
 
-def _lam(config: TrainConfig) -> float | str:
+def parameters() -> tuple[str, ...]:
+    """Every field some method reads, in registration order."""
+    return tuple(dict.fromkeys(field for method in REGISTRY.values() for field in method.reads))
+
+
+def reads(method: str, field: str) -> bool:
+    """Whether runs of ``method`` depend on ``field``: any field that is not a method parameter, and the
+    method's own parameters (an unknown method, read from an old run: all of them)."""
+    known = REGISTRY.get(method)
+    return field not in parameters() or known is None or field in known.reads
+
+
+def label(values: dict) -> str:
+    """A label from a method's settings (the fields it reads, see ``reads``), e.g. "baseline",
+    "spectral lam=10", "spectral lam=auto(kappa<=50) correction=svd", "spectral-svd granularity=projection"."""
+    parts = [values["method"]]
+    if values.get("target_kappa") and values["method"] in ("spectral", "shifted-init"):
+        parts.append(f"lam=auto(kappa<={show_value(values['target_kappa'])})")
+    elif "lam" in values:
+        parts.append(f"lam={show_value(values['lam'])}")
+    if values.get("correction", "identity") != "identity":
+        parts.append(f"correction={values['correction']}")
+    parts += [f"{name}={show_value(values[name])}" for name, default in LABELLED_WHEN_SET.items()
+              if name in values and values[name] != default]
+    return " ".join(parts)
+
+
+# -- the methods -----------------------------------------------------------------------------------------
+def _spectral(model: nn.Module, config: "TrainConfig") -> None:
+    speccond.apply(model, speccond.SpectralConfig(
+        lam=_lam(config), correction=config.correction, granularity=config.granularity,
+        target_kappa=config.target_kappa or 2.0, **_scales(config)))
+
+
+def _spectral_svd(model: nn.Module, config: "TrainConfig") -> None:
+    speccond.apply(model, speccond.SpectralConfig(correction="svd", granularity=config.granularity, **_scales(config)))
+
+
+def _shifted_init(model: nn.Module, config: "TrainConfig") -> None:
+    """W0 + C as a plain initialisation: weight decay then pulls it to 0, not to C."""
+    speccond.apply(model, speccond.SpectralConfig(
+        lam=_lam(config), granularity=config.granularity, target_kappa=config.target_kappa or 2.0, **_scales(config)))
+    speccond.remove(model, merge=True)
+
+
+def _lam(config: "TrainConfig") -> float | str:
     """config.lam, or "auto" when config.target_kappa is set."""
     return "auto" if getattr(config, "target_kappa", 0) else config.lam
 
 
-def _scales(config: TrainConfig) -> dict[str, float | str]:
+def _scales(config: "TrainConfig") -> dict[str, float | str]:
     """lam_q, lam_k, lam_v: the lam for the projections in config.corrected, 0 (untouched) for the rest."""
     return {f"lam_{role}": (_lam(config) if role in config.corrected else 0.0) for role in "qkv"}
+
+
+_CONDITIONING = ("corrected", "granularity", "target_kappa")
+register(Method("baseline", lambda model, config: None))
+register(Method("spectral", _spectral, ("lam", "correction", *_CONDITIONING, "refresh_every"), conditions=True))
+register(Method("spectral-svd", _spectral_svd, ("corrected", "granularity", "refresh_every"), conditions=True))
+register(Method("shifted-init", _shifted_init, ("lam", *_CONDITIONING), conditions=True))
+register(Method("sigma-reparam", lambda model, config: peers.sigma_reparam(model)))
+register(Method("spectral-norm", lambda model, config: peers.spectral_norm(model)))
+register(Method("qk-norm", lambda model, config: peers.qk_norm(model)))
+METHODS = tuple(REGISTRY)  # in registration order: what TrainConfig.method and --methods accept

@@ -35,11 +35,11 @@ from torch import nn
 from speccond.experiments import checkpoint
 from speccond.experiments.bert_model import ENCODER, POOLER
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.methods import REGISTRY
 
 log = logging.getLogger(__name__)
 
 SAME_ARCHITECTURE = ("model", "embed_dim", "depth", "num_heads")
-SPECTRAL_METHODS = ("spectral", "spectral-svd", "shifted-init")
 SPECTRAL_PARAMETERS = ("lam", "target_kappa", "correction", "corrected", "granularity")
 
 
@@ -50,7 +50,8 @@ def init_dir(config: TrainConfig) -> Path:
 
 def conditioning(config: TrainConfig) -> dict:
     """The fields that define what the method does to q, k, v (module docstring)."""
-    return _pick(config, ("method",) + (SPECTRAL_PARAMETERS if config.method in SPECTRAL_METHODS else ()))
+    method = REGISTRY.get(config.method)
+    return _pick(config, ("method",) + (SPECTRAL_PARAMETERS if method is not None and method.conditions else ()))
 
 
 def _pick(config: TrainConfig, names: tuple[str, ...]) -> dict:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from speccond.experiments import methods
 from speccond.experiments.report_format import duration, jsonable, percent, show_value, signed_percent
 from speccond.experiments.runs import RunRecord, find_runs, read_run
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
@@ -29,16 +30,6 @@ from speccond.experiments.stats import Interval, mean_interval, paired_differenc
 log = logging.getLogger(__name__)
 
 IGNORED_FIELDS = ("seed", "track_every", "checkpoint_every")  # change how a run is recorded, not its result
-# The TrainConfig fields each method reads beyond the shared ones; the others never change its runs.
-_SPECTRAL = ("corrected", "granularity", "target_kappa")
-METHOD_PARAMETERS = {
-    "baseline": (), "spectral": ("lam", "correction", *_SPECTRAL, "refresh_every"),
-    "spectral-svd": ("corrected", "granularity", "refresh_every"), "shifted-init": ("lam", *_SPECTRAL),
-    "sigma-reparam": (), "spectral-norm": (), "qk-norm": (),
-}
-_PARAMETERS = ("lam", "correction", *_SPECTRAL, "refresh_every")  # every field some method reads; unknown methods keep all
-# Parameters a label shows only when they differ from TrainConfig's default
-_LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "refresh_every": 0}
 FAMILY_NAMES = {"vit": "ViT", "deit": "DeiT", "swin": "Swin", "xcit": "XCiT", "davit": "DaViT"}
 DEFAULT_OUT = Path("report")
 VARIES = "(varies)"
@@ -135,10 +126,10 @@ def group_runs(records: Sequence[RunRecord]) -> list[Group]:
     settings = [dict(key) for key in by_key]
     order = _group_order(settings)
     settings, run_lists = [settings[i] for i in order], [list(by_key.values())[i] for i in order]
-    varying = sorted({f for s in settings for f in s if len({t.get(f) for t in settings}) > 1} - {"method", *_PARAMETERS})
+    varying = sorted({f for s in settings for f in s if len({t.get(f) for t in settings}) > 1} - {"method", *methods.parameters()})
     groups = []
     for values, runs in zip(settings, run_lists):
-        label = _method_label(values)
+        label = methods.label(values)
         extra = [f"{f}={show_value(values[f])}" for f in varying if f in values]
         groups.append(Group(label + (f" ({', '.join(extra)})" if extra else ""), values["method"], values,
                             tuple(sorted(runs, key=lambda r: r.seed))))
@@ -178,17 +169,15 @@ def config_key(config) -> tuple:
     values = config.to_dict()
     for name in IGNORED_FIELDS:
         values.pop(name, None)
-    for name in _PARAMETERS:
-        if name not in METHOD_PARAMETERS.get(config.method, _PARAMETERS):
+    for name in methods.parameters():
+        if not methods.reads(config.method, name):
             values.pop(name)
     return tuple(sorted(values.items()))
 
 
 def reads(method: str, field: str) -> bool:
     """Whether runs of ``method`` depend on TrainConfig ``field`` (the seed and recording fields never count)."""
-    if field in IGNORED_FIELDS:
-        return False
-    return field not in _PARAMETERS or field in METHOD_PARAMETERS.get(method, _PARAMETERS)
+    return field not in IGNORED_FIELDS and methods.reads(method, field)
 
 
 def _key(record: RunRecord) -> tuple:
@@ -208,19 +197,6 @@ def _group_order(settings: list[dict]) -> list[int]:
         return first[values["method"]], ordered
 
     return sorted(range(len(settings)), key=sort_key)
-
-
-def _method_label(values: dict) -> str:
-    parts = [values["method"]]
-    if values.get("target_kappa") and values["method"] in ("spectral", "shifted-init"):
-        parts.append(f"lam=auto(kappa<={show_value(values['target_kappa'])})")
-    elif "lam" in values:
-        parts.append(f"lam={show_value(values['lam'])}")
-    if values.get("correction", "identity") != "identity":
-        parts.append(f"correction={values['correction']}")
-    parts += [f"{name}={show_value(values[name])}" for name, default in _LABELLED_WHEN_SET.items()
-              if name in values and values[name] != default]
-    return " ".join(parts)
 
 
 def _markdown(report: Report) -> str:

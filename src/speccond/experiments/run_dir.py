@@ -59,11 +59,13 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), ki
 
 
 def method_label(config) -> str:
-    """The method and its lam, as config.json's "label": "baseline", "spectral lam=10", "spectral lam=auto(kappa<=50)"."""
-    if config.method not in ("spectral", "shifted-init"):
-        return config.method
-    lam = f"auto(kappa<={config.target_kappa:g})" if config.target_kappa else f"{config.lam:g}"
-    return f"{config.method} lam={lam}"
+    """config.json's "label": the method and its lam ("baseline", "spectral lam=10",
+    "spectral lam=auto(kappa<=50)"), by methods.label over those fields the method reads."""
+    from speccond.experiments import methods
+
+    values = {"method": config.method}
+    values.update({name: getattr(config, name) for name in ("lam", "target_kappa") if methods.reads(config.method, name)})
+    return methods.label(values)
 
 
 def command() -> list[str]:
