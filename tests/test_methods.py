@@ -224,6 +224,7 @@ def test_qk_norm_normalises_every_head_of_the_logit_blocks_only(family, float64_
 ADDED_PARAMETERS = {
     "sigma-reparam": {"blocks.0.attn.qkv.parametrizations.weight.0.gamma"},
     "qk-norm": {f"blocks.0.attn.qkv.{r}_norm.{p}" for r in "qk" for p in ("weight", "bias")},
+    "layer-scale": {"blocks.0.attn.layer_scale_gamma"},
 }
 PARAMETRIZED = ("spectral", "spectral-svd", "sigma-reparam", "spectral-norm")
 

@@ -116,7 +116,7 @@ def test_qk_norm_cannot_be_merged_and_is_refused_before_anything_changes():
     assert peers.applied(model) == ["blocks.0.attn.qkv", "blocks.1.attn.qkv"]
     images = torch.randn(2, 1, 28, 28)
     before = model.eval()(images)
-    with pytest.raises(ValueError, match=r"cannot be merged.*merge=False"):
+    with pytest.raises(ValueError, match=r"QKNormHook act on the attention.s activations.*cannot be merged.*merge=False"):
         peers.remove(model, merge=True)
     assert torch.equal(model(images), before) and len(peers.applied(model)) == 2
     peers.remove(model, merge=False)
@@ -135,3 +135,35 @@ def test_a_peer_refuses_before_anything_changes():
         peers.sigma_reparam(bert(), init_iterations=0)
     with pytest.raises(ValueError, match="already normalises q and k"):
         peers.qk_norm(vit(qk_norm=True))
+
+
+def test_layer_scale_is_timms_layer_scale_on_the_attention_branch(float64_default):
+    """timm's VisionTransformer(init_values=...) scales both branches (ls1 after attention, ls2 after the
+    MLP); with ls2 fixed at 1 it is the attention-branch LayerScale that peers.layer_scale adds."""
+    reference = vit(init_values=0.1)
+    with torch.no_grad():
+        for block in reference.blocks:
+            block.ls1.gamma.copy_(torch.rand_like(block.ls1.gamma))
+            block.ls2.gamma.fill_(1.0)
+    model = vit(seed=5)
+    assert peers.layer_scale(model) == ["blocks.0.attn", "blocks.1.attn"]
+    state = {k.replace("ls1.gamma", "attn.layer_scale_gamma"): v for k, v in reference.state_dict().items()
+             if "ls2" not in k}
+    model.load_state_dict(state)  # strict: one to one
+    images = torch.randn(3, 1, 28, 28)
+    assert_close(model.eval()(images), reference.eval()(images))
+    with pytest.raises(ValueError, match="LayerScaleHook act on"):
+        peers.remove(model, merge=True)
+    peers.remove(model, merge=False)
+    assert set(model.state_dict()) == set(vit().state_dict()) and peers.applied(model) == []
+
+
+def test_layer_scale_on_a_transformers_model_scales_the_attention_output():
+    model, plain = bert(), bert()
+    peers.layer_scale(model, init=0.5)
+    attention = model.encoder.layer[0].attention.self
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        ours = attention(x)[0]
+        theirs = plain.encoder.layer[0].attention.self(x)[0]
+    assert_close(ours, 0.5 * theirs)

@@ -12,6 +12,7 @@ fixed correction only in what they do to those projections:
 - "sigma-reparam": W_hat = gamma / sigma(W) * W per q, k, v block, gamma learnable (Zhai et al., 2023).
 - "spectral-norm": W_hat = W / sigma(W) per q, k, v block (Miyato et al., 2018).
 - "qk-norm": LayerNorm over head_dim on every head of q and of k before the logits (Dehghani et al., 2023).
+- "layer-scale": gamma * attention(x), gamma learnable per channel from 0.1 (Touvron et al., 2021).
 
 The peers are the public functions of :mod:`speccond.peers`. Each method is one :class:`Method` in
 :data:`REGISTRY`: its name, how it is applied, the TrainConfig fields it reads beyond the shared ones,
@@ -148,4 +149,5 @@ register(Method("shifted-init", _shifted_init, ("lam", *_CONDITIONING), conditio
 register(Method("sigma-reparam", lambda model, config: peers.sigma_reparam(model)))
 register(Method("spectral-norm", lambda model, config: peers.spectral_norm(model)))
 register(Method("qk-norm", lambda model, config: peers.qk_norm(model)))
+register(Method("layer-scale", lambda model, config: peers.layer_scale(model)))
 METHODS = tuple(REGISTRY)  # in registration order: what TrainConfig.method and --methods accept

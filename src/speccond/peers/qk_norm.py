@@ -16,6 +16,7 @@ from torch import nn
 from speccond.adapters import ProjectionSite
 from speccond.adapters.base import QK_L2_OVER_TOKENS
 from speccond.layout import ProjectionLayout
+from speccond.peers.hooks import PeerHook
 from speccond.peers.targets import projection_sites
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def qk_norm(
     return [site.module_name for site, blocks in plans if blocks]
 
 
-class QKNormHook:
+class QKNormHook(PeerHook):
     """Forward hook y -> y with every head of the q and k blocks layer-normalised over head_dim.
 
         q_h <- LayerNorm_q(q_h),  k_h <- LayerNorm_k(k_h)   for each head h      (Dehghani et al., ICML 2023)
@@ -73,6 +74,10 @@ class QKNormHook:
             normed = getattr(module, norm_name)(heads).flatten(-2)  # (..., H * dh)
             output = output.index_copy(output.dim() - 1, rows, normed)  # (..., out)
         return output
+
+    def take_off(self, module: nn.Module) -> None:
+        for _, norm_name in self.blocks:
+            delattr(module, norm_name)
 
 
 def _blocks(site: ProjectionSite) -> tuple[tuple[str, str], ...]:

@@ -1,11 +1,13 @@
-"""Taking the peer methods off a model, as ``speccond.remove`` takes the correction off."""
+"""Taking the peer methods off a model, as ``speccond.remove`` takes the correction off: the spectral
+peers' parametrizations, and every forward hook deriving from :class:`~speccond.peers.hooks.PeerHook`
+(qk_norm, layer_scale, and any peer added the same way)."""
 from __future__ import annotations
 
 from torch import nn
 from torch.nn.utils import parametrize
 
 from speccond.backends import give_own_class
-from speccond.peers.qk_norm import QKNormHook
+from speccond.peers.hooks import PeerHook
 from speccond.peers.spectral_norm import BlockSpectralNorm
 
 
@@ -15,7 +17,7 @@ def applied(model: nn.Module) -> list[str]:
     for name, module in model.named_modules():
         for param_name in _normed(module):
             names.append(f"{name}.{param_name}" if name else param_name)
-        if _qk_hooks(module):
+        if _hooks(module):
             names.append(name)
     return names
 
@@ -24,19 +26,20 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
     """Take every peer method off ``model`` and return it.
 
     spectral_norm / sigma_reparam: ``merge=True`` stores W_hat (the function is kept; torch's
-    ``leave_parametrized=True``), ``merge=False`` restores the trained W. qk_norm is not linear, so it
-    cannot be merged into W: with ``merge=True`` a model carrying it is refused before anything changes;
-    ``merge=False`` removes its hooks and LayerNorms (the function changes). The Parameters stay the same
-    objects.
+    ``leave_parametrized=True``), ``merge=False`` restores the trained W. The hook-based peers (qk_norm,
+    layer_scale) act on activations, which no weight holds, so they cannot be merged: with ``merge=True``
+    a model carrying one is refused before anything changes; ``merge=False`` removes the hooks and what
+    they added (the function changes). The Parameters of the model stay the same objects.
     """
-    found = [(module, _normed(module), _qk_hooks(module)) for module in model.modules()]
+    found = [(module, _normed(module), _hooks(module)) for module in model.modules()]
     found = [item for item in found if item[1] or item[2]]
     if not found:
-        raise ValueError("no peer method (spectral_norm, sigma_reparam, qk_norm) on this model; nothing to remove")
-    if merge and any(hooks for _, _, hooks in found):
+        raise ValueError("no peer method (speccond.peers) on this model; nothing to remove")
+    hooked = sorted({type(hook).__name__ for _, _, hooks in found for _, hook in hooks})
+    if merge and hooked:
         raise ValueError(
-            "qk_norm normalises the heads of q and k after the projection, which no weight can hold, so it cannot "
-            "be merged; speccond.peers.remove(model, merge=False) takes it off (and changes the function)"
+            f"{', '.join(hooked)} act on the attention's activations, which no weight can hold, so they cannot be "
+            "merged; speccond.peers.remove(model, merge=False) takes them off (and changes the function)"
         )
     for module, params, hooks in found:
         if params:
@@ -45,8 +48,7 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
             parametrize.remove_parametrizations(module, param_name, leave_parametrized=merge)
         for key, hook in hooks:
             del module._forward_hooks[key]
-            for _, norm_name in hook.blocks:
-                delattr(module, norm_name)
+            hook.take_off(module)
     return model
 
 
@@ -56,5 +58,5 @@ def _normed(module: nn.Module) -> list[str]:
     return [n for n, plist in module.parametrizations.items() if any(isinstance(p, BlockSpectralNorm) for p in plist)]
 
 
-def _qk_hooks(module: nn.Module) -> list:
-    return [(key, hook) for key, hook in module._forward_hooks.items() if isinstance(hook, QKNormHook)]
+def _hooks(module: nn.Module) -> list:
+    return [(key, hook) for key, hook in module._forward_hooks.items() if isinstance(hook, PeerHook)]
