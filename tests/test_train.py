@@ -141,12 +141,12 @@ def test_shifted_init_equals_spectral_at_step_zero_but_carries_no_correction():
 @needs_data
 def test_a_diverging_run_stops_keeps_a_good_checkpoint_and_stays_diverged(prepared, tmp_path, capsys):
     from speccond.cli import main
-    from speccond.experiments.run_dir import complete_rows
+    from speccond.diagnostics.records import read_metrics
 
     config = TINY.with_overrides(["method=baseline", "lr=1000", "grad_clip=0"])
     result = train(config, tmp_path / "run", progress=False)
     assert result["kind"] == "diverged" and result["loss"] in ("nan", "inf", "-inf")
-    rows = complete_rows(tmp_path / "run" / "metrics.jsonl")
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl", as_written=True)
     assert rows[-1] == result
     kept = checkpoint.latest(tmp_path / "run")
     model = build_model(config, FASHION)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from speccond.experiments.report_plots import finite_number, save_figure
-from speccond.experiments.runs import read_rows
+from speccond.diagnostics.records import read_metrics
 from speccond.experiments.stats import mean_interval
 
 FILE = "detection.png"
@@ -28,7 +28,7 @@ def write_detection_plot(groups: Sequence, out: Path) -> str:
     for index, group in enumerate(groups):
         color = f"C{index % 10}"
         for number, run in enumerate(group.included):
-            train = [r for r in read_rows(run.path / "metrics.jsonl") if r.get("kind") == "train" and finite_number(r.get("loss"))]
+            train = [r for r in read_metrics(run.path / "metrics.jsonl") if r.get("kind") == "train" and finite_number(r.get("loss"))]
             loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train], color=color, alpha=0.7,
                            linewidth=1, label=group.label if number == 0 else None)
         for axis, (figure_name, _, _) in zip(ap_axes, PANELS):

@@ -25,7 +25,8 @@ from speccond.detection.config import DetectionConfig
 from speccond.detection.plots import FILE as PLOT, write_detection_plot
 from speccond.experiments.report import Group, default_out, group_runs
 from speccond.experiments.report_format import duration, percent, show_value, signed_percent
-from speccond.experiments.runs import find_runs, read_rows
+from speccond.diagnostics.records import read_metrics
+from speccond.experiments.runs import find_runs
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def read_detection_run(run_dir: str | Path) -> DetectionRun:
     run_dir = Path(run_dir)
     record = json.loads((run_dir / "config.json").read_text())
     config = DetectionConfig.from_dict(record["config"])
-    rows = read_rows(run_dir / "metrics.jsonl")
+    rows = read_metrics(run_dir / "metrics.jsonl")
     total = next((int(r["total_steps"]) for r in reversed(rows) if r.get("total_steps") is not None), None)
     diverged = next((r for r in rows if r.get("kind") == "diverged"), None)
     final = next((r for r in reversed(rows) if r.get("kind") == "eval" and r.get("step") == r.get("total_steps")), None)

@@ -27,11 +27,12 @@ import speccond
 from speccond import data
 from speccond.data.fashion_scenes import SceneConfig, Scenes
 from speccond.detection.config import TASKS, DetectionConfig
+from speccond.diagnostics.records import read_metrics
 from speccond.detection.metrics import coco_evaluate, coco_ground_truth, detections
 from speccond.detection.model import build_detector
 from speccond.experiments import checkpoint
 from speccond.experiments.run_dir import (
-    METRICS, StepLoop, all_finite, append_row, complete_rows, drop_rows_after, record_divergence, recorded_divergence,
+    METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence,
     resume, write_config,
 )
 from speccond.experiments.train import TRAIN_ROW_EVERY, learning_rate
@@ -137,7 +138,7 @@ def train(config: DetectionConfig, run_dir: Path, stop_after: Optional[int] = No
     total_steps = steps_per_epoch * config.epochs
     step = resume(run_dir, model, optimizer)
     drop_rows_after(metrics, step)
-    finished = [r for r in complete_rows(metrics) if r.get("kind") == "eval" and r.get("step") == total_steps]
+    finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
     if finished:
         return finished[-1]
 

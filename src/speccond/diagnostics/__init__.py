@@ -11,9 +11,9 @@ Every function returns Records: rows that print as a table and save as JSON. Onl
 """
 from speccond.diagnostics.entropy import attention_entropy
 from speccond.diagnostics.layer_jacobian import attention_jacobian, jacobian_rows, theorem_bound
-from speccond.diagnostics.records import Records
+from speccond.diagnostics.records import Records, read_metrics
 from speccond.diagnostics.spectra import projection_spectra
-from speccond.diagnostics.tracker import Tracker, read_metrics
+from speccond.diagnostics.tracker import Tracker
 
 __all__ = [
     "Records",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from speccond.diagnostics.entropy import uniform_reference
-from speccond.diagnostics.tracker import read_metrics
+from speccond.diagnostics.records import read_metrics
 
 ROLES = ("q", "k", "v")
 

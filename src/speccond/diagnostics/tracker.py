@@ -11,7 +11,6 @@ Each measurement appends one JSON line per row, tagged with ``step`` and ``kind`
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Optional
@@ -20,7 +19,7 @@ from torch import nn
 
 from speccond.diagnostics.entropy import attention_entropy
 from speccond.diagnostics.layer_jacobian import jacobian_rows
-from speccond.diagnostics.records import _jsonable
+from speccond.diagnostics.records import append_rows
 from speccond.diagnostics.spectra import projection_spectra
 
 log = logging.getLogger(__name__)
@@ -74,20 +73,6 @@ class Tracker:
             rows += [dict(row, kind="jacobian") for row in measured]
         rows = [dict(row, step=step) for row in rows]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as handle:
-            for row in rows:
-                handle.write(json.dumps(_jsonable(row)) + "\n")
+        append_rows(self.path, rows)
         log.debug("tracked %d rows at step %d", len(rows), step)
         return rows
-
-
-def read_metrics(path: str | Path, kind: Optional[str] = None) -> list[dict]:
-    """Rows of a metrics.jsonl, optionally only those of one ``kind``; "inf" strings become floats."""
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if kind is None or row.get("kind") == kind:
-            rows.append({k: (float(v) if v in ("inf", "-inf", "nan") else v) for k, v in row.items()})
-    return rows

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from speccond.experiments import methods
-from speccond.experiments.report_format import duration, jsonable, percent, show_value, signed_percent
+from speccond.diagnostics.records import json_value
+from speccond.experiments.report_format import duration, percent, show_value, signed_percent
 from speccond.experiments.runs import RunRecord, find_runs, read_run
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
 
@@ -104,7 +105,7 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     report = Report(out, shlex.join(words), reference.label if reference else None, groups, summaries, plots, "")
     report = dataclasses.replace(report, markdown=_markdown(report))
     (out / "results.md").write_text(report.markdown)
-    (out / "results.json").write_text(json.dumps(jsonable(_json(report)), indent=2) + "\n")
+    (out / "results.json").write_text(json.dumps(json_value(_json(report)), indent=2) + "\n")
     log.info("report of %d runs in %d groups written to %s", sum(len(g.runs) for g in groups), len(groups), out)
     return report
 

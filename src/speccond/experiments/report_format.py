@@ -5,7 +5,6 @@ Shared by the classification report (report.py), the GLUE table (glue.py) and th
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 from speccond.experiments.stats import Interval
@@ -34,14 +33,3 @@ def duration(seconds: Optional[float]) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
-
-
-def jsonable(value):
-    """JSON has no nan or inf: write them as strings, as the metrics rows do (recursively through dicts and lists)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from speccond.diagnostics.entropy import uniform_reference
-from speccond.experiments.runs import read_rows
+from speccond.diagnostics.records import read_metrics
 
 ROLES = ("q", "k", "v")
 
@@ -26,7 +26,7 @@ def write_plots(groups: Sequence, out: Path) -> list[str]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    rows = {run.path: read_rows(run.path / "metrics.jsonl") for g in groups for run in g.included}
+    rows = {run.path: read_metrics(run.path / "metrics.jsonl") for g in groups for run in g.included}
     written = ["comparison.png"]
     figure, (loss_axis, epoch_axis, seed_axis) = plt.subplots(1, 3, figsize=(16, 4.5))
     for index, group in enumerate(groups):

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from speccond.diagnostics.entropy import uniform_reference
 from speccond.experiments.report_plots import finite_number, save_figure
-from speccond.experiments.runs import read_rows
+from speccond.diagnostics.records import read_metrics
 from speccond.experiments.stats import mean_interval
 
 FILE = "sweep.png"
@@ -49,7 +49,7 @@ def write_sweep_plot(groups: Sequence, reference, out: Path) -> Optional[str]:
 
     mine = sorted(mine, key=lambda g: g.settings[field])
     values = [g.settings[field] for g in mine]
-    rows = {run.path: read_rows(run.path / "metrics.jsonl") for g in mine for run in g.included}
+    rows = {run.path: read_metrics(run.path / "metrics.jsonl") for g in mine for run in g.included}
     entropy = [_mean([_step0_entropy(rows[run.path]) for run in g.included]) for g in mine]
     uniform = uniform_reference([r for found in rows.values() for r in found])
     panels = 3 if any(finite_number(e) for e in entropy) else 2

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 import speccond
+from speccond.diagnostics.records import append_rows, json_value, read_metrics
 from speccond.experiments import checkpoint
 
 log = logging.getLogger(__name__)
@@ -77,31 +78,16 @@ def command() -> list[str]:
 
 
 def append_row(path: Path, row: dict) -> None:
-    with path.open("a") as handle:
-        handle.write(json.dumps(row) + "\n")
-
-
-def complete_rows(path: Path) -> list[dict]:
-    """The complete rows of a metrics file ([] when missing); a line cut short by a kill is skipped.
-    (runs.read_rows is the reports' stricter reader.)"""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            log.warning("%s: skipping an incomplete line (a run killed while writing)", path)
-    return rows
+    append_rows(path, [row])
 
 
 def drop_rows_after(path: Path, step: int) -> None:
     """On resume, forget rows written after the checkpoint (they will be written again)."""
     if not path.is_file():
         return
-    kept = [row for row in complete_rows(path) if row.get("step", 0) <= step]
+    kept = [row for row in read_metrics(path, as_written=True) if row.get("step", 0) <= step]
     partial = path.with_suffix(".partial")
-    partial.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    partial.write_text("".join(json.dumps(json_value(row)) + "\n" for row in kept))
     partial.replace(path)
 
 
@@ -118,7 +104,7 @@ def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) ->
 
 def recorded_divergence(run_dir: Path) -> Optional[dict]:
     """The "diverged" row of a run that diverged before (logged: it is not trained again), else None."""
-    for row in complete_rows(run_dir / METRICS):
+    for row in read_metrics(run_dir / METRICS, as_written=True):
         if row.get("kind") == "diverged":
             log.error("%s diverged at step %d (loss %s); not training it again", run_dir, row["step"], row["loss"])
             return row

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from speccond.diagnostics.records import read_metrics
 from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
 
@@ -81,7 +82,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     run_dir = Path(run_dir)
     record = _read_config(run_dir / "config.json")
     config = _config(run_dir / "config.json", record)
-    rows = read_rows(run_dir / "metrics.jsonl")
+    rows = read_metrics(run_dir / "metrics.jsonl")
     evals = [r for r in rows if r.get("kind") == "eval"]
     total_steps = next((int(r["total_steps"]) for r in reversed(rows) if r.get("total_steps") is not None), None)
     if total_steps is None and config.train_size:
@@ -111,29 +112,6 @@ def read_run(run_dir: str | Path) -> RunRecord:
         seconds=_seconds(run_dir / "timing.json"), last_eval=last_eval,
         diverged_loss=None if diverged is None else str(diverged["loss"]),
     )
-
-
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a metrics.jsonl ([] when missing). A last line cut short by a kill is skipped; any other
-    unreadable line is a ValueError. Non-finite values written as strings ("nan", "inf") become floats."""
-    if not path.is_file():
-        return []
-    lines = path.read_text().splitlines()
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                log.warning("%s: skipping an incomplete last line (a run killed while writing)", path)
-                continue
-            raise ValueError(f"{path}, line {number}: not a JSON row ({error}); the metrics file is damaged") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}, line {number}: expected a JSON object (a metrics row), got {line[:80]!r}")
-        rows.append({k: (float(v) if v in ("inf", "-inf", "nan") else v) for k, v in row.items()})
-    return rows
 
 
 def load_model(config: TrainConfig, folder: Path):
