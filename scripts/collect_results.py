@@ -10,11 +10,13 @@ detection.png, with no summary row); ``NAME=F1,F2`` reports the runs of several 
 has one row per (folder, method): accuracy with its 95 % interval, the paired difference from the
 baseline, kappa at the end, diverged runs, wall time per run, next to the paper's row for it (PAPER.md
 section 4): ImageNet-1k top-1 for the model family on an image task, the LRA task's accuracy for an
-lra-* task (the Text and Retrieval rows are analogues here: bytes of other offline texts).
+lra-* task (the Text and Retrieval rows are analogues here: bytes of other offline texts). Rows of
+reports not named on the command line stay as they are in the summary.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import json
 import shutil
 from pathlib import Path
@@ -108,12 +110,37 @@ def main() -> None:
         "| diverged | minutes per run | paper (ImageNet-1k top-1, or LRA accuracy) | report |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for folder in args.folders:
-        lines += summarise(folder, args.docs)
+    rebuilt = {_name(folder): summarise(folder, args.docs) for folder in args.folders}
+    lines += merged_rows(args.docs / args.summary, rebuilt)
     text = "\n".join(lines) + "\n"
     args.docs.mkdir(parents=True, exist_ok=True)
     (args.docs / args.summary).write_text(text)
     print(text)
+
+
+def _name(folder: str) -> str:
+    """The report folder's name under --docs: NAME of NAME=F1,F2, else the folder's own name."""
+    return folder.split("=", 1)[0] if "=" in folder else Path(folder).name
+
+
+def merged_rows(summary: Path, rebuilt: dict[str, list[str]]) -> list[str]:
+    """The summary's rows with those of the rebuilt reports replaced where they stood (new ones last):
+    rebuilding one report never drops the rows of the others."""
+    out, placed = [], set()
+    existing = summary.read_text().splitlines()[2:] if summary.is_file() else []
+    for row in existing:
+        link = re.search(r"\[([^\]]+)\]\(\1/results\.md\)", row)
+        name = link.group(1) if link else None
+        if name in rebuilt:
+            if name not in placed:
+                out += rebuilt[name]
+                placed.add(name)
+            continue
+        out.append(row)
+    for name, rows in rebuilt.items():
+        if name not in placed:
+            out += rows
+    return out
 
 
 if __name__ == "__main__":
