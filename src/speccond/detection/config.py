@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from speccond.experiments.methods import METHODS
 from speccond.experiments.config_fields import ConfigFields
+from speccond.experiments.methods import METHODS
 
 TASKS = {"fashion-scenes": "fashion-scenes"}  # detection task -> the prepared dataset it reads
 MODELS = ("xcit-maskrcnn", "vit-maskrcnn")  # detection/model.py TRUNKS

@@ -15,7 +15,6 @@ a run resumed from any checkpoint ends with the same weights, bit for bit, as on
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 from pathlib import Path
 from typing import Optional
@@ -31,6 +30,7 @@ from speccond.diagnostics.records import read_metrics
 from speccond.detection.metrics import coco_evaluate, coco_ground_truth, detections
 from speccond.detection.model import build_detector
 from speccond.experiments import checkpoint
+from speccond.experiments.optimizer import adamw
 from speccond.experiments.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence,
     resume, write_config,
@@ -96,18 +96,10 @@ def evaluate(model: nn.Module, scenes: Scenes, batch_size: int = 25) -> dict:
 
 
 def make_optimizer(model: nn.Module, config: DetectionConfig) -> torch.optim.AdamW:
-    """AdamW with decoupled weight decay on matrices only: biases, norm scales and the trunk's
-    ``no_weight_decay()`` names (position embeddings; patterns such as XCiT's "pos_embed.*") are not decayed."""
+    """optimizer.adamw with the trunk's ``no_weight_decay()`` names exempt (position embeddings; patterns
+    such as XCiT's "pos_embed.*")."""
     exempt = [f"backbone.trunk.{name}" for name in model.backbone.trunk.no_weight_decay()]
-    decay, keep = [], []
-    for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
-            continue
-        plain = name.replace("parametrizations.", "").replace(".original", "")
-        excluded = parameter.ndim <= 1 or any(fnmatch.fnmatchcase(plain, pattern) for pattern in exempt)
-        (keep if excluded else decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": keep, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr)
+    return adamw(model, config.lr, config.weight_decay, exempt_patterns=exempt)
 
 
 def detector_for(config: DetectionConfig) -> nn.Module:

@@ -24,6 +24,7 @@ import speccond
 from speccond.experiments import checkpoint, mlm
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.distributed import Context
+from speccond.experiments.optimizer import adamw
 from speccond.experiments.pretrained import load_pretrained
 from speccond.experiments.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
@@ -36,18 +37,10 @@ TRAIN_ROW_EVERY = 10
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with decoupled weight decay on matrices only (the usual recipe, as timm's): biases, norm
-    scales, sigma-reparam's gamma and the model's ``no_weight_decay()`` names (position embedding,
-    class tokens) are not decayed."""
-    exempt = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    decay, keep = [], []
-    for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
-            continue
-        plain_name = name.replace("parametrizations.", "").replace(".original", "")
-        (keep if parameter.ndim <= 1 or plain_name in exempt else decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": keep, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr)
+    """optimizer.adamw with the model's ``no_weight_decay()`` names exempt, read as names (timm's position
+    embedding and class tokens)."""
+    exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
+    return adamw(model, config.lr, config.weight_decay, exempt_names=exempt)
 
 
 def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
