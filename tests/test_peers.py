@@ -167,3 +167,20 @@ def test_layer_scale_on_a_transformers_model_scales_the_attention_output():
         ours = attention(x)[0]
         theirs = plain.encoder.layer[0].attention.self(x)[0]
     assert_close(ours, 0.5 * theirs)
+
+
+def test_the_head_diagnostics_refuse_q_and_k_changed_by_a_hook():
+    """qk_norm's hook changes q and k after the weights: rebuilding heads from the weights would describe
+    another attention, so the diagnostics refuse (and the harness's tracker leaves entropy off)."""
+    from speccond.diagnostics import attention_entropy
+    from speccond.diagnostics.heads import rebuild_refusal
+
+    model = vit()
+    assert rebuild_refusal(model) == ""
+    peers.qk_norm(model)
+    assert "QKNormHook" in rebuild_refusal(model)
+    with pytest.raises(ValueError, match=r"blocks\.0\.attn\.qkv\.weight carries QKNormHook"):
+        attention_entropy(model, (torch.randn(2, 1, 28, 28),))
+    scaled = vit()
+    peers.layer_scale(scaled)  # scales the output, not q or k: the probabilities are still the weights'
+    assert rebuild_refusal(scaled) == ""

@@ -62,7 +62,20 @@ class AttentionLayer:
     adapter: Optional[object] = None  # the adapter that claimed the module; None when declared by a layout
 
     def check_weights_tell(self, what: str) -> None:
-        """Raise when PEFT tuner layers add an update the weights do not hold (see unmerged_tuner_layers)."""
+        """Raise when q, k or v is not what the weights give: PEFT tuner layers add an update the weights do
+        not hold (see unmerged_tuner_layers), or a forward hook on a projection changes its output (qk-norm's
+        LayerNorms; speccond's own y + x C^T hook is part of W + C and passes)."""
+        from speccond.backends import AddCorrectionHook
+
+        for projection in self.projections:
+            hooks = [h for h in projection.module._forward_hooks.values() if not isinstance(h, AddCorrectionHook)]
+            if hooks or projection.module._forward_pre_hooks:
+                kinds = sorted({type(h).__name__ for h in hooks})
+                kinds += ["a forward pre-hook"] if projection.module._forward_pre_hooks else []
+                raise ValueError(
+                    f"layer {self.index} ({self.name}): {what} read the q, k, v weights, but {projection.qualified_name} "
+                    f"carries {', '.join(kinds)}, which changes its output after the weights; measure without it"
+                )
         tuned = unmerged_tuner_layers(self.module)
         if tuned:
             raise ValueError(

@@ -58,22 +58,29 @@ class HFSeparateQkvAdapter:
     rebuilds: tuple[str, ...] = ()
 
     def head_inputs(self, module: nn.Module, args: tuple, kwargs: dict) -> HeadInputs:
+        reason = self.module_refusal(module)
+        if reason:
+            raise ValueError(reason)
+        return hf_head_inputs(module, args, kwargs)
+
+    def module_refusal(self, module: nn.Module) -> str:
+        """Why the head diagnostics do not rebuild this module, read off the module alone ('' = they do)."""
         family = type(module).__name__
         if "Nystromformer" in family:
-            raise ValueError("Nystrom attention approximates the softmax through landmarks; no full head to rebuild")
+            return "Nystrom attention approximates the softmax through landmarks; no full head to rebuild"
         if has_module(module, "relative_position_bias") and family.startswith(("Swin", "Donut")):
-            raise ValueError(
+            return (
                 "Swin attends inside (shifted) windows and adds its relative_position_bias module's output to the "
                 "logits; the head diagnostics do not rebuild windowed attention"
             )
         if family not in self.rebuilds:
-            raise ValueError(
+            return (
                 f"{family} is not among the families whose attention the head diagnostics rebuild and check "
                 f"({', '.join(self.rebuilds)}); it may add position biases or other terms to its logits"
             )
         if getattr(module, "position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"position_embedding_type={module.position_embedding_type!r} adds relative terms to the logits")
-        return hf_head_inputs(module, args, kwargs)
+            return f"position_embedding_type={module.position_embedding_type!r} adds relative terms to the logits"
+        return ""
 
     def matches(self, module: nn.Module) -> bool:
         path = class_path(module)

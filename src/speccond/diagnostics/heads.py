@@ -81,6 +81,18 @@ def _snapshot(norm):
     return copy.deepcopy(norm) if isinstance(norm, nn.Module) else norm
 
 
+def rebuild_refusal(model: nn.Module) -> str:
+    """Why the head diagnostics refuse an attention layer of ``model``, as far as the modules tell without a
+    call: the adapter's reason, PEFT tuner layers, hooks on a projection ('' when none does; a call can
+    still be refused for its inputs, e.g. a mask). Runs nothing."""
+    for layer in attention_layers(model):
+        try:
+            _check_rebuildable(layer)
+        except ValueError as error:
+            return str(error)
+    return ""
+
+
 def layer_count(model: nn.Module) -> int:
     return len(attention_layers(model))
 
@@ -90,6 +102,9 @@ def _check_rebuildable(layer: AttentionLayer) -> None:
     reason = "it was declared by a layout, so speccond does not know how it forms its logits"
     if layer.adapter is not None:
         reason = head_refusal(layer.adapter)
+        module_refusal = getattr(layer.adapter, "module_refusal", None)  # adapters whose answer depends on the module
+        if not reason and module_refusal is not None:
+            reason = module_refusal(layer.module) or None
     if reason:
         raise ValueError(
             f"layer {layer.index} ({layer.name}, {layer.adapter_name}): the head diagnostics cannot rebuild its "

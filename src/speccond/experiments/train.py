@@ -12,6 +12,7 @@ any checkpoint ends with the same weights, bit for bit, as one that was never in
 """
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Optional
@@ -34,6 +35,7 @@ from speccond.experiments.run_model import build_model
 from speccond.experiments.tasks import load_task, task_shape
 
 TRAIN_ROW_EVERY = 10
+log = logging.getLogger(__name__)
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -182,9 +184,14 @@ def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
     if not config.track_every:
         return None
     from speccond.diagnostics import Tracker
+    from speccond.diagnostics.heads import rebuild_refusal
 
-    # Head diagnostics (entropy) cover softmax attention over tokens (the ViT and DeiT families, BERT) and
-    # rebuild q and k from the weights, so they would miss qk-norm's LayerNorm hooks: off for qk-norm.
-    entropy = config.model in ("vit", "deit", "bert") and config.method != "qk-norm"
+    # Entropy needs the head diagnostics to rebuild every attention layer: softmax over tokens rebuilt from
+    # the weights (timm ViT and DeiT, BERT; not windowed, channel or landmark attention, nor q and k changed
+    # by a hook such as qk-norm's). Asked of the model, not of its family's name.
+    refusal = rebuild_refusal(model)
+    if refusal:
+        log.info("attention entropy not tracked: %s", refusal)
+    entropy = not refusal
     probe = task["test_x"][:8].to(next(model.parameters()).device)  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
     return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy)
