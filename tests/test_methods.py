@@ -28,10 +28,10 @@ def vit(seed: int = 0, **kwargs) -> nn.Module:
     return timm_vit.VisionTransformer(**{**options, **kwargs})
 
 
-def bert(seed: int = 0) -> nn.Module:
+def bert(seed: int = 0, layers: int = 1) -> nn.Module:
     torch.manual_seed(seed)
     config = transformers.BertConfig(
-        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        vocab_size=50, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=64,
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
     )
     return transformers.BertModel(config).train()

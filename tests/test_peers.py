@@ -16,23 +16,19 @@ from speccond import peers
 
 from .conftest import assert_close
 
-timm_vit = pytest.importorskip("timm.models.vision_transformer")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("timm")
+pytest.importorskip("transformers")
+
+from .test_methods import bert as methods_bert  # noqa: E402  (the peer tests' models are the harness tests')
+from .test_methods import vit as methods_vit  # noqa: E402
 
 
 def vit(seed: int = 0, **kwargs) -> nn.Module:
-    torch.manual_seed(seed)
-    options = dict(img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=32, depth=2, num_heads=2)
-    return timm_vit.VisionTransformer(**{**options, **kwargs})
+    return methods_vit(seed, **{"depth": 2, **kwargs})
 
 
 def bert(seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    config = transformers.BertConfig(
-        vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )
-    return transformers.BertModel(config).eval()
+    return methods_bert(seed, layers=2).eval()
 
 
 IDS = torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(3))
