@@ -19,7 +19,7 @@ import torch
 
 from speccond.diagnostics import attention_entropy
 from speccond.experiments import checkpoint
-from speccond.experiments.compare import preset
+from speccond.experiments.presets import preset
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.runs import load_model, read_run
 from speccond.experiments.tasks import load_task

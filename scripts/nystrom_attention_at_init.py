@@ -18,7 +18,7 @@ import torch
 from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
 
 from speccond.diagnostics.entropy import row_entropy
-from speccond.experiments.compare import preset
+from speccond.experiments.presets import preset
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.tasks import load_task, task_shape
 from speccond.experiments.run_model import build_model

@@ -14,7 +14,7 @@ import speccond
 from speccond import data
 from speccond.data import byte_text
 from speccond.data.store import Source, arrays_sha256, prepare
-from speccond.experiments.compare import preset
+from speccond.experiments.presets import preset
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.sequence_model import PAD, PairClassifier, build_nystromformer, pooled
 from speccond.experiments.tasks import load_task, task_shape

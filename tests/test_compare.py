@@ -214,7 +214,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.parametrize("task", ["fashion-mnist", "cifar10", "digits", "lra-image", "lra-pathfinder", "lra-listops"])
 @pytest.mark.parametrize("name", ["quick", "full"])
 def test_every_preset_builds_a_model_for_its_task(task, name):
-    from speccond.experiments.compare import preset
+    from speccond.experiments.presets import preset
     from speccond.experiments.tasks import task_shape
     from speccond.experiments.run_model import build_model
 

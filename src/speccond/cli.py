@@ -167,7 +167,8 @@ def _compare(args: argparse.Namespace) -> None:
         print(f"written: {Path(args.out) / 'results.md'}, results.json")
         return
     from speccond import data
-    from speccond.experiments.compare import compare, parse_sweep, preset, variants
+    from speccond.experiments.compare import compare, parse_sweep, variants
+    from speccond.experiments.presets import preset
     from speccond.experiments.tasks import task as task_of
     from speccond.experiments.config import TrainConfig
 
