@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from speccond.experiments.report_plots import finite_number, save_figure
+from speccond.diagnostics.plot import finite_number, save_figure
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments.stats import mean_interval
 

@@ -36,7 +36,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]
         spectra = read_metrics(path, kind="spectra")
         for column, role in enumerate(ROLES):
             for row, field in enumerate(("sigma_min", "kappa")):
-                steps, values = _mean_over_layers(spectra, field, projection=role)
+                steps, values = mean_by_step(spectra, field, projection=role)
                 axes[row][column].plot(steps, values, marker="o", markersize=3, label=label)
     for column, role in enumerate(ROLES):
         axes[0][column].set_title(f"W_{role.upper()}")
@@ -48,11 +48,11 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]
     axes[0][0].legend()
     figure.suptitle("Conditioning of the q, k, v projections (effective weights W + C)")
     figure.tight_layout()
-    written.append(_save(figure, out / "projection_conditioning.png"))
+    written.append(save_figure(figure, out / "projection_conditioning.png"))
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for label, path in runs.items():
-        steps, values = _mean_over_layers(read_metrics(path, kind="entropy"), "entropy")
+        steps, values = mean_by_step(read_metrics(path, kind="entropy"), "entropy")
         axis.plot(steps, values, marker="o", markersize=3, label=label)
     uniform = uniform_reference([r for p in runs.values() for r in read_metrics(p, kind="entropy")])
     if uniform is not None:
@@ -61,13 +61,13 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]
     axis.set_ylabel("attention entropy, nats (mean over layers and heads)")
     axis.legend()
     figure.tight_layout()
-    written.append(_save(figure, out / "attention_entropy.png"))
+    written.append(save_figure(figure, out / "attention_entropy.png"))
 
     jacobian = {label: read_metrics(path, kind="jacobian") for label, path in runs.items()}
     if any(jacobian.values()):
         figure, axis = plt.subplots(figsize=(6, 4))
         for label, rows in jacobian.items():
-            steps, values = _mean_over_layers(rows, "kappa_nonzero")
+            steps, values = mean_by_step(rows, "kappa_nonzero")
             axis.plot(steps, values, marker="o", markersize=3, label=label)
         axis.set_yscale("log")
         axis.set_xlabel("training step")
@@ -75,7 +75,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> list[Path]
         axis.set_title("Attention Jacobian w.r.t. W_Q, W_K, W_V")
         axis.legend()
         figure.tight_layout()
-        written.append(_save(figure, out / "jacobian_kappa.png"))
+        written.append(save_figure(figure, out / "jacobian_kappa.png"))
     return written
 
 
@@ -95,20 +95,26 @@ def _label(run_dir: Path) -> str:
     return run_dir.name
 
 
-def _mean_over_layers(rows: list[dict], field: str, **equal) -> tuple[list[int], list[float]]:
+def mean_by_step(rows: list[dict], field: str, **equal) -> tuple[list[int], list[float]]:
+    """(steps, mean of ``field`` at each step) over the rows whose fields equal ``equal`` (e.g. the layers of
+    one projection), skipping values that are not finite numbers: the curve every training plot draws."""
     by_step: dict[int, list[float]] = defaultdict(list)
     for row in rows:
-        if all(row.get(k) == v for k, v in equal.items()) and row.get(field) is not None:
-            value = float(row[field])
-            if math.isfinite(value):
-                by_step[int(row["step"])].append(value)
+        if all(row.get(k) == v for k, v in equal.items()) and finite_number(row.get(field)):
+            by_step[int(row["step"])].append(float(row[field]))
     steps = sorted(by_step)
     return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
 
-def _save(figure, path: Path) -> Path:
+def finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def save_figure(figure, path: Path) -> Path:
+    """Lay out, write (110 dpi) and close ``figure``; return ``path``."""
     import matplotlib.pyplot as plt
 
+    figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

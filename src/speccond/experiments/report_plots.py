@@ -7,12 +7,11 @@ tracked. Everything is read from each run's metrics.jsonl.
 """
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
 from speccond.diagnostics.entropy import uniform_reference
+from speccond.diagnostics.plot import finite_number, mean_by_step, save_figure
 from speccond.diagnostics.records import read_metrics
 
 ROLES = ("q", "k", "v")
@@ -61,11 +60,11 @@ def write_plots(groups: Sequence, out: Path) -> list[str]:
             label = group.label if number == 0 else None
             spectra = [r for r in tracked[run.path] if r["kind"] == "spectra" and r.get("head") is None]
             for axis, role in zip(axes, ROLES):
-                axis.plot(*_mean_by_step(spectra, "kappa", projection=role), color=f"C{index % 10}", alpha=0.7,
+                axis.plot(*mean_by_step(spectra, "kappa", projection=role), color=f"C{index % 10}", alpha=0.7,
                           marker="o", markersize=2, label=label)
             if entropy:
                 rows_ = [r for r in tracked[run.path] if r["kind"] == "entropy"]
-                axes[3].plot(*_mean_by_step(rows_, "entropy"), color=f"C{index % 10}", alpha=0.7, marker="o",
+                axes[3].plot(*mean_by_step(rows_, "entropy"), color=f"C{index % 10}", alpha=0.7, marker="o",
                              markersize=2, label=label)
     for axis, role in zip(axes, ROLES):
         axis.set(xlabel="training step", ylabel=f"kappa(W_{role}), mean over layers", yscale="log",
@@ -79,24 +78,3 @@ def write_plots(groups: Sequence, out: Path) -> list[str]:
     axes[0].legend(fontsize="small")
     save_figure(figure, out / "kappa.png")
     return written + ["kappa.png"]
-
-
-def _mean_by_step(rows: list[dict], field: str, **equal) -> tuple[list[int], list[float]]:
-    by_step: dict[int, list[float]] = defaultdict(list)
-    for row in rows:
-        if all(row.get(k) == v for k, v in equal.items()) and finite_number(row.get(field)):
-            by_step[int(row["step"])].append(float(row[field]))
-    steps = sorted(by_step)
-    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
-
-
-def finite_number(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def save_figure(figure, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from speccond.diagnostics.entropy import uniform_reference
-from speccond.experiments.report_plots import finite_number, save_figure
+from speccond.diagnostics.plot import finite_number, save_figure
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments.stats import mean_interval
 
