@@ -108,9 +108,7 @@ def apply(
                 warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
             weight = getattr(site.module, site.param_name)
             undos.append(Undo(site.module, weight, config.backend, writes=config.init == "preserve"))
-            parent_name, _, child_name = site.module_name.rpartition(".")
-            parent = model.get_submodule(parent_name) if site.module_name else None
-            attach(site.module, site.param_name, correction, config.backend, config.init, parent, child_name)
+            attach(site.module, site.param_name, correction, config.backend, config.init, *_placement(model, site))
         if verify_with is not None:
             _verify(model, verify_with)
             risks = _measured_collapse(model, verify_with, risks)
@@ -295,13 +293,20 @@ def _check_sites(model: nn.Module, sites: list[ProjectionSite], config: Spectral
             )
 
 
+def _placement(model: nn.Module, site: ProjectionSite) -> tuple[Optional[nn.Module], str]:
+    """(the module holding ``site.module``, its name there); (None, "") for the model itself."""
+    if not site.module_name:
+        return None, ""
+    parent_name, _, child_name = site.module_name.rpartition(".")
+    return model.get_submodule(parent_name), child_name
+
+
 def _check_not_rewritten_by_peft(model: nn.Module, site: ProjectionSite, backend: str) -> None:
     """PEFT wraps a Linear (or Conv1D) and calls it: the correction on the wrapped layer then holds (see
     speccond.peft_layers), except on the activation backend under a tuner that rescales the output (IA3,
     DoRA). PEFT's other tuner layers (LoRA for nn.MultiheadAttention) delete and re-register the wrapped
     module's weights around every forward, which would take the correction off. Those are refused."""
-    parent_name = site.module_name.rpartition(".")[0] if site.module_name else None
-    parent = model.get_submodule(parent_name) if parent_name is not None else None
+    parent, _ = _placement(model, site)
     if not is_tuner_layer(parent):
         return
     reason = rescaling_reason(parent)
@@ -309,7 +314,8 @@ def _check_not_rewritten_by_peft(model: nn.Module, site: ProjectionSite, backend
         raise ValueError(
             f"{site.qualified_name} ({site.source}) is wrapped by PEFT: {reason}, so the activation backend's "
             "x C^T would be rescaled with the output and no merge could keep it; use "
-            "SpectralConfig(backend='weight'), with which every PEFT tuner merges exactly"
+            "SpectralConfig(backend='weight'), with which the tuners tested (LoRA, DoRA, IA3, LoHa, LoKr, VeRA) "
+            "merge exactly"
         )
     if not (isinstance(site.module, nn.Linear) or is_conv1d(site.module)):
         raise ValueError(

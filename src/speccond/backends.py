@@ -45,8 +45,7 @@ class CorrectedLinearForward:
 
     def __call__(self, input: torch.Tensor) -> torch.Tensor:
         module = self.module
-        if self.parent is not None and self.parent._modules.get(self.child_name) is not module:
-            refuse_rescaling_wrapper(self.parent, self.child_name, module)
+        refuse_rescaling_wrapper(self.parent, self.child_name, module)
         correction: SpectralCorrection = getattr(module, CHILD_NAME)
         return F.linear(input, correction.plus(module.weight), module.bias)
 
@@ -59,8 +58,7 @@ class AddCorrectionHook:
         self.parent, self.child_name = parent, child_name
 
     def __call__(self, module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        if self.parent is not None and self.parent._modules.get(self.child_name) is not module:
-            refuse_rescaling_wrapper(self.parent, self.child_name, module)
+        refuse_rescaling_wrapper(self.parent, self.child_name, module)
         correction: SpectralCorrection = getattr(module, CHILD_NAME)
         return correction.add_to_output(args[0], output)
 
@@ -71,19 +69,22 @@ def folds(module: nn.Module) -> bool:
     return isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward
 
 
-def refuse_rescaling_wrapper(parent: nn.Module, child_name: str, module: nn.Module) -> None:
+def refuse_rescaling_wrapper(parent: nn.Module | None, child_name: str, module: nn.Module) -> None:
     """Raise if PEFT wrapped ``module`` (conditioned on the activation backend) in a tuner layer that
     rescales its output (IA3, DoRA): C would be rescaled with the output and the tuner's merge, which
-    rescales W only, could not keep it. Refused at the first forward, before any training."""
-    wrapper = parent._modules.get(child_name)
+    rescales W only, could not keep it. Refused at the first forward, before any training. A module still
+    where it was conditioned (``parent.<child_name>``, the usual case: one lookup) passes at once."""
+    wrapper = parent._modules.get(child_name) if parent is not None else module
+    if wrapper is module:
+        return
     while is_tuner_layer(wrapper) and wrapper is not module:
         reason = rescaling_reason(wrapper)
         if reason:
             raise RuntimeError(
                 f"{child_name} carries speccond's activation-backend correction and is now wrapped by PEFT: "
                 f"{reason}, so the correction would be rescaled with the output and no merge could keep it. "
-                "Condition the model with SpectralConfig(backend='weight') before get_peft_model (every PEFT "
-                "tuner then merges exactly), or use LoRA without DoRA"
+                "Condition the model with SpectralConfig(backend='weight') before get_peft_model (the tuners "
+                "tested, LoRA, DoRA, IA3, LoHa, LoKr and VeRA, then merge exactly), or use LoRA without DoRA"
             )
         wrapper = wrapper._modules["base_layer"]
 

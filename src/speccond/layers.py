@@ -14,7 +14,7 @@ from torch import nn
 
 from speccond.adapters import attention_modules, find_projections
 from speccond.peft_layers import unmerged_tuner_layers
-from speccond.backends import Attachment, attachments
+from speccond.backends import AddCorrectionHook, Attachment, attachments
 from speccond.config import SpectralConfig
 from speccond.sharded import gathered
 from speccond.layout import ProjectionLayout
@@ -65,8 +65,6 @@ class AttentionLayer:
         """Raise when q, k or v is not what the weights give: PEFT tuner layers add an update the weights do
         not hold (see unmerged_tuner_layers), or a forward hook on a projection changes its output (qk-norm's
         LayerNorms; speccond's own y + x C^T hook is part of W + C and passes)."""
-        from speccond.backends import AddCorrectionHook
-
         for projection in self.projections:
             hooks = [h for h in projection.module._forward_hooks.values() if not isinstance(h, AddCorrectionHook)]
             if hooks or projection.module._forward_pre_hooks:

@@ -3,9 +3,10 @@
 A PEFT tuner layer (``peft.tuners.*``: LoRA, DoRA, IA3, LoHa, LoKr, VeRA, ...) replaces a Linear by a
 wrapper that holds it as ``base_layer`` and calls it. A correction goes on the wrapped layer:
 
-- weight backend: every tuner reads the wrapped layer's ``weight``, which is W + C, and its merge writes
+- weight backend: a tuner reads the wrapped layer's ``weight``, which is W + C, and its merge writes
   that weight's ``.data``, which :class:`speccond.effective_weight.EffectiveWeight` stores as (value - C)
-  in W: the merged model computes what the unmerged one did, for every tuner.
+  in W: the merged model computes what the unmerged one did (tested for LoRA, DoRA, IA3, LoHa, LoKr and
+  VeRA, tests/test_peft.py).
 - activation backend: the wrapped layer's output is y + x C^T. A tuner that *adds* its update to that
   output (LoRA, LoHa, LoKr, VeRA) merges into W exactly, and C stays on the output. A tuner that
   *rescales* it (IA3, DoRA, LoRA variants) multiplies x C^T too, and its merge, which rescales W only,

@@ -46,20 +46,20 @@ def shaped_like(full: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 @contextmanager
-def unsharded(model: torch.nn.Module, module: torch.nn.Module) -> Iterator[None]:
+def unsharded(model: torch.nn.Module, module: torch.nn.Module) -> Iterator[bool]:
     """Every FSDP2 module of ``model`` that contains ``module`` unsharded for the block (``unshard()``, then
-    ``reshard()``): inside it, ``module``'s parameters are plain tensors, as in its forward. A collective:
-    every rank must enter it. Without FSDP2 it does nothing."""
+    ``reshard()``): inside it, ``module``'s parameters are plain tensors, as in its forward. Yields whether
+    anything was unsharded. A collective: every rank must enter it. Without FSDP2 it does nothing."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # a torch without FSDP2
-        yield
+        yield False
         return
     owners = [m for m in model.modules() if isinstance(m, FSDPModule) and any(c is module for c in m.modules())]
     for owner in owners:
         owner.unshard()
     try:
-        yield
+        yield bool(owners)
     finally:
         for owner in reversed(owners):
             owner.reshard()

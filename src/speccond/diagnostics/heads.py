@@ -40,17 +40,19 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     target = layers[layer]
     _check_rebuildable(target)
     args, kwargs = capture_input(model, target.module, inputs)
-    with unsharded(model, target.module):  # FSDP2: the module's own tensors, gathered, as in its forward
-        return _rebuilt(target, layer, args, kwargs, heads)
+    with unsharded(model, target.module) as gathered:  # FSDP2: the module's own tensors, as in its forward
+        return _rebuilt(target, layer, args, kwargs, heads, gathered)
 
 
-def _rebuilt(target: AttentionLayer, layer: int, args: tuple, kwargs: dict, heads: Optional[list[int]]) -> list[AttentionHead]:
+def _rebuilt(
+    target: AttentionLayer, layer: int, args: tuple, kwargs: dict, heads: Optional[list[int]], gathered: bool,
+) -> list[AttentionHead]:
     try:
         form: HeadInputs = target.adapter.head_inputs(target.module, args, kwargs)
     except ValueError as err:
         raise ValueError(f"layer {layer} ({target.name}, {target.adapter_name}): {err}") from None
-    # Copies of the q/k norm modules, so the heads keep the values read now (FSDP2 reshards on the way out).
-    form = replace(form, q_norm=_snapshot(form.q_norm), k_norm=_snapshot(form.k_norm))
+    if gathered:  # copies of the q/k norm modules, holding the values read now (FSDP2 reshards on the way out)
+        form = replace(form, q_norm=_snapshot(form.q_norm), k_norm=_snapshot(form.k_norm))
     q_proj, q_role = target.block("q")
     k_proj, k_role = target.block("k")
     v_proj, v_role = target.block("v")

@@ -27,7 +27,7 @@ from torch import nn
 
 import speccond
 from speccond.diagnostics.records import append_rows, json_value, read_metrics
-from speccond.experiments import checkpoint
+from speccond.experiments import checkpoint, methods
 
 log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
@@ -62,8 +62,6 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), ki
 def method_label(config) -> str:
     """config.json's "label": the method and its lam ("baseline", "spectral lam=10",
     "spectral lam=auto(kappa<=50)"), by methods.label over those fields the method reads."""
-    from speccond.experiments import methods
-
     values = {"method": config.method}
     values.update({name: getattr(config, name) for name in ("lam", "target_kappa") if methods.reads(config.method, name)})
     return methods.label(values)
