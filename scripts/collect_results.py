@@ -21,9 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
-from speccond.detection.plots import FILE as DETECTION_PLOT
-from speccond.detection.report import holds_detection_runs, write_detection_report
-from speccond.experiments.report import write_report
+from speccond.experiments.report import holds_detection_runs, write_report
 
 # ImageNet-1k top-1, baseline -> spectral conditioning, as the paper reports (PAPER.md section 4).
 PAPER_IMAGENET = {
@@ -71,8 +69,8 @@ def summarise(argument: str, docs: Path) -> list[str]:
     elif holds_detection_runs([argument]):  # its own table (box and mask AP), copied as it is; no summary row
         folder, target = Path(argument), docs / Path(argument).name
         target.mkdir(parents=True, exist_ok=True)
-        write_detection_report([folder], folder)
-        for file in ("results.md", "results.json", DETECTION_PLOT):
+        report = write_report([folder], folder)
+        for file in ("results.md", "results.json", *report.plots):
             shutil.copyfile(folder / file, target / file)
         return []
     else:

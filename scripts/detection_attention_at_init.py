@@ -20,9 +20,11 @@ import torch
 from torch.nn.functional import normalize
 
 from speccond import data
-from speccond.detection.config import DetectionConfig
+from speccond.detection.model import IMAGE_MEAN, IMAGE_STD
 from speccond.diagnostics.entropy import row_entropy
-from speccond.detection.model import IMAGE_MEAN, IMAGE_STD, build_detector
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.presets import preset
+from speccond.experiments.run_model import model_for
 
 
 def attention_logits(module, tokens: torch.Tensor) -> torch.Tensor:
@@ -40,8 +42,8 @@ def main() -> None:
     scenes = torch.as_tensor(data.load("fashion-scenes")["test_images"][:8]).float() / 255  # (8, 1, 96, 96)
     for model_name in ("xcit-maskrcnn", "vit-maskrcnn"):
         for method, lam in (("baseline", 0.0), ("spectral", 1.0), ("spectral", 10.0)):
-            config = dataclasses.replace(DetectionConfig(), model=model_name, method=method, lam=lam)
-            model = build_detector(config, classes=10, canvas=96).eval()
+            base = TrainConfig(task="fashion-scenes").with_overrides(preset("full", "fashion-scenes"))
+            model = model_for(dataclasses.replace(base, model=model_name, method=method, lam=lam)).eval()
             found = []
 
             def record(module, inputs, _output):

@@ -28,6 +28,7 @@ class _Reached(Exception):
 @pytest.fixture(autouse=True)
 def _tripwires(tmp_path, monkeypatch):
     import speccond.data
+    import speccond.experiments.compare
     import speccond.experiments.train
 
     def reached(*args, **kwargs):
@@ -35,6 +36,7 @@ def _tripwires(tmp_path, monkeypatch):
 
     monkeypatch.setattr(speccond.data, "prepare", reached)
     monkeypatch.setattr(speccond.experiments.train, "train", reached)
+    monkeypatch.setattr(speccond.experiments.compare, "train", reached)
     monkeypatch.chdir(tmp_path)
 
 
@@ -76,7 +78,7 @@ PARSING = [
      r"argument --methods: " + METHODS + "unknown 'lora'"),
 ]
 
-# Validation after parsing (TrainConfig / DetectionConfig, --sweep): "speccond <command>: error: ..."
+# Validation after parsing (TrainConfig, --sweep): "speccond <command>: error: ..."
 VALIDATION = [
     (["compare", "--out", "{out}", "--set", "epochs=0"], r"TrainConfig\.epochs must be >= 1, got 0"),
     (["compare", "--out", "{out}", "--set", "batch_size=-8"], r"TrainConfig\.batch_size must be >= 1, got -8"),
@@ -96,13 +98,13 @@ VALIDATION = [
     (["compare", "--out", "{out}", "--sweep", "lam="], r"--sweep lam= names no values"),
     (["compare", "--out", "{out}", "--sweep", "lam"], r"--sweep takes FIELD=V1,V2,\.\.\. once per field, got 'lam'"),
     (["compare", "--out", "{out}", "--task", "fashion-scenes", "--set", "fpn_channels=0"],
-     r"DetectionConfig\.fpn_channels must be >= 1, got 0"),
+     r"TrainConfig\.fpn_channels must be >= 1, got 0"),
     (["compare", "--out", "{out}", "--task", "fashion-scenes", "--set", "val_size=-1"],
-     r"DetectionConfig\.val_size must be >= 0, got -1"),
+     r"TrainConfig\.val_size must be >= 0, got -1"),
     (["compare", "--out", "{out}", "--task", "fashion-scenes", "--set", "seed=-1"],
-     r"DetectionConfig\.seed must be >= 0, got -1"),
+     r"TrainConfig\.seed must be >= 0, got -1"),
     (["compare", "--out", "{out}", "--task", "fashion-scenes", "--sweep", "lr=1e-3,inf"],
-     r"DetectionConfig\.lr must be finite and >= 0, got inf"),
+     r"TrainConfig\.lr must be finite and >= 0, got inf"),
     (["train", "--out", "{out}", "--set", "epochs=0"], r"TrainConfig\.epochs must be >= 1, got 0"),
     (["train", "--out", "{out}", "--set", "checkpoint_every=0"], r"TrainConfig\.checkpoint_every must be >= 1, got 0"),
     (["train", "--out", "{out}", "--set", "landmarks=-64"], r"TrainConfig\.landmarks must be >= 1, got -64"),

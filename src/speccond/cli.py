@@ -158,14 +158,6 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from speccond.detection.config import TASKS as DETECTION_TASKS
-
-    if args.task in DETECTION_TASKS:  # Mask R-CNN detection (speccond.detection), its own config and report
-        from speccond.detection.compare import compare_command
-
-        print(compare_command(args).markdown)
-        print(f"written: {Path(args.out) / 'results.md'}, results.json")
-        return
     from speccond import data
     from speccond.experiments.compare import compare, parse_sweep, variants
     from speccond.experiments.presets import preset
@@ -180,7 +172,7 @@ def _compare(args: argparse.Namespace) -> None:
     data.prepare(task_of(base.task).dataset)
     compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep)
     print((Path(args.out) / "results.md").read_text())
-    print(f"written: {Path(args.out) / 'results.md'}, results.json, comparison.png")
+    print(f"written: {Path(args.out) / 'results.md'}, results.json and the report's plots")
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -192,14 +184,8 @@ def _report(args: argparse.Namespace) -> None:
         print(glue_table(args.runs, args.out or "report"))
         print(f"written: {Path(args.out or 'report') / 'glue.md'}")
         return
-    from speccond.detection.report import holds_detection_runs, write_detection_report
     from speccond.experiments.report import write_report
 
-    if holds_detection_runs(args.runs):
-        detection = write_detection_report(args.runs, args.out)
-        print(detection.markdown)
-        print(f"written: {detection.out / 'results.md'}, results.json")
-        return
     report = write_report(args.runs, args.out)
     print(report.markdown)
     print(f"written: {report.out / 'results.md'}, results.json, {', '.join(report.plots) or 'no plots'}")

@@ -7,7 +7,10 @@
 - model.py: torchvision Mask R-CNN on a timm XCiT / ViT trunk with a ViTDet simple pyramid, the method
   applied to the trunk's attention by ``experiments.methods.apply_method``;
 - metrics.py: COCO box and mask AP with pycocotools;
-- config.py, train.py, compare.py, report.py: the run, the comparison over seeds, the table.
+- task.py: the fashion-scenes task of the one training loop (experiments/train.py): scenes, batches,
+  Mask R-CNN's losses, COCO evaluation;
+- report.py, plots.py: the detection table (box and mask AP) and its figure, which
+  ``experiments.report.write_report`` writes for runs of this task.
 
 Nothing here is imported by ``import speccond``; torchvision, timm and pycocotools are imported where used.
 """

@@ -1,6 +1,9 @@
 """Mask R-CNN (torchvision) on a timm XCiT or ViT trunk with a ViTDet-style simple feature pyramid.
 
-    model = build_detector(config)        # seeded, with config.method applied to model.backbone.trunk
+    model = build_maskrcnn("xcit-maskrcnn", 96, 10, embed_dim=96, depth=4, num_heads=4, patch_size=8, fpn_channels=64)
+
+The harness builds it for the fashion-scenes task (experiments/run_model.py), seeded, with the run's
+method applied to ``model.backbone.trunk``.
 
 The paper's detection experiment is Mask R-CNN with an XCiT-S backbone on COCO. Here, at a size a CPU
 trains (module defaults: width 96, depth 4, 4 heads, patch 8 on 96 px scenes):
@@ -21,8 +24,8 @@ trains (module defaults: width 96, depth 4, 4 heads, patch 8 on 96 px scenes):
   ``fpn_channels`` channels (torchvision's has 4 of 256), sampling and proposal counts scaled down
   (module constants), ``min_size = max_size = canvas`` so torchvision never resizes the scenes.
 
-Spectral conditioning goes through ``speccond.experiments.methods.apply_method`` on the trunk, exactly as
-for classification: every XCA (or ViT Attention) qkv projection is conditioned; the pyramid and the heads
+Spectral conditioning goes through ``speccond.experiments.methods.apply_method`` on the trunk (run_model.py),
+exactly as for classification: every XCA (or ViT Attention) qkv projection is conditioned; the pyramid and the heads
 have no attention. XCA L2-normalises q and k over tokens, so only the V correction keeps its size
 (speccond's XCiT adapter notes this; the paper's XCiT experiments share it).
 """
@@ -147,15 +150,3 @@ def build_maskrcnn(trunk_model: str, canvas: int, classes: int, embed_dim: int, 
         mask_roi_pool=pool(14), mask_head=MaskRCNNHeads(fpn_channels, [fpn_channels, fpn_channels], 1),
         mask_predictor=MaskRCNNPredictor(fpn_channels, fpn_channels, classes + 1),
     )
-
-
-def build_detector(config, classes: int, canvas: int) -> nn.Module:
-    """``build_maskrcnn`` from a DetectionConfig, seeded with config.seed, with config.method applied to the
-    trunk through ``apply_method`` (the classification harness's; it raises when a method finds nothing)."""
-    from speccond.experiments.methods import apply_method
-
-    torch.manual_seed(config.seed)
-    model = build_maskrcnn(config.model, canvas, classes, config.embed_dim, config.depth, config.num_heads,
-                           config.patch_size, config.fpn_channels)
-    apply_method(model.backbone.trunk, config)
-    return model

@@ -1,7 +1,7 @@
 """The detection comparison's table, rebuilt from run directories alone: ``write_detection_report(folders)``.
 
-``speccond report DIR`` calls this when DIR holds detection runs (config.json ``"kind": "detection"``),
-and ``speccond compare --task fashion-scenes`` writes its report with it, so both give the same
+``experiments/report.py``'s ``write_report`` hands the runs of the detection task (fashion-scenes) here,
+for ``speccond report DIR`` and ``speccond compare --task fashion-scenes`` alike, so both give the same
 results.md. Runs are grouped as the classification report groups them (experiments/report.py
 ``group_runs``: the config without the seed and the parameters the method does not read); statistics
 come from experiments/stats.py: per group the mean and 95 % Student-t interval over seeds of box AP,
@@ -21,16 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from speccond.detection.config import DetectionConfig
 from speccond.detection.plots import FILE as PLOT, write_detection_plot
-from speccond.experiments.report import Group, default_out, group_runs
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.report_groups import Group, default_out, group_runs
 from speccond.experiments.report_format import duration, percent, show_value, signed_percent
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments.runs import find_runs
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
 
 log = logging.getLogger(__name__)
-KIND = "detection"
 FIGURES = ("box_ap", "box_ap50", "box_ap75", "mask_ap")  # the table's columns, as the paper reports them
 PAIRED = ("box_ap", "mask_ap")  # paired differences against the reference
 NAMES = {"box_ap": "box AP", "box_ap50": "box AP50", "box_ap75": "box AP75", "mask_ap": "mask AP",
@@ -40,7 +39,7 @@ NAMES = {"box_ap": "box AP", "box_ap50": "box AP50", "box_ap75": "box AP75", "ma
 @dataclass(frozen=True)
 class DetectionRun:
     path: Path
-    config: DetectionConfig
+    config: TrainConfig
     command: tuple[str, ...]
     status: str  # "finished", "diverged" or "unfinished"
     step: int  # finished: the final step; diverged: the step whose loss was not finite; else the last row's
@@ -53,27 +52,10 @@ class DetectionRun:
         return self.config.seed
 
 
-def is_detection_run(run_dir: str | Path) -> bool:
-    path = Path(run_dir) / "config.json"
-    try:
-        return json.loads(path.read_text()).get("kind") == KIND
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def holds_detection_runs(folders: Sequence[str | Path]) -> bool:
-    """Whether every run under ``folders`` is a detection run (False when there is none, or any other)."""
-    try:
-        runs = find_runs(folders)
-    except ValueError:
-        return False
-    return bool(runs) and all(is_detection_run(run) for run in runs)
-
-
 def read_detection_run(run_dir: str | Path) -> DetectionRun:
     run_dir = Path(run_dir)
     record = json.loads((run_dir / "config.json").read_text())
-    config = DetectionConfig.from_dict(record["config"])
+    config = TrainConfig.from_dict(record["config"])
     rows = read_metrics(run_dir / "metrics.jsonl")
     total = next((int(r["total_steps"]) for r in reversed(rows) if r.get("total_steps") is not None), None)
     diverged = next((r for r in rows if r.get("kind") == "diverged"), None)
@@ -99,6 +81,11 @@ class DetectionReport:
     groups: list[Group]
     markdown: str
     summary: list[dict]  # per tabled group: label, seeds, diverged, figures (Interval), differences (Interval)
+
+    @property
+    def plots(self) -> list[str]:
+        """File names of the plots written under ``out``."""
+        return [PLOT] if self.summary else []
 
 
 def write_detection_report(folders: Sequence[str | Path], out: Optional[str | Path] = None) -> DetectionReport:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from speccond.experiments.config import TrainConfig
-from speccond.experiments.report import Report, config_key, reads, write_report
+from speccond.experiments.report import Report, write_report
+from speccond.experiments.report_groups import config_key, reads
 from speccond.experiments.train import train
 
 def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out: Path, progress: bool = True,
@@ -68,9 +69,8 @@ def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
 
 
 def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True,
-                trainer: Callable[..., dict] = train) -> dict:
-    """``trainer(config, run_dir, progress=progress)`` (train.py's ``train``; detection/train.py's for a
-    DetectionConfig), adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}: the
+                trainer: Optional[Callable[..., dict]] = None) -> dict:
+    """``trainer(config, run_dir, progress=progress)`` (default: train.py's ``train``), adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}: the
     finished step, -1 until then) when it got further than the recorded step, or was stopped on the way
     (Ctrl-C: the time spent before a resume counts too). A finished run asked again adds nothing; a kill
     that leaves no Python running (SIGKILL) loses the time since the last record."""
@@ -85,7 +85,7 @@ def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True,
         partial.replace(timing)
 
     try:
-        final = trainer(config, run_dir, progress=progress)
+        final = (trainer or train)(config, run_dir, progress=progress)
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the last checkpoint resumes
         if run_dir.is_dir():
             record(recorded["step"])

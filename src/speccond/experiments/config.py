@@ -16,7 +16,8 @@ from speccond.experiments.methods import METHODS  # the registry of methods (met
 @dataclass(frozen=True)
 class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
-    model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*) or "bert" (mlm, glue-*)
+    model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*), "bert" (mlm, glue-*)
+    #                     or families.DETECTION_FAMILIES (Mask R-CNN on a timm trunk, fashion-scenes)
     method: str = "spectral"  # one of methods.METHODS (the registry)
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
@@ -29,8 +30,10 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     depth: int = 4  # number of blocks
     num_heads: int = 4  # heads per block
     patch_size: int = 4  # pixels per patch side
+    fpn_channels: int = 64  # detection: channels of every pyramid level and of the mask head's convolutions
     epochs: int = 1  # passes over the training subset
     train_size: int = 0  # use the first N training images (0 = all), after a seeded shuffle
+    val_size: int = 0  # detection: validation scenes evaluated after each epoch (0 = none)
     test_size: int = 0  # evaluate on the first N test images (0 = all)
     batch_size: int = 128  # images per step
     lr: float = 1e-3  # peak AdamW learning rate
@@ -40,6 +43,7 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     seed: int = 0  # model init, data order and augmentation
     checkpoint_every: int = 100  # steps between checkpoints (and at the end of each epoch)
     track_every: int = 0  # steps between diagnostics rows (0 = off)
+    eval_batch_size: int = 500  # examples per forward pass at evaluation
     landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
     device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
@@ -47,9 +51,9 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     init_from: str = ""
 
     def __post_init__(self) -> None:
-        from speccond.experiments.families import FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES  # no timm, no transformers
+        from speccond.experiments.families import MODELS  # no timm, no transformers
 
-        models = FAMILIES + SEQUENCE_FAMILIES + LANGUAGE_FAMILIES
+        models = MODELS
         if self.model not in models:
             raise ValueError(f"TrainConfig.model must be one of {models}, got {self.model!r}")
         if self.method not in METHODS:
@@ -66,10 +70,11 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         if self.correction not in ("identity", "svd"):
             raise ValueError(f"TrainConfig.correction must be 'identity' or 'svd', got {self.correction!r}")
-        for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks"):
+        for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks",
+                     "fpn_channels", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("train_size", "test_size", "warmup_steps", "track_every", "refresh_every", "seed"):
+        for name in ("train_size", "val_size", "test_size", "warmup_steps", "track_every", "refresh_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("lam", "lr", "weight_decay", "grad_clip"):

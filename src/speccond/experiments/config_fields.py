@@ -1,6 +1,6 @@
-"""``ConfigFields``: dict and ``key=value`` round trips for the harnesses' frozen config dataclasses.
+"""``ConfigFields``: dict and ``key=value`` round trips for the harness's frozen config dataclass.
 
-TrainConfig (experiments/config.py) and DetectionConfig (detection/config.py) inherit it:
+TrainConfig (experiments/config.py), the one config of every task, inherits it:
 
     config.to_dict()                          # {"lam": 10.0, ...}, what config.json records
     TrainConfig.from_dict(values)             # unknown keys are a ValueError naming the known ones

@@ -80,6 +80,8 @@ log = logging.getLogger(__name__)
 SEQUENCE_FAMILIES = ("nystromformer",)  # token-sequence models: sequence_model.py
 LANGUAGE_FAMILIES = ("bert",)  # WordPiece text models (the language tasks, mlm and glue-*): bert_model.py
 FAMILIES = ("vit", "deit", "swin", "xcit", "davit")
+DETECTION_FAMILIES = ("xcit-maskrcnn", "vit-maskrcnn")  # Mask R-CNN on a timm trunk: detection/model.py
+MODELS = FAMILIES + SEQUENCE_FAMILIES + LANGUAGE_FAMILIES + DETECTION_FAMILIES
 
 _CLASSES = {
     "vit": "timm.models.vision_transformer.VisionTransformer",

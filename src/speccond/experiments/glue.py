@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from speccond.experiments.report import Group, group_runs
+from speccond.experiments.report_groups import Group, group_runs
 from speccond.experiments.report_format import percent, signed_percent
 from speccond.experiments.runs import find_runs, read_run
 from speccond.experiments.stats import mean_interval, paired_difference

@@ -22,32 +22,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from speccond.experiments import methods
 from speccond.diagnostics.records import json_value
 from speccond.experiments.report_format import duration, percent, show_value, signed_percent
+from speccond.experiments.report_groups import Group, default_out, group_runs
 from speccond.experiments.runs import RunRecord, find_runs, read_run
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
 
 log = logging.getLogger(__name__)
 
-IGNORED_FIELDS = ("seed", "track_every", "checkpoint_every")  # change how a run is recorded, not its result
 FAMILY_NAMES = {"vit": "ViT", "deit": "DeiT", "swin": "Swin", "xcit": "XCiT", "davit": "DaViT"}
-DEFAULT_OUT = Path("report")
 VARIES = "(varies)"
-
-
-@dataclass(frozen=True)
-class Group:
-    """The runs of one config (all but the seed), sorted by seed; ``included`` are those in statistics."""
-
-    label: str
-    method: str
-    settings: dict  # the config fields that define the group
-    runs: tuple[RunRecord, ...]
-
-    @property
-    def included(self) -> list[RunRecord]:
-        return [r for r in self.runs if r.status != "unfinished"]
 
 
 @dataclass(frozen=True)
@@ -75,16 +59,15 @@ class Report:
     markdown: str
 
 
-def default_out(folders: Sequence[str | Path]) -> Path:
-    """The comparison folder when exactly one is given (not a run directory), else ./report."""
-    if len(folders) == 1 and not (Path(folders[0]) / "config.json").exists():
-        return Path(folders[0])
-    return DEFAULT_OUT
-
-
 def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None) -> Report:
-    """Read every run under ``folders``, write results.md, results.json and plots to ``out``; return them."""
+    """Read every run under ``folders``, write results.md, results.json and plots to ``out``; return them.
+    Runs of the detection task get its own table (box and mask AP): detection/report.py."""
     from speccond.experiments import report_plots, report_sweep
+
+    if holds_detection_runs(folders):  # the detection task's COCO table (detection/report.py)
+        from speccond.detection.report import write_detection_report
+
+        return write_detection_report(folders, out)
 
     folders = [Path(f) for f in folders]
     out = default_out(folders) if out is None else Path(out)
@@ -108,34 +91,6 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     (out / "results.json").write_text(json.dumps(json_value(_json(report)), indent=2) + "\n")
     log.info("report of %d runs in %d groups written to %s", sum(len(g.runs) for g in groups), len(groups), out)
     return report
-
-
-def group_runs(records: Sequence[RunRecord]) -> list[Group]:
-    """Groups in order of first appearance; two runs of one config and seed are a ValueError."""
-    by_key: dict[tuple, list[RunRecord]] = {}
-    for record in records:
-        by_key.setdefault(_key(record), []).append(record)
-    for runs in by_key.values():
-        seen: dict[int, RunRecord] = {}
-        for run in runs:
-            if run.seed in seen:
-                raise ValueError(
-                    f"{seen[run.seed].path} and {run.path} are the same config and seed {run.seed}; "
-                    "statistics need one run per seed: pass only one of them"
-                )
-            seen[run.seed] = run
-    settings = [dict(key) for key in by_key]
-    order = _group_order(settings)
-    settings, run_lists = [settings[i] for i in order], [list(by_key.values())[i] for i in order]
-    varying = sorted({f for s in settings for f in s if len({t.get(f) for t in settings}) > 1} - {"method", *methods.parameters()})
-    groups = []
-    for values, runs in zip(settings, run_lists):
-        label = methods.label(values)
-        extra = [f"{f}={show_value(values[f])}" for f in varying if f in values]
-        groups.append(Group(label + (f" ({', '.join(extra)})" if extra else ""), values["method"], values,
-                            tuple(sorted(runs, key=lambda r: r.seed))))
-    assert len({g.label for g in groups}) == len(groups), [g.label for g in groups]
-    return groups
 
 
 def summarize(group: Group, reference: Group) -> Summary:
@@ -164,40 +119,20 @@ def summarize(group: Group, reference: Group) -> Summary:
     )
 
 
-def config_key(config) -> tuple:
-    """The settings that define a run's group: its TrainConfig without the seed, the recording-only fields
-    and the parameters its method does not read (so a baseline run ignores lam)."""
-    values = config.to_dict()
-    for name in IGNORED_FIELDS:
-        values.pop(name, None)
-    for name in methods.parameters():
-        if not methods.reads(config.method, name):
-            values.pop(name)
-    return tuple(sorted(values.items()))
+def holds_detection_runs(folders: Sequence[str | Path]) -> bool:
+    """Whether every run under ``folders`` is of the detection task (False when there is none, or any other)."""
+    try:
+        runs = find_runs(folders)
+    except ValueError:
+        return False
+    return bool(runs) and all(_task_of(run) == "fashion-scenes" for run in runs)
 
 
-def reads(method: str, field: str) -> bool:
-    """Whether runs of ``method`` depend on TrainConfig ``field`` (the seed and recording fields never count)."""
-    return field not in IGNORED_FIELDS and methods.reads(method, field)
-
-
-def _key(record: RunRecord) -> tuple:
-    return config_key(record.config)
-
-
-def _group_order(settings: list[dict]) -> list[int]:
-    """Groups of one method stay where the method first appears; within it, numbers sort by value
-    (lam = 2 before lam = 10), so a sweep reads in order whatever its folder names."""
-    first = {}
-    for values in settings:
-        first.setdefault(values["method"], len(first))
-
-    def sort_key(i: int) -> tuple:
-        values = settings[i]
-        ordered = tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for _, v in sorted(values.items()))
-        return first[values["method"]], ordered
-
-    return sorted(range(len(settings)), key=sort_key)
+def _task_of(run_dir: Path) -> Optional[str]:
+    try:
+        return json.loads((Path(run_dir) / "config.json").read_text())["config"].get("task")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _markdown(report: Report) -> str:

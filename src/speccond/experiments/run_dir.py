@@ -1,4 +1,4 @@
-"""The run directory both training loops keep (experiments/train.py, detection/train.py).
+"""The run directory the training loop keeps (experiments/train.py).
 
     run_dir/config.json      the config, its method label, the command that started the run, library versions
     run_dir/metrics.jsonl    one JSON row per line, appended as it happens: "train", "eval", "diverged", ...
@@ -33,30 +33,37 @@ log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
 
 
-def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), kind: Optional[str] = None) -> None:
+def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",)) -> None:
     """Create ``run_dir`` and write its config.json, or check that the one there records ``config``.
 
-    ``config`` is a TrainConfig or DetectionConfig (anything with ``to_dict`` and ``from_dict``). ``kind``,
-    when given, is recorded first ({"kind": "detection", ...}) and must match on resume. ``libraries``
-    are imported to record their versions beside speccond's, torch's and python's.
+    ``config`` is a TrainConfig (anything with ``to_dict`` and ``from_dict``). ``libraries`` are imported
+    to record their versions beside speccond's, torch's and python's. Detection runs written before the
+    one harness also carry ``"kind": "detection"``; their config, read as a TrainConfig, is what counts.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.json"
     if path.is_file():
         recorded = json.loads(path.read_text())
-        if recorded.get("kind") != kind or type(config).from_dict(recorded["config"]) != config:
+        if type(config).from_dict(recorded["config"]) != config:
             raise ValueError(
                 f"{run_dir} was started with a different config ({path}); resume with the same config or use a new --out"
             )
         return
     versions = {"speccond": speccond.__version__, "torch": torch.__version__}
     versions.update({name: getattr(importlib.import_module(name), "__version__", "?") for name in libraries})
-    record = {} if kind is None else {"kind": kind}
-    record.update({"config": config.to_dict(), "label": method_label(config), "command": command(),
-                   "versions": {**versions, "python": platform.python_version()}})
+    record = {"config": config.to_dict(), "label": method_label(config), "command": command(),
+              "versions": {**versions, "python": platform.python_version()}, "arithmetic": arithmetic()}
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record, indent=2))
     partial.replace(path)
+
+
+def arithmetic() -> dict:
+    """What decides the order of this process's floating-point sums on a CPU: torch's intra-op thread count
+    and the vector instruction set its kernels were dispatched for. The published runs regenerate digit for
+    digit only with the same two (one thread, as scripts/reproduce.sh sets, gives other sums than two: the
+    main job's lam = 10 seeds end 3 points apart, docs/RESULTS.md)."""
+    return {"threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def method_label(config) -> str:

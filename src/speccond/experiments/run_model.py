@@ -11,7 +11,9 @@ from torch import nn
 
 from speccond.experiments.bert_model import build_bert
 from speccond.experiments.config import TrainConfig
-from speccond.experiments.families import FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone
+from speccond.experiments.families import (
+    DETECTION_FAMILIES, FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone,
+)
 from speccond.experiments.methods import apply_method
 from speccond.experiments.sequence_model import build_nystromformer, padded_length
 from speccond.experiments.tasks import TaskShape, task_shape
@@ -20,15 +22,24 @@ from speccond.experiments.tasks import TaskShape, task_shape
 def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     """The config's model family for the task's inputs, seeded, with the config's method applied: a timm
     family (families.py) for images, a Nystromformer (sequence_model.py) for token sequences (a shared-encoder
-    PairClassifier when each example is two texts), BERT (bert_model.py) for WordPiece text."""
+    PairClassifier when each example is two texts), BERT (bert_model.py) for WordPiece text, Mask R-CNN
+    (detection/model.py) for scenes, its method applied to the timm trunk (the only attention it has)."""
     kinds = {"image": (FAMILIES, "an image task"), "sequence": (SEQUENCE_FAMILIES, "a token-sequence task (lra-...)"),
-             "text": (LANGUAGE_FAMILIES, "a language task (mlm, glue-...)")}
+             "text": (LANGUAGE_FAMILIES, "a language task (mlm, glue-...)"),
+             "scenes": (DETECTION_FAMILIES, "a detection task (fashion-scenes)")}
     kind = next(k for k, (models, _) in kinds.items() if config.model in models)
     if kind != shape.kind:
         raise ValueError(f"model {config.model!r} takes {kinds[kind][1]}, but task {config.task!r} is {shape.kind}s; "
                          f"choose model from {kinds[shape.kind][0]}")
     torch.manual_seed(config.seed)
-    if kind == "text":
+    conditioned = None  # the part of the model whose attention the method acts on (None: all of it)
+    if kind == "scenes":
+        from speccond.detection.model import build_maskrcnn
+
+        model = build_maskrcnn(config.model, shape.image_size, shape.classes, config.embed_dim, config.depth,
+                               config.num_heads, config.patch_size, config.fpn_channels)
+        conditioned = model.backbone.trunk
+    elif kind == "text":
         model = build_bert(shape.vocab, shape.classes, config.embed_dim, config.depth, config.num_heads,
                            masked_lm=shape.mlm, length=shape.length)
     elif kind == "sequence":
@@ -42,8 +53,8 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
             depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size,
         )
     if config.attention_norm == "none":
-        _drop_attention_norms(model, config)
-    apply_method(model, config)
+        _drop_attention_norms(conditioned or model, config)
+    apply_method(conditioned or model, config)
     return model
 
 

@@ -12,6 +12,8 @@ A task reads a prepared dataset (``speccond data prepare NAME``) in one of four 
   Retrieval), read by a model with one shared encoder (sequence_model.PairClassifier);
 - "text": one GLUE-like task of the ``language`` dataset (data/language.py), WordPiece ids
   ``[CLS] a [SEP] (b [SEP])`` then PAD, (N, width), read by BERT (bert_model.py);
+- "scenes": the fashion-scenes detection dataset (data/fashion_scenes.py), read by Mask R-CNN
+  (detection/task.py: boxes, labels and masks per scene);
 - "mlm": the ``language`` dataset's 128-token corpus blocks for masked-language-model pre-training. The
   training blocks are masked at each step (experiments/mlm.py), so ``train_y`` is the blocks themselves;
   the test blocks are masked once (``mlm.EVAL_MASK_SEED``): ``test_x`` (M, 2, 128) ids and prediction
@@ -48,9 +50,9 @@ class Task:
 class TaskShape:
     """What a model needs to know about a task's inputs: images, token sequences or WordPiece text."""
 
-    kind: str  # "image", "sequence" (Nystromformer) or "text" (BERT)
+    kind: str  # "image", "sequence" (Nystromformer), "text" (BERT) or "scenes" (Mask R-CNN)
     classes: int  # for "mlm", the vocabulary (each prediction is one of vocab tokens)
-    image_size: int = 0  # images: the side of the square image
+    image_size: int = 0  # images and scenes: the side of the square image
     channels: int = 0  # images
     length: int = 0  # sequences: tokens per example before padding to the landmarks
     vocab: int = 0  # sequences: token ids are 0 (PAD) .. vocab - 1
@@ -69,6 +71,8 @@ def _tasks() -> dict[str, Task]:
                              "analogue of LRA Text: English MultiEmo reviews as 2,048 bytes, 4 sentiment classes")
     tasks["lra-retrieval"] = Task("lra-retrieval", "pairs-bytes", "pairs",
                                   "analogue of LRA Retrieval: two film-dialogue lines of 256 bytes each, same speaker?")
+    tasks["fashion-scenes"] = Task("fashion-scenes", "fashion-scenes", "scenes",
+                                   "detection and instance segmentation of Fashion-MNIST items pasted on a canvas")
     tasks["mlm"] = Task("mlm", "language", "mlm", "MLM pre-training: topical_chat and English Wikipedia, 128-token blocks")
     notes = {"sentiment": "like SST-2: MultiEmo English sentences, 4 sentiment classes",
              "fact": "like QNLI / MNLI: VitaminC claim vs Wikipedia evidence, true / false / neither",
@@ -90,6 +94,10 @@ def task_shape(name: str) -> TaskShape:
     """The input shape and class count of task ``name``, from its dataset's spec (nothing is loaded)."""
     chosen = task(name)
     spec = data.spec(chosen.dataset)
+    if chosen.reading == "scenes":
+        from speccond.data.fashion_scenes import SceneConfig
+
+        return TaskShape("scenes", len(spec.classes), image_size=SceneConfig().canvas)  # the stored scenes' canvas
     if chosen.reading in ("image", "pixels"):
         channels, height, width = spec.image_shape
         assert height == width, (name, spec.image_shape)  # the models here take square images

@@ -1,12 +1,13 @@
-"""One training run, readable top to bottom: ``train(config, run_dir)``; resumable at any step.
+"""One training run of any task, readable top to bottom: ``train(config, run_dir)``; resumable at any step.
 
-Classification tasks train on cross-entropy over classes; the mlm task on cross-entropy over the masked
-tokens (mlm.py: masks drawn per step, ``mlm.targets`` lists the labels the model's logits stand for).
+The task (training_tasks.py) supplies the data, the loss of a batch and the evaluation: cross-entropy
+over classes or over masked tokens (classification, mlm), Mask R-CNN's losses and COCO AP (detection).
 A run with ``config.init_from`` starts from a pre-trained encoder (pretrained.py), loaded once, before
 the first step; a resumed run reads its own checkpoint instead.
 
 The run directory (run_dir.py) holds config.json (the config, versions, seed, command), metrics.jsonl
-(rows as they happen: "train" every 10 steps, "eval" after each epoch, tracker rows if asked) and
+(rows as they happen: "train" every 10 steps, "eval" on the test split after each epoch, or once at the
+end with "val" rows after each epoch for detection, tracker rows if asked) and
 checkpoints/ (checkpoint.py). Data order and augmentation are functions of (seed, epoch, step), so a run resumed from
 any checkpoint ends with the same weights, bit for bit, as one that was never interrupted.
 """
@@ -18,40 +19,23 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import speccond
-from speccond.experiments import checkpoint, mlm
+from speccond.diagnostics.records import read_metrics
+from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.distributed import Context
-from speccond.experiments.optimizer import adamw
 from speccond.experiments.pretrained import load_pretrained
 from speccond.experiments.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
     write_config,
 )
-from speccond.experiments.run_model import build_model
-from speccond.experiments.tasks import load_task, task_shape
+from speccond.experiments.run_model import model_for
+from speccond.experiments.training_tasks import TrainingTask, training_task
 
 TRAIN_ROW_EVERY = 10
 log = logging.getLogger(__name__)
-
-
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """optimizer.adamw with the model's ``no_weight_decay()`` names exempt, read as names (timm's position
-    embedding and class tokens)."""
-    exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
-    return adamw(model, config.lr, config.weight_decay, exempt_names=exempt)
-
-
-def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Random horizontal flip and a random shift of up to 2 pixels (zero padded): (B, C, H, W)."""
-    flip = torch.rand(images.shape[0], generator=generator) < 0.5
-    images = torch.where(flip[:, None, None, None], images.flip(-1), images)
-    padded = F.pad(images, (2, 2, 2, 2))
-    dy, dx = torch.randint(0, 5, (2,), generator=generator).tolist()
-    return padded[..., dy : dy + images.shape[-2], dx : dx + images.shape[-1]]
 
 
 def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
@@ -62,47 +46,30 @@ def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
     return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
-    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm)."""
-    device = next(model.parameters()).device
-    model.eval()
-    correct, loss, count = 0, 0.0, 0
-    with torch.no_grad():
-        for start in range(0, inputs.shape[0], batch_size):
-            logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
-            target = mlm.targets(labels[start : start + batch_size]).to(device)  # (b,) or (n,)
-            loss += float(F.cross_entropy(logits, target, reduction="sum"))
-            correct += int((logits.argmax(-1) == target).sum())
-            count += target.shape[0]
-    model.train()
-    return {"accuracy": correct / count, "loss": loss / count}
-
-
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
     """Train (or resume) the run in ``run_dir``; return the final row.
 
-    The final row is the last evaluation ({"kind": "eval", ...}), or {"kind": "diverged", ...} when the
-    training loss became NaN or inf: the run stops before that step's update, keeps its last good
-    checkpoint, records the row in metrics.jsonl, and is not trained again when resumed.
-    Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
+    The final row is the test evaluation ({"kind": "eval", ...} with the task's figures), or {"kind":
+    "diverged", ...} when the training loss became NaN or inf: the run stops before that step's update,
+    keeps its last good checkpoint, records the row in metrics.jsonl, and is not trained again when
+    resumed. Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
     ``stop_after``: stop right after that global step, as a kill would (for tests of resumption).
     """
     context = Context.from_environment(config.device)
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS
+    task = training_task(config)
     if context.is_main:
-        write_config(run_dir, config, libraries=("timm",))
+        write_config(run_dir, config, libraries=task.libraries)
     context.barrier()
     diverged = recorded_divergence(run_dir)
     if diverged is not None:
         return diverged
-    task = load_task(config)
-    samples = task["train_x"].shape[0]
+    samples = task.samples
     _check_shards(samples, config.batch_size, context)
-    shape = task_shape(config.task)
-    model = build_model(config, shape)
+    model = model_for(config)
     model.to(context.device)  # the task stays on the CPU; each batch is moved
-    optimizer = make_optimizer(model, config)
+    optimizer = task.make_optimizer(model)
     steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     step = resume(run_dir, model, optimizer)
@@ -110,6 +77,9 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
         load_pretrained(model, config)  # in place: the optimiser holds the same parameters
     if context.is_main:
         drop_rows_after(metrics, step)
+    finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
+    if finished:  # resumed after the last epoch had finished
+        return finished[-1]
     trained = context.wrap(model)
     tracker = _tracker(config, model, task, metrics) if context.is_main else None
     if tracker is not None and step == 0:
@@ -119,26 +89,19 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
         if context.is_main:
             checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
 
+    def evaluation(kind: str, split: str) -> dict:
+        row = {"kind": kind, "step": step, "epoch": step // steps_per_epoch}
+        return {**row, **({"total_steps": total_steps} if kind == "eval" else {}), **task.evaluate(model, split)}
+
     final: dict = {}
     with StepLoop(total_steps, step, progress and context.is_main) as steps:
         while step < total_steps:
             epoch, index = divmod(step, steps_per_epoch)
             order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
-            batch = order[index * config.batch_size : (index + 1) * config.batch_size]
-            inputs = task["train_x"][batch]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
-            labels = task["train_y"][batch]  # (b,) classes, or (b, L) tokens for mlm
-            if inputs.dim() == 4:
-                inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
-            if shape.mlm:  # inputs (b, 2, L) ids and prediction flags, labels (b, L) with IGNORE
-                masks = torch.Generator().manual_seed(config.seed * 10**6 + step)
-                inputs, labels = mlm.mask_tokens(inputs, masks, shape.vocab)
-            inputs = context.shard(inputs).to(context.device)  # (b / world, ...)
-            local_labels = context.shard(labels).to(context.device)
+            chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, total_steps)
-            local_targets = mlm.targets(local_labels)  # (b / world,) or (n / world,): what the logits predict
-            local_mean = F.cross_entropy(trained(inputs), local_targets)
-            counts = (local_targets.shape[0], mlm.targets(labels).shape[0])  # this rank's and the global batch's
+            local_mean, counts, figures = task.train_loss(trained, chosen, step, context)
             loss_value = context.global_mean(local_mean, *counts)
             if not math.isfinite(loss_value):
                 return record_divergence(run_dir, step, loss_value, total_steps, write=context.is_main)
@@ -150,22 +113,27 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
             step += 1
             steps.advanced(loss_value)
             if step % TRAIN_ROW_EVERY == 0 and context.is_main:
-                append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]})
+                append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
+                                     **{name: float(value.detach()) for name, value in figures.items()}})
             if config.refresh_every and step % config.refresh_every == 0:
                 speccond.refresh(model)  # svd corrections and auto lams follow the weights (PAPER.md section 5)
             if tracker is not None and step % tracker.every == 0 and all_finite(model):
                 tracker.step(step)  # non-finite weights are left to the next step's divergence check
             epoch_done = step % steps_per_epoch == 0
-            if epoch_done:
-                final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
-                         **evaluate(model, task["test_x"], task["test_y"])}
+            if epoch_done and task.evaluates_each_epoch:
+                final = evaluation("eval", "test")
                 if context.is_main:
                     append_row(metrics, final)
+            elif epoch_done and config.val_size and all_finite(model):
+                row = evaluation("val", "val")
+                if context.is_main:
+                    append_row(metrics, row)
             if steps.boundary(step, save, epoch_done or step % config.checkpoint_every == 0, stop_after):
                 return {}
-    if not final:  # resumed after the last epoch had finished
-        final = {"kind": "eval", "step": step, "epoch": step // steps_per_epoch, "total_steps": total_steps,
-                 **evaluate(model, task["test_x"], task["test_y"])}
+    if not final:  # a task that scores the test split once, after training
+        final = evaluation("eval", "test")
+        if context.is_main:
+            append_row(metrics, final)
     return final
 
 
@@ -179,7 +147,7 @@ def _check_shards(samples: int, batch_size: int, context: Context) -> None:
         )
 
 
-def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
+def _tracker(config: TrainConfig, model: nn.Module, task: TrainingTask, metrics: Path):
     """Spectra and entropy rows every config.track_every steps, on the first 8 test examples (None = off)."""
     if not config.track_every:
         return None
@@ -193,5 +161,5 @@ def _tracker(config: TrainConfig, model: nn.Module, task: dict, metrics: Path):
     if refusal:
         log.info("attention entropy not tracked: %s", refusal)
     entropy = not refusal
-    probe = task["test_x"][:8].to(next(model.parameters()).device)  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
+    probe = task.probe().to(next(model.parameters()).device)  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
     return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy)

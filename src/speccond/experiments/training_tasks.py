@@ -1,0 +1,128 @@
+"""What the training loop (train.py) asks of a task: the TrainingTask protocol and its registry.
+
+    task = training_task(config)        # by how the config's task reads its data (tasks.py)
+    task.samples                        # training examples; the loop draws a seeded order of them per epoch
+    local_mean, counts, extra = task.train_loss(model, chosen, step, context)
+    row = task.evaluate(model, "test")  # the figures of one split, under the task's own keys
+
+Two implementations: :class:`Supervised` (cross-entropy: image, sequence and text classification and
+masked-language-model pre-training) here, and detection/task.py's ``Detection`` (Mask R-CNN's losses,
+COCO metrics). A new task is one class and one line in ``_REGISTRY``.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from speccond.experiments import mlm
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.distributed import Context
+from speccond.experiments.optimizer import adamw
+from speccond.experiments.tasks import load_task, task, task_shape
+
+
+class TrainingTask(Protocol):
+    metrics: tuple[str, ...]  # the final row's figures, headline first ("accuracy", "box_ap")
+    libraries: tuple[str, ...]  # whose versions config.json records beside speccond's and torch's
+    evaluates_each_epoch: bool  # True: the test split after every epoch (the final row is the last one's)
+    samples: int
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW: ...
+
+    def train_loss(self, model: nn.Module, chosen: torch.Tensor, step: int, context: Context
+                   ) -> tuple[torch.Tensor, tuple[int, int], dict[str, torch.Tensor]]:
+        """This rank's mean loss over its share of the examples ``chosen`` (global batch indices), the
+        (local, global) counts it averages over, and extra figures for the "train" row."""
+        ...
+
+    def evaluate(self, model: nn.Module, split: str) -> dict: ...
+
+    def probe(self) -> torch.Tensor | None:
+        """Inputs for the tracker's attention rows (None: this task cannot be tracked)."""
+        ...
+
+
+def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random horizontal flip and a random shift of up to 2 pixels (zero padded): (B, C, H, W)."""
+    flip = torch.rand(images.shape[0], generator=generator) < 0.5
+    images = torch.where(flip[:, None, None, None], images.flip(-1), images)
+    padded = F.pad(images, (2, 2, 2, 2))
+    dy, dx = torch.randint(0, 5, (2,), generator=generator).tolist()
+    return padded[..., dy : dy + images.shape[-2], dx : dx + images.shape[-1]]
+
+
+def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm)."""
+    device = next(model.parameters()).device
+    model.eval()
+    correct, loss, count = 0, 0.0, 0
+    with torch.no_grad():
+        for start in range(0, inputs.shape[0], batch_size):
+            logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
+            target = mlm.targets(labels[start : start + batch_size]).to(device)  # (b,) or (n,)
+            loss += float(F.cross_entropy(logits, target, reduction="sum"))
+            correct += int((logits.argmax(-1) == target).sum())
+            count += target.shape[0]
+    model.train()
+    return {"accuracy": correct / count, "loss": loss / count}
+
+
+class Supervised:
+    """Cross-entropy over classes, or over the masked tokens (mlm.py: masks drawn per step)."""
+
+    metrics = ("accuracy", "loss")
+    libraries = ("timm",)
+    evaluates_each_epoch = True  # the published runs' protocol; issue 17 moves selection to a validation split
+
+    def __init__(self, config: TrainConfig):
+        if config.val_size:
+            raise ValueError(f"TrainConfig.val_size is read by the detection task only; task {config.task!r} "
+                             "has no validation split here: leave val_size at 0")
+        self.config = config
+        self.shape = task_shape(config.task)
+        self.data = load_task(config)
+        self.samples = self.data["train_x"].shape[0]
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
+        """optimizer.adamw with the model's ``no_weight_decay()`` names exempt, read as names (timm's position
+        embedding and class tokens)."""
+        exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
+        return adamw(model, self.config.lr, self.config.weight_decay, exempt_names=exempt)
+
+    def train_loss(self, model, chosen, step, context):
+        config = self.config
+        inputs = self.data["train_x"][chosen]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
+        labels = self.data["train_y"][chosen]  # (b,) classes, or (b, L) tokens for mlm
+        if inputs.dim() == 4:
+            inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
+        if self.shape.mlm:  # inputs (b, 2, L) ids and prediction flags, labels (b, L) with IGNORE
+            masks = torch.Generator().manual_seed(config.seed * 10**6 + step)
+            inputs, labels = mlm.mask_tokens(inputs, masks, self.shape.vocab)
+        inputs = context.shard(inputs).to(context.device)  # (b / world, ...)
+        local_targets = mlm.targets(context.shard(labels).to(context.device))  # (b / world,) or (n / world,)
+        local_mean = F.cross_entropy(model(inputs), local_targets)
+        return local_mean, (local_targets.shape[0], mlm.targets(labels).shape[0]), {}
+
+    def evaluate(self, model, split):
+        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.eval_batch_size)
+
+    def probe(self):
+        return self.data["test_x"][:8]  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
+
+
+def _detection(config: TrainConfig) -> TrainingTask:
+    from speccond.detection.task import Detection  # torchvision's detection models, pycocotools
+
+    return Detection(config)
+
+
+_REGISTRY = {"scenes": _detection}  # a task's reading (tasks.py) -> its TrainingTask; Supervised otherwise
+
+
+def training_task(config: TrainConfig) -> TrainingTask:
+    """The TrainingTask of ``config.task``, its data loaded."""
+    return _REGISTRY.get(task(config.task).reading, Supervised)(config)
+
