@@ -313,3 +313,45 @@ def test_a_detection_run_written_before_the_one_harness_resumes_and_reports(tiny
     assert final["box_ap"] == rows[-1]["box_ap"]
     table = lambda folder: write_report([folder], folder).markdown.split("## Runs")[1].split("## Commands")[0]  # noqa: E731
     assert table(tmp_path / "old") == table(tmp_path / "new")
+
+
+@needs_data
+def test_torchrun_trains_the_detection_task_data_parallel(items, tmp_path):
+    """Detection goes through the one loop's Context: under torchrun each rank takes its scenes of every
+    batch and DDP averages the gradients. Mask R-CNN normalises each loss over the anchors and proposals a
+    rank samples, so two ranks are near one process, not equal to it: the step moves the weights the way
+    one process does (the cosine of the two updates of the trunk, 0.9996 measured)."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    home = tmp_path / "data"
+    (home / "fashion-scenes").mkdir(parents=True)
+    arrays = {}
+    for split, count in (("train", 8), ("val", 2), ("test", 4)):
+        for field, value in generate(*items, count=count, seed=split)._asdict().items():
+            arrays[f"{split}_{field}"] = value.contiguous()
+    save_file(arrays, str(home / "fashion-scenes" / "arrays.safetensors"))
+    env = {**os.environ, "SPECCOND_DATA": str(home), "OMP_NUM_THREADS": "1"}
+    overrides = {**{k: v for k, v in TINY.to_dict().items() if k not in ("seed", "device", "val_size")},
+                 "method": "spectral", "epochs": 1, "train_size": 8, "batch_size": 4}
+    sets = [word for k, v in overrides.items() for word in ("--set", f"{k}={v}")]
+    runs = {"single": [sys.executable, "-m", "speccond"],
+            "double": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "speccond"]}
+    finals = {}
+    for name, program in runs.items():
+        done = subprocess.run([*program, "train", "--out", str(tmp_path / name), *sets], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        finals[name] = json.loads(done.stdout.strip().splitlines()[-1])  # only rank 0 prints
+    assert finals["single"]["step"] == finals["double"]["step"] == 2
+    assert all(0 <= final["box_ap"] <= 1 and "accuracy" not in final for final in finals.values())
+    weights = {name: load_file(str(checkpoint.latest(tmp_path / name) / "model.safetensors")) for name in runs}
+    start = model_for(dataclasses.replace(TINY, **overrides, val_size=0)).state_dict()  # the seeded initial model
+    names = [n for n, w in weights["single"].items() if n.startswith("backbone.trunk.") and w.is_floating_point()]
+    assert "backbone.trunk.blocks.0.attn.qkv.parametrizations.weight.original" in names
+    moved = {run: torch.cat([(weights[run][n] - start[n]).flatten() for n in names]) for run in runs}
+    cosine = torch.nn.functional.cosine_similarity(moved["single"], moved["double"], dim=0)
+    assert moved["single"].norm() > 0 and cosine > 0.99, float(cosine)  # 0.9996 measured
