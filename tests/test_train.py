@@ -325,3 +325,53 @@ def test_target_kappa_trains_with_lam_auto_and_refresh_rechooses_it():
     assert all(r.kappa_eff <= 2 + 1e-6 for r in speccond.describe(model).rows)
     with pytest.raises(ValueError, match="target_kappa must be 0 \\(off\\) or a number > 1"):
         TINY.with_overrides(["target_kappa=1"])
+
+
+@needs_data
+def test_a_validation_split_is_held_out_the_same_for_every_run_and_test_is_scored_once(prepared, tmp_path):
+    """val_size holds out the same training examples for every seed and method (pinned in config.json by
+    the SHA-256 of their indices); "val" rows follow every epoch and the test split is scored once, at the
+    end. Without val_size the published protocol is unchanged (a test row after every epoch)."""
+    from speccond.experiments.tasks import load_task, split_indices
+
+    config = TINY.with_overrides(["val_size=96"])
+    held = {}
+    for seed, method in ((0, "baseline"), (1, "spectral")):
+        varied = config.with_overrides([f"seed={seed}", f"method={method}"])
+        training, validation = split_indices(60000, varied)
+        assert training.shape == (192,) and validation.shape == (96,)
+        assert not set(training.tolist()) & set(validation.tolist())
+        held[seed] = validation
+        final = train(varied, tmp_path / f"run-{seed}", progress=False)
+        rows = [json.loads(line) for line in (tmp_path / f"run-{seed}" / "metrics.jsonl").read_text().splitlines()]
+        assert [r["epoch"] for r in rows if r["kind"] == "val"] == [1, 2]
+        assert [r for r in rows if r["kind"] == "eval"] == [final] and final["step"] == 6
+        recorded = json.loads((tmp_path / f"run-{seed}" / "config.json").read_text())
+        assert recorded["splits"]["val"]["size"] == 96
+        held[f"sha-{seed}"] = recorded["splits"]["val"]["indices_sha256"]
+    assert torch.equal(held[0], held[1]) and held["sha-0"] == held["sha-1"]
+    tensors = load_task(config)
+    assert tensors["val_x"].shape == (96, 1, 28, 28) and torch.equal(tensors["val_index"], held[0])
+    unchanged, none = split_indices(60000, TINY)
+    assert none.numel() == 0 and torch.equal(unchanged, torch.randperm(60000, generator=torch.Generator().manual_seed(0))[:192])
+    with pytest.raises(ValueError, match="ask for more than the 60000 training examples"):
+        split_indices(60000, TINY.with_overrides(["val_size=59900"]))
+
+
+@needs_data
+def test_flush_denormal_holds_for_the_run_and_is_undone_after_it(prepared, tmp_path, monkeypatch):
+    seen = []
+    import speccond.experiments.train as loop
+
+    real = loop.train_run
+
+    def spy(*args, **kwargs):
+        seen.append(float(torch.tensor(1e-40) * 1.0))  # a subnormal float32 reads as 0 when flushed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train_run", spy)
+    final = train(TINY.with_overrides(["epochs=1", "flush_denormal=1"]), tmp_path / "run", progress=False)
+    assert final["kind"] == "eval" and seen == [0.0]
+    assert float(torch.tensor(1e-40)) > 0  # restored
+    with pytest.raises(ValueError, match="flush_denormal must be 0 or 1"):
+        TINY.with_overrides(["flush_denormal=2"])

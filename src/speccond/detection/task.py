@@ -94,6 +94,7 @@ class Detection:
         self.config = config
         self.scenes = load_scenes(config)
         self.samples = self.scenes["train"].images.shape[0]
+        self.splits = {"val": {"size": config.val_size, "stored": "the dataset's own val scenes"}} if config.val_size else {}
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
         """optimizer.adamw with the trunk's ``no_weight_decay()`` names exempt as patterns (position

@@ -44,6 +44,10 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     checkpoint_every: int = 100  # steps between checkpoints (and at the end of each epoch)
     track_every: int = 0  # steps between diagnostics rows (0 = off)
     eval_batch_size: int = 500  # examples per forward pass at evaluation
+    # 1: subnormal floats read as 0 during the run (torch.set_flush_denormal). Collapsed attention fills the
+    # softmax with them and runs slower on a CPU for that reason alone; flushing removes that cost and
+    # changes sums in their last bits. The published runs used 0.
+    flush_denormal: int = 0
     landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
     device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
@@ -68,6 +72,8 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.attention_norm must be 'layernorm' or 'none', got {self.attention_norm!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if self.flush_denormal not in (0, 1):
+            raise ValueError(f"TrainConfig.flush_denormal must be 0 or 1, got {self.flush_denormal}")
         if self.correction not in ("identity", "svd"):
             raise ValueError(f"TrainConfig.correction must be 'identity' or 'svd', got {self.correction!r}")
         for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks",

@@ -33,11 +33,12 @@ log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
 
 
-def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",)) -> None:
+def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None) -> None:
     """Create ``run_dir`` and write its config.json, or check that the one there records ``config``.
 
     ``config`` is a TrainConfig (anything with ``to_dict`` and ``from_dict``). ``libraries`` are imported
-    to record their versions beside speccond's, torch's and python's. Detection runs written before the
+    to record their versions beside speccond's, torch's and python's; ``splits`` (when not empty) says how
+    the validation split was drawn (its size, seed and the SHA-256 of its indices). Detection runs written before the
     one harness also carry ``"kind": "detection"``; their config, read as a TrainConfig, is what counts.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,8 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",)) ->
     versions.update({name: getattr(importlib.import_module(name), "__version__", "?") for name in libraries})
     record = {"config": config.to_dict(), "label": method_label(config), "command": command(),
               "versions": {**versions, "python": platform.python_version()}, "arithmetic": arithmetic()}
+    if splits:
+        record["splits"] = splits
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record, indent=2))
     partial.replace(path)

@@ -24,6 +24,7 @@ Sequences for the Nystromformer are padded with PAD up to a multiple of ``config
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -118,11 +119,39 @@ def image_tasks() -> list[str]:
     return sorted(name for name, t in _tasks().items() if t.reading == "image")
 
 
-def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
-    """train_x, test_x (float (N, C, H, W) images, int64 (N, L) tokens or (N, 2, L) pairs), int64 train_y, test_y.
+VALIDATION_SEED = 20261201  # one validation split per task, the same for every run, seed and method
 
-    The training subset is the first ``config.train_size`` (0 = all) of a permutation seeded by
-    ``config.seed``; the test subset is the first ``config.test_size`` (0 = all) test examples, in stored order.
+
+def split_indices(available: int, config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training, validation) indices into a task's stored training examples.
+
+    Without ``val_size``, training is the first ``train_size`` (0 = all) of a permutation seeded by
+    ``config.seed``, as every published run used. With it, the first ``val_size`` of a permutation seeded
+    by VALIDATION_SEED are held out (the same examples for every run) and training is the first
+    ``train_size`` of the rest, in an order seeded by ``config.seed``."""
+    if config.val_size + config.train_size > available:
+        raise ValueError(f"TrainConfig.val_size={config.val_size} and train_size={config.train_size} ask for more "
+                         f"than the {available} training examples of task {config.task!r}")
+    if not config.val_size:
+        order = torch.randperm(available, generator=torch.Generator().manual_seed(config.seed))
+        return order[: config.train_size or None], order[:0]
+    held = torch.randperm(available, generator=torch.Generator().manual_seed(VALIDATION_SEED))
+    validation, pool = held[: config.val_size], held[config.val_size :]
+    order = pool[torch.randperm(pool.shape[0], generator=torch.Generator().manual_seed(config.seed))]
+    return order[: config.train_size or None], validation
+
+
+def indices_sha256(index: torch.Tensor) -> str:
+    """SHA-256 of int64 indices, for config.json: pins which examples a split holds."""
+    return hashlib.sha256(index.to(torch.int64).numpy().tobytes()).hexdigest()
+
+
+def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
+    """train_x, test_x (float (N, C, H, W) images, int64 (N, L) tokens or (N, 2, L) pairs), int64 train_y,
+    test_y; with ``config.val_size``, val_x and val_y too, and val_index (the held-out training indices).
+
+    Training and validation examples: :func:`split_indices`; the test subset is the first
+    ``config.test_size`` (0 = all) test examples, in stored order.
     """
     chosen = task(config.task)
     arrays = data.load(chosen.dataset)
@@ -131,32 +160,47 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
         arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
     stored = "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"
     train_images, test_images = arrays[f"train_{stored}"], arrays[f"test_{stored}"]
-    available = {"train_size": train_images.shape[0], "test_size": test_images.shape[0]}
-    for field, count in available.items():
-        if getattr(config, field) > count:
-            raise ValueError(
-                f"TrainConfig.{field}={getattr(config, field)} but task {config.task!r} has {count} "
-                f"{field.split('_')[0]} examples; use at most {count}, or 0 for all"
-            )
-    order = torch.randperm(available["train_size"], generator=torch.Generator().manual_seed(config.seed))
-    train_index = order[: config.train_size or None]
-    test_count = config.test_size or available["test_size"]
+    if config.test_size > test_images.shape[0]:
+        raise ValueError(
+            f"TrainConfig.test_size={config.test_size} but task {config.task!r} has {test_images.shape[0]} "
+            f"test examples; use at most {test_images.shape[0]}, or 0 for all"
+        )
+    if config.train_size > train_images.shape[0]:
+        raise ValueError(
+            f"TrainConfig.train_size={config.train_size} but task {config.task!r} has {train_images.shape[0]} "
+            f"train examples; use at most {train_images.shape[0]}, or 0 for all"
+        )
+    train_index, val_index = split_indices(train_images.shape[0], config)
+    test_count = config.test_size or test_images.shape[0]
+    splits = {"train": train_images[train_index], "test": test_images[:test_count]}
+    if config.val_size:
+        splits["val"] = train_images[val_index]
     if chosen.reading == "mlm":
-        return masked_lm_task(train_images[train_index], test_images, test_count, task_shape(config.task).vocab)
-    labels = {"train_y": arrays["train_labels"][train_index], "test_y": arrays["test_labels"][:test_count]}
+        vocab = task_shape(config.task).vocab
+        tensors = masked_lm_task(splits["train"], test_images, test_count, vocab)
+        if config.val_size:  # masked once, as the test blocks are
+            inputs, labels = mlm.mask_tokens(splits["val"], torch.Generator().manual_seed(mlm.EVAL_MASK_SEED), vocab)
+            tensors.update(val_x=inputs, val_y=labels, val_index=val_index)
+        return tensors
+    labels = {"train": arrays["train_labels"][train_index], "test": arrays["test_labels"][:test_count],
+              "val": arrays["train_labels"][val_index]}
     if chosen.reading == "text":
-        return {"train_x": train_images[train_index].long(), "test_x": test_images[:test_count].long(), **labels}
-    if chosen.reading in ("tokens", "pairs"):
-        return {"train_x": pad_tokens(train_images[train_index], config.landmarks),
-                "test_x": pad_tokens(test_images[:test_count], config.landmarks), **labels}
-    if chosen.reading == "pixels":
-        return {"train_x": pixel_tokens(train_images[train_index], config.landmarks),
-                "test_x": pixel_tokens(test_images[:test_count], config.landmarks), **labels}
-    train = train_images[train_index].float().div(255)  # (N, C, H, W)
-    test = test_images[:test_count].float().div(255)  # (M, C, H, W)
-    mean = train.mean(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
-    std = train.std(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
-    return {"train_x": (train - mean) / std, "test_x": (test - mean) / std, **labels}
+        inputs = {split: images.long() for split, images in splits.items()}
+    elif chosen.reading in ("tokens", "pairs"):
+        inputs = {split: pad_tokens(images, config.landmarks) for split, images in splits.items()}
+    elif chosen.reading == "pixels":
+        inputs = {split: pixel_tokens(images, config.landmarks) for split, images in splits.items()}
+    else:
+        scaled = {split: images.float().div(255) for split, images in splits.items()}  # (N, C, H, W)
+        mean = scaled["train"].mean(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1), of the training subset
+        std = scaled["train"].std(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
+        inputs = {split: (images - mean) / std for split, images in scaled.items()}
+    tensors = {}
+    for split in inputs:
+        tensors.update({f"{split}_x": inputs[split], f"{split}_y": labels[split]})
+    if config.val_size:
+        tensors["val_index"] = val_index
+    return tensors
 
 
 def masked_lm_task(train: torch.Tensor, test: torch.Tensor, test_count: int, vocab: int) -> dict[str, torch.Tensor]:

@@ -47,6 +47,20 @@ def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
 
 
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
+    """Train (or resume) the run in ``run_dir``; return the final row (:func:`train_run`), with subnormal
+    floats flushed to 0 for its duration when ``config.flush_denormal`` says so."""
+    if not config.flush_denormal:
+        return train_run(config, run_dir, stop_after, progress)
+    if not torch.set_flush_denormal(True):
+        raise ValueError("TrainConfig.flush_denormal=1, but this CPU cannot flush subnormal floats (torch needs SSE3); "
+                         "use flush_denormal=0")
+    try:
+        return train_run(config, run_dir, stop_after, progress)
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
     """Train (or resume) the run in ``run_dir``; return the final row.
 
     The final row is the test evaluation ({"kind": "eval", ...} with the task's figures), or {"kind":
@@ -60,7 +74,7 @@ def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, 
     metrics = run_dir / METRICS
     task = training_task(config)
     if context.is_main:
-        write_config(run_dir, config, libraries=task.libraries)
+        write_config(run_dir, config, libraries=task.libraries, splits=task.splits)
     context.barrier()
     diverged = recorded_divergence(run_dir)
     if diverged is not None:

@@ -21,7 +21,7 @@ from speccond.experiments import mlm
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.distributed import Context
 from speccond.experiments.optimizer import adamw
-from speccond.experiments.tasks import load_task, task, task_shape
+from speccond.experiments.tasks import VALIDATION_SEED, indices_sha256, load_task, task, task_shape
 
 
 class TrainingTask(Protocol):
@@ -29,6 +29,7 @@ class TrainingTask(Protocol):
     libraries: tuple[str, ...]  # whose versions config.json records beside speccond's and torch's
     evaluates_each_epoch: bool  # True: the test split after every epoch (the final row is the last one's)
     samples: int
+    splits: dict  # how the validation split was drawn, for config.json ({} when there is none)
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW: ...
 
@@ -75,16 +76,19 @@ class Supervised:
 
     metrics = ("accuracy", "loss")
     libraries = ("timm",)
-    evaluates_each_epoch = True  # the published runs' protocol; issue 17 moves selection to a validation split
 
     def __init__(self, config: TrainConfig):
-        if config.val_size:
-            raise ValueError(f"TrainConfig.val_size is read by the detection task only; task {config.task!r} "
-                             "has no validation split here: leave val_size at 0")
         self.config = config
         self.shape = task_shape(config.task)
         self.data = load_task(config)
         self.samples = self.data["train_x"].shape[0]
+        # Without a validation split, the test split after every epoch (the published runs' protocol); with
+        # one, "val" rows after every epoch and the test split once, at the end (issue 17's protocol).
+        self.evaluates_each_epoch = not config.val_size
+        self.splits = {}
+        if config.val_size:
+            self.splits["val"] = {"size": config.val_size, "seed": VALIDATION_SEED,
+                                  "indices_sha256": indices_sha256(self.data["val_index"])}
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
         """optimizer.adamw with the model's ``no_weight_decay()`` names exempt, read as names (timm's position
