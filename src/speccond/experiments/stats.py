@@ -1,4 +1,5 @@
-"""Means with 95 % confidence intervals (Student t) and paired differences, without scipy."""
+"""Means with 95 % confidence intervals (Student t), paired differences, paired t-test p-values and Holm's
+adjustment for multiple comparisons, without scipy."""
 from __future__ import annotations
 
 import math
@@ -52,3 +53,63 @@ def paired_difference(values: Sequence[float], reference: Sequence[float]) -> In
     if len(values) != len(reference):
         raise ValueError(f"paired difference needs the same seeds: {len(values)} vs {len(reference)} values")
     return mean_interval([v - r for v, r in zip(values, reference)])
+
+
+def paired_p_value(values: Sequence[float], reference: Sequence[float]) -> float:
+    """Two-sided p-value of the paired t-test of values[i] - reference[i] (same seeds) against 0: nan with
+    fewer than 2 pairs, 1.0 when every difference is 0, 0.0 when they are all equal and not 0."""
+    if len(values) != len(reference):
+        raise ValueError(f"a paired test needs the same seeds: {len(values)} vs {len(reference)} values")
+    differences = [v - r for v, r in zip(values, reference)]
+    n = len(differences)
+    if n < 2:
+        return float("nan")
+    mean = sum(differences) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
+    if sd <= 1e-12 * max(1.0, abs(mean)):
+        return 1.0 if mean == 0 else 0.0
+    return t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom: I_{df / (df + t^2)}(df / 2, 1 / 2)."""
+    return _regularized_beta(df / (df + t * t), df / 2, 0.5)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of m p-values (family-wise error), in the order given: the k-th smallest
+    becomes max over j <= k of (m - j + 1) p_(j), capped at 1. nan stays nan and does not count in m."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+def _regularized_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) by its continued fraction (modified Lentz), using the symmetry I_x(a, b) = 1 - I_{1-x}(b, a)
+    where the fraction converges slowly."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _regularized_beta(1.0 - x, b, a)
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
