@@ -239,6 +239,10 @@ def test_every_method_trains(name):
     expected = {n for n, _ in model.named_parameters()} | ADDED_PARAMETERS.get(name, set())
     if name in PARAMETRIZED:
         expected = {n.replace("qkv.weight", "qkv.parametrizations.weight.original") for n in expected}
+    if name == "sigma-reparam-all":  # every Linear and Conv2d weight, each with its gamma
+        layers = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+        expected -= {f"{n}.weight" for n in layers}
+        expected |= {f"{n}.parametrizations.weight.{p}" for n in layers for p in ("original", "0.gamma")}
     apply_method(model, method(name))
     params = dict(model.named_parameters())
     assert set(params) == expected

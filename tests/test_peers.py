@@ -180,3 +180,41 @@ def test_the_head_diagnostics_refuse_q_and_k_changed_by_a_hook():
     scaled = vit()
     peers.layer_scale(scaled)  # scales the output, not q or k: the probabilities are still the weights'
     assert rebuild_refusal(scaled) == ""
+
+
+def test_sigma_reparam_all_layers_is_the_authors_recipe(float64_default):
+    """Every Linear and Conv2d, each weight one matrix (a fused qkv gets one sigma), gamma = sigma(W0) so the
+    function is kept at the call; with the authors' init the weights are redrawn with std 0.02."""
+    model, inputs = methods_vit(), (torch.randn(2, 1, 28, 28),)
+    before = model(*inputs)
+    layers = {name for name, module in model.named_modules() if isinstance(module, (nn.Linear, nn.Conv2d))}
+    names = peers.sigma_reparam_all_layers(model, init_std=None)
+    assert set(names) == {f"{name}.weight" for name in layers} and "patch_embed.proj.weight" in names
+    assert "blocks.0.attn.qkv.weight" in names and "head.weight" in names
+    assert_close(model(*inputs), before)  # gamma = sigma(W0) exactly (SVD), float64 tolerance
+    qkv = model.blocks[0].attn.qkv
+    reparam = qkv.parametrizations.weight[0]
+    for _ in range(60):  # training-mode forwards: one power iteration each, weights unchanged
+        model(*inputs)
+    stored = qkv.parametrizations.weight.original
+    expected = reparam.gamma / torch.linalg.matrix_norm(stored.flatten(1), ord=2) * stored  # the formula
+    assert_close(qkv.weight, expected)
+    assert torch.linalg.matrix_norm(qkv.weight, ord=2).item() == pytest.approx(reparam.gamma.item(), rel=1e-8)
+    assert peers.applied(model) == sorted(names, key=names.index)
+    peers.remove(model, merge=False)
+    assert not any(nn.utils.parametrize.is_parametrized(m) for m in model.modules())
+
+
+def test_sigma_reparam_all_layers_redraws_weights_and_refuses_a_parametrized_model():
+    model = methods_vit()
+    peers.sigma_reparam_all_layers(model)
+    redrawn = model.blocks[0].mlp.fc1.parametrizations.weight.original  # (128, 32)
+    assert redrawn.std().item() == pytest.approx(0.02, rel=0.1)
+    conditioned = methods_vit()
+    speccond.apply(conditioned, speccond.SpectralConfig(lam=1.0))
+    state = copy.deepcopy(conditioned.state_dict())
+    with pytest.raises(ValueError, match="already carry a parametrization"):
+        peers.sigma_reparam_all_layers(conditioned)
+    assert all(torch.equal(state[k], v) for k, v in conditioned.state_dict().items())  # nothing changed
+    with pytest.raises(ValueError, match="no nn.Linear or nn.Conv2d"):
+        peers.sigma_reparam_all_layers(nn.Sequential(nn.ReLU()))

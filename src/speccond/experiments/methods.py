@@ -10,6 +10,8 @@ fixed correction only in what they do to those projections:
 - "shifted-init": W0 + lam I baked into the initial weights, no correction afterwards (the ablation that
   asks whether the fixed correction matters beyond initialisation, PAPER.md section 3).
 - "sigma-reparam": W_hat = gamma / sigma(W) * W per q, k, v block, gamma learnable (Zhai et al., 2023).
+- "sigma-reparam-all": the same on every Linear and Conv2d, each one matrix, weights redrawn with std
+  0.02, as the authors apply it (peers/sigma_reparam_all.py).
 - "spectral-norm": W_hat = W / sigma(W) per q, k, v block (Miyato et al., 2018).
 - "qk-norm": LayerNorm over head_dim on every head of q and of k before the logits (Dehghani et al., 2023).
 - "layer-scale": gamma * attention(x), gamma learnable per channel from 0.1 (Touvron et al., 2021).
@@ -147,6 +149,7 @@ register(Method("spectral", _spectral, ("lam", "correction", *_CONDITIONING, "re
 register(Method("spectral-svd", _spectral_svd, ("corrected", "granularity", "refresh_every"), conditions=True))
 register(Method("shifted-init", _shifted_init, ("lam", *_CONDITIONING), conditions=True))
 register(Method("sigma-reparam", lambda model, config: peers.sigma_reparam(model)))
+register(Method("sigma-reparam-all", lambda model, config: peers.sigma_reparam_all_layers(model)))
 register(Method("spectral-norm", lambda model, config: peers.spectral_norm(model)))
 register(Method("qk-norm", lambda model, config: peers.qk_norm(model)))
 register(Method("layer-scale", lambda model, config: peers.layer_scale(model)))

@@ -8,6 +8,7 @@ from torch.nn.utils import parametrize
 
 from speccond.backends import give_own_class
 from speccond.peers.hooks import PeerHook
+from speccond.peers.sigma_reparam_all import MatrixSigmaReparam
 from speccond.peers.spectral_norm import BlockSpectralNorm
 
 
@@ -25,7 +26,7 @@ def applied(model: nn.Module) -> list[str]:
 def remove(model: nn.Module, merge: bool = True) -> nn.Module:
     """Take every peer method off ``model`` and return it.
 
-    spectral_norm / sigma_reparam: ``merge=True`` stores W_hat (the function is kept; torch's
+    spectral_norm / sigma_reparam / sigma_reparam_all_layers: ``merge=True`` stores W_hat (the function is kept; torch's
     ``leave_parametrized=True``), ``merge=False`` restores the trained W. The hook-based peers (qk_norm,
     layer_scale) act on activations, which no weight holds, so they cannot be merged: with ``merge=True``
     a model carrying one is refused before anything changes; ``merge=False`` removes the hooks and what
@@ -52,10 +53,13 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
     return model
 
 
+WEIGHT_PEERS = (BlockSpectralNorm, MatrixSigmaReparam)  # the peers that are parametrizations of a weight
+
+
 def _normed(module: nn.Module) -> list[str]:
     if not parametrize.is_parametrized(module):
         return []
-    return [n for n, plist in module.parametrizations.items() if any(isinstance(p, BlockSpectralNorm) for p in plist)]
+    return [n for n, plist in module.parametrizations.items() if any(isinstance(p, WEIGHT_PEERS) for p in plist)]
 
 
 def _hooks(module: nn.Module) -> list:
