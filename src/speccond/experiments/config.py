@@ -33,7 +33,7 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     fpn_channels: int = 64  # detection: channels of every pyramid level and of the mask head's convolutions
     epochs: int = 1  # passes over the training subset
     train_size: int = 0  # use the first N training images (0 = all), after a seeded shuffle
-    val_size: int = 0  # detection: validation scenes evaluated after each epoch (0 = none)
+    val_size: int = 0  # validation examples held out of the training data, evaluated after each epoch (0 = none)
     test_size: int = 0  # evaluate on the first N test images (0 = all)
     batch_size: int = 128  # images per step
     lr: float = 1e-3  # peak AdamW learning rate
@@ -48,6 +48,7 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     # softmax with them and runs slower on a CPU for that reason alone; flushing removes that cost and
     # changes sums in their last bits. The published runs used 0.
     flush_denormal: int = 0
+    tuning: int = 0  # 1: a tuning run: its final row scores the validation split; the test split is never scored
     landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
     device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
@@ -72,8 +73,11 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.attention_norm must be 'layernorm' or 'none', got {self.attention_norm!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        if self.flush_denormal not in (0, 1):
-            raise ValueError(f"TrainConfig.flush_denormal must be 0 or 1, got {self.flush_denormal}")
+        for name in ("flush_denormal", "tuning"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"TrainConfig.{name} must be 0 or 1, got {getattr(self, name)}")
+        if self.tuning and not self.val_size:
+            raise ValueError("TrainConfig.tuning=1 scores the validation split, so it needs val_size > 0")
         if self.correction not in ("identity", "svd"):
             raise ValueError(f"TrainConfig.correction must be 'identity' or 'svd', got {self.correction!r}")
         for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks",

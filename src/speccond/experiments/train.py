@@ -144,8 +144,8 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
                     append_row(metrics, row)
             if steps.boundary(step, save, epoch_done or step % config.checkpoint_every == 0, stop_after):
                 return {}
-    if not final:  # a task that scores the test split once, after training
-        final = evaluation("eval", "test")
+    if not final:  # the test split once, after training (the validation split, for a tuning run)
+        final = {**evaluation("eval", "val"), "split": "val"} if config.tuning else evaluation("eval", "test")
         if context.is_main:
             append_row(metrics, final)
     return final

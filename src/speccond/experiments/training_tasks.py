@@ -114,7 +114,9 @@ class Supervised:
         return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.eval_batch_size)
 
     def probe(self):
-        return self.data["test_x"][:8]  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
+        """The first 8 test inputs, or validation inputs in a tuning run (which never reads the test split):
+        (8, C, H, W) images, (8, L) or (8, 2, L) tokens."""
+        return self.data["val_x" if self.config.tuning else "test_x"][:8]
 
 
 def _detection(config: TrainConfig) -> TrainingTask:
