@@ -1,0 +1,101 @@
+"""Check that every interval quoted in README.md and docs/RESULTS.md comes from a committed results file.
+
+    .venv/bin/python scripts/audit_numbers.py          # lists each quoted "a +- b" without a source; exit 1 if any
+
+A quoted interval "a +- b" (a mean and the half width of its 95 % interval, as every report writes
+them) is backed when a committed file under docs/results/ holds it:
+- verbatim, in any .md, .json or .txt there;
+- or as numbers that round to it: an interval in a results.json ({"mean", "half_width"}) whose mean and
+  half width, as stored or times 100 (fractions shown as percent), round to a and b at the decimals
+  quoted.
+
+Quotations that no file holds are listed in docs/results/unbacked-numbers.md, each with the reason it
+stays in the text. The test suite runs this (tests/test_audit_numbers.py), so a new quotation without a
+source fails CI, and so does an entry in that list that has since been backed or removed.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+DOCUMENTS = ("README.md", "docs/RESULTS.md")
+KNOWN = RESULTS / "unbacked-numbers.md"
+INTERVAL = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)\s*\+-\s*(\d+(?:\.\d+)?)(?![\w.])")
+
+
+def decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def stored_intervals() -> list[tuple[float, float]]:
+    """(mean, half width) of every interval in the committed results.json files, as stored."""
+    found = []
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            if "mean" in value and "half_width" in value and value["half_width"] is not None:
+                found.append((float(value["mean"]), float(value["half_width"])))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for path in sorted(RESULTS.rglob("results.json")):
+        walk(json.loads(path.read_text()))
+    return found
+
+
+def backed(mean: str, half: str, corpus: str, intervals: list[tuple[float, float]]) -> bool:
+    quoted = f"{mean} +- {half}"
+    if quoted in corpus or quoted.lstrip("+") in corpus:
+        return True
+    a, b = float(mean), float(half)
+    tolerance_a, tolerance_b = 0.5 * 10 ** -decimals(mean) + 1e-9, 0.5 * 10 ** -decimals(half) + 1e-9
+    for m, h in intervals:
+        for scale in (1.0, 100.0):
+            if abs(m * scale - a) <= tolerance_a and abs(h * scale - b) <= tolerance_b:
+                return True
+    return False
+
+
+def unbacked() -> list[str]:
+    """ "document: a +- b" for every quoted interval no committed file holds, in document order."""
+    corpus = "\n".join(p.read_text(errors="ignore") for p in sorted(RESULTS.rglob("*"))
+                       if p.suffix in (".md", ".json", ".txt") and p != KNOWN)
+    intervals = stored_intervals()
+    missing = []
+    for document in DOCUMENTS:
+        text = (ROOT / document).read_text()
+        for match in INTERVAL.finditer(text):
+            mean, half = match.groups()
+            if not backed(mean, half, corpus, intervals):
+                missing.append(f"{document}: {mean} +- {half}")
+    return missing
+
+
+def known() -> list[str]:
+    """The quotations docs/results/unbacked-numbers.md lists (its table's first column)."""
+    rows = [line for line in KNOWN.read_text().splitlines() if line.startswith("| ") and "---" not in line][1:]
+    return [row.split("|")[1].strip().strip("`") for row in rows]
+
+
+def main() -> int:
+    missing, listed = unbacked(), known()
+    new = sorted(set(missing) - set(listed))
+    stale = sorted(set(listed) - set(missing))
+    for item in new:
+        print(f"no committed file backs {item}")
+    for item in stale:
+        print(f"{KNOWN.relative_to(ROOT)} lists {item}, which is now backed or gone: drop the entry")
+    print(f"{len(missing)} quoted intervals without a source, all listed with a reason" if not new and not stale
+          else f"{len(new)} unlisted, {len(stale)} stale")
+    return 1 if new or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
