@@ -1,4 +1,4 @@
-"""The five timm families of experiments/families.py, table-driven over FAMILIES x {28 px 1 channel,
+"""The timm families of experiments/families.py, table-driven over FAMILIES x {28 px 1 channel,
 32 px 3 channels} at the sizes the experiments use (embed_dim 64, depth 4, 4 heads, patch 4).
 
 Each model must give finite logits (B, 10) in train and eval mode, give every parameter a finite
@@ -32,6 +32,7 @@ ATTENTION = {
     "deit": {"Attention": 4},
     "swin": {"WindowAttention": 4},
     "xcit": {"XCA": 4, "ClassAttn": 2},
+    "xcit-noca": {"XCA": 4},  # no class attention: no softmax over tokens anywhere
     "davit": {"WindowAttention": 2, "ChannelAttention": 2},
 }
 ATTENTION_CLASSES = {name for counts in ATTENTION.values() for name in counts}
@@ -42,6 +43,8 @@ SPEC = {
     ("swin", 32): dict(patch_size=2, depths=(2, 2), num_heads=(4, 8), window_size=8),
     ("xcit", 28): dict(img_size=32, patch_size=8, depth=4, cls_attn_layers=2),
     ("xcit", 32): dict(img_size=32, patch_size=8, depth=4, cls_attn_layers=2),
+    ("xcit-noca", 28): dict(img_size=32, patch_size=8, depth=4, cls_attn_layers=0, global_pool="avg"),
+    ("xcit-noca", 32): dict(img_size=32, patch_size=8, depth=4, cls_attn_layers=0, global_pool="avg"),
     ("davit", 28): dict(depths=(2,), embed_dims=(64,), num_heads=(4,), window_size=7),
     ("davit", 32): dict(depths=(1, 1), embed_dims=(64, 128), num_heads=(4, 8), window_size=4),
 }
@@ -159,7 +162,7 @@ def test_vit_family_is_the_training_model():
 @pytest.mark.parametrize(
     "family,image,changes,message",
     [
-        ("resnet", 28, {}, "known families: ('vit', 'deit', 'swin', 'xcit', 'davit')"),
+        ("resnet", 28, {}, "known families: ('vit', 'deit', 'swin', 'xcit', 'davit', 'xcit-noca')"),
         ("vit", 28, {"patch_size": 8}, "patch sizes that fit: [1, 2, 4, 7, 14, 28]"),
         ("deit", 32, {"num_heads": 3}, "num_heads (3) must divide embed_dim (64)"),
         ("swin", 28, {"patch_size": 7}, "patch sizes that fit: [2, 4, 14, 28]"),

@@ -319,3 +319,15 @@ def test_qk_norm_needs_a_projection_module():
 def test_qk_norm_refuses_a_model_that_already_normalises_q_and_k():
     with pytest.raises(ValueError, match="already normalises q and k"):
         apply_method(vit(qk_norm=True), method("qk-norm"))
+
+
+def test_q_only_is_the_natural_eye_3d_d_reading_of_the_paper_on_a_fused_qkv():
+    """W + lam * torch.eye(3 D, D) on timm's fused (3D, D) qkv weight puts lam on the q block alone: it is
+    exactly the harness's corrected="q" arm (issue 17's reading of the paper on fused vision models)."""
+    model = vit()
+    qkv = model.blocks[0].attn.qkv
+    plain = qkv.weight.detach().clone()  # (3D, D)
+    apply_method(model, TrainConfig(method="spectral", corrected="q"))
+    natural = plain + 10.0 * torch.eye(*plain.shape)
+    assert torch.equal(qkv.weight.detach(), natural)
+    assert torch.equal(natural[32:], plain[32:])  # k and v rows untouched

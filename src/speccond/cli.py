@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval), "
                             "a language task (mlm, glue-sentiment, glue-fact, glue-pairs, glue-hyperbaton) "
                             "or the detection task fashion-scenes")
-    comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit; nystromformer for lra-* tasks; "
+    comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit, xcit-noca (XCiT without "
+                            "class attention); nystromformer for lra-* tasks; "
                             "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes")
     comparison.add_argument("--methods", type=method_list, default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")

@@ -79,7 +79,10 @@ log = logging.getLogger(__name__)
 
 SEQUENCE_FAMILIES = ("nystromformer",)  # token-sequence models: sequence_model.py
 LANGUAGE_FAMILIES = ("bert",)  # WordPiece text models (the language tasks, mlm and glue-*): bert_model.py
-FAMILIES = ("vit", "deit", "swin", "xcit", "davit")
+FAMILIES = ("vit", "deit", "swin", "xcit", "davit", "xcit-noca")
+# xcit-noca: XCiT without timm's two class-attention blocks (a softmax over tokens), pooled by the mean of
+# the patch tokens: only XCA's channel attention, as in the detection trunk. It tests whether the class
+# attention is why lam = 10 collapses the classification XCiT but not the detection one (issue 17).
 DETECTION_FAMILIES = ("xcit-maskrcnn", "vit-maskrcnn")  # Mask R-CNN on a timm trunk: detection/model.py
 MODELS = FAMILIES + SEQUENCE_FAMILIES + LANGUAGE_FAMILIES + DETECTION_FAMILIES
 
@@ -88,6 +91,7 @@ _CLASSES = {
     "deit": "timm.models.deit.VisionTransformerDistilled",
     "swin": "timm.models.swin_transformer.SwinTransformer",
     "xcit": "timm.models.xcit.Xcit",
+    "xcit-noca": "timm.models.xcit.Xcit",
     "davit": "timm.models.davit.DaVit",
 }
 XCIT_PATCHES = (8, 16)  # the patch sizes timm's XCiT ConvPatchEmbed implements
@@ -126,7 +130,7 @@ def backbone_spec(
     if embed_dim % num_heads:
         raise ValueError(f"{family}: num_heads ({num_heads}) must divide embed_dim ({embed_dim})")
     common = dict(in_chans=channels, num_classes=classes, drop_path_rate=0.0)
-    builder = {"vit": _vit, "deit": _vit, "swin": _swin, "xcit": _xcit, "davit": _davit}[family]
+    builder = {"vit": _vit, "deit": _vit, "swin": _swin, "xcit": _xcit, "davit": _davit, "xcit-noca": _xcit}[family]
     kwargs = {**common, **builder(family, image_size, embed_dim, depth, num_heads, patch_size)}
     log.info("%s backbone %s(%s)", family, _CLASSES[family].rsplit(".", 1)[1],
              ", ".join(f"{k}={v}" for k, v in kwargs.items()))
@@ -165,10 +169,13 @@ def _xcit(family: str, image: int, dim: int, depth: int, heads: int, patch: int)
         log.info("xcit: patch_size %d -> %d (timm's XCiT conv stem implements %s)", patch, stem, XCIT_PATCHES)
     if dim % (stem // 2):
         raise ValueError(
-            f"xcit: the patch-{stem} conv stem narrows embed_dim by {stem // 2} in its first layer, so embed_dim "
+            f"{family}: the patch-{stem} conv stem narrows embed_dim by {stem // 2} in its first layer, so embed_dim "
             f"must be a multiple of {stem // 2}; got {dim}"
         )
     grid = math.ceil(image / stem)  # the padded stride-2 convolutions round up
+    if family == "xcit-noca":
+        return dict(img_size=grid * stem, patch_size=stem, embed_dim=dim, depth=depth, num_heads=heads,
+                    cls_attn_layers=0, global_pool="avg")
     return dict(
         img_size=grid * stem, patch_size=stem, embed_dim=dim, depth=depth, num_heads=heads, cls_attn_layers=2,
     )

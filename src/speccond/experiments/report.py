@@ -30,7 +30,8 @@ from speccond.experiments.stats import Interval, mean_interval, paired_differenc
 
 log = logging.getLogger(__name__)
 
-FAMILY_NAMES = {"vit": "ViT", "deit": "DeiT", "swin": "Swin", "xcit": "XCiT", "davit": "DaViT"}
+FAMILY_NAMES = {"vit": "ViT", "deit": "DeiT", "swin": "Swin", "xcit": "XCiT", "davit": "DaViT",
+                "xcit-noca": "XCiT without class attention"}
 VARIES = "(varies)"
 
 

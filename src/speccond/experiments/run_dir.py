@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import platform
 import signal
 import sys
@@ -65,8 +66,13 @@ def arithmetic() -> dict:
     """What decides the order of this process's floating-point sums on a CPU: torch's intra-op thread count
     and the vector instruction set its kernels were dispatched for. The published runs regenerate digit for
     digit only with the same two (one thread, as scripts/reproduce.sh sets, gives other sums than two: the
-    main job's lam = 10 seeds end 3 points apart, docs/RESULTS.md)."""
-    return {"threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    main job's lam = 10 seeds end 3 points apart, docs/RESULTS.md). Also the CPU count and the load when
+    the run started, which says how many jobs shared the machine (wall times depend on it)."""
+    record = {"threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "cpus": os.cpu_count()}
+    if hasattr(os, "getloadavg"):  # the machine's 1-minute load at the start: how many jobs ran side by side
+        record["load_at_start"] = round(os.getloadavg()[0], 2)
+    return record
 
 
 def method_label(config) -> str:
