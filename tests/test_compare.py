@@ -293,6 +293,22 @@ def test_a_sweep_is_the_one_numeric_field_a_methods_groups_differ_in():
     assert swept_field([group("baseline"), group("spectral")]) is None  # one group per method
     assert swept_field([group("spectral", corrected="q"), group("spectral", corrected="k")]) is None  # not numeric
     assert swept_field([group("spectral", lam=1.0, lr=0.1), group("spectral", lam=2.0, lr=0.2)]) is None  # two fields
+    # target_kappa = 0 is lam = 10, another method, not kappa 0: lam = 10 against lam = auto is no line to draw
+    assert swept_field([group("spectral", target_kappa=0.0), group("spectral", target_kappa=2.0)]) is None
+
+
+@needs_data
+def test_the_plots_line_says_what_each_figure_shows(data_home, tmp_path):
+    """Two epochs: comparison.png has the per-epoch panel; one epoch: it is left out, and the line says so.
+    kappa.png names attention entropy only when the runs tracked it (a ViT here)."""
+    from speccond.experiments.compare import compare
+
+    for epochs, per_epoch in ((2, True), (1, False)):
+        config = TINY.with_overrides([f"epochs={epochs}", "track_every=3", "method=baseline"])
+        markdown = compare(config, ["baseline"], [0], tmp_path / f"e{epochs}", progress=False).markdown
+        line = next(line for line in markdown.splitlines() if line.startswith("Plots:"))
+        assert ("test accuracy per epoch" in line) == per_epoch, line
+        assert "kappa.png (kappa of W_q, W_k, W_v and attention entropy over training" in line
 
 
 @needs_data

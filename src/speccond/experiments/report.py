@@ -58,6 +58,7 @@ class Report:
     summaries: list[Summary]
     plots: list[str]  # file names written under out
     markdown: str
+    plot_notes: dict = dataclasses.field(default_factory=dict)  # file name -> what its panels show
 
 
 def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None) -> Report:
@@ -78,7 +79,8 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     reference = next((g for g in tabled if g.method == "baseline"), tabled[0] if tabled else None)
     summaries = [summarize(g, reference) for g in tabled]
     out.mkdir(parents=True, exist_ok=True)
-    plots = report_plots.write_plots(tabled, out) if tabled else []
+    described = report_plots.write_plots(tabled, out) if tabled else {}
+    plots = list(described)
     sweep = report_sweep.write_sweep_plot(tabled, reference, out)
     plots += [sweep] if sweep else []
     for name in ("kappa.png", report_sweep.FILE):
@@ -86,7 +88,8 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
         if name not in plots and stale.is_file():
             stale.unlink()
             log.info("removed %s: this report has nothing to draw there", stale)
-    report = Report(out, shlex.join(words), reference.label if reference else None, groups, summaries, plots, "")
+    report = Report(out, shlex.join(words), reference.label if reference else None, groups, summaries, plots, "",
+                    described)
     report = dataclasses.replace(report, markdown=_markdown(report))
     (out / "results.md").write_text(report.markdown)
     (out / "results.json").write_text(json.dumps(json_value(_json(report)), indent=2) + "\n")
@@ -152,7 +155,7 @@ def _markdown(report: Report) -> str:
         lines += [_summary_row(s) for s in report.summaries]
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
-    lines += ["", _plots_line(report.plots), "", "## Runs", "",
+    lines += ["", _plots_line(report.plots, report.plot_notes), "", "## Runs", "",
               "| method | seed | status | accuracy, % | test loss | kappa (at step) | wall time | run directory |",
               "|---|---|---|---|---|---|---|---|"]
     lines += [_run_row(g, r, report.out) for g in report.groups for r in g.runs if r.status != "unfinished"]
@@ -258,12 +261,12 @@ def _run_row(group: Group, run: RunRecord, out: Path) -> str:
             f"`{os.path.relpath(run.path, out)}` |")
 
 
-def _plots_line(plots: list[str]) -> str:
+def _plots_line(plots: list[str], notes: dict[str, str]) -> str:
     if not plots:
         return "Plots: none (no run has finished or diverged)."
-    line = "Plots: comparison.png (training loss, test accuracy per epoch, accuracy per seed)"
+    line = f"Plots: comparison.png ({notes['comparison.png']})"
     if "kappa.png" in plots:
-        line += "; kappa.png (kappa of W_q, W_k, W_v and attention entropy over training, mean over layers)"
+        line += f"; kappa.png ({notes['kappa.png']})"
     else:
         line += "; kappa.png not written: no run was tracked (train with track_every > 0 to record kappa over training)"
     if "sweep.png" in plots:

@@ -19,6 +19,9 @@ from speccond.diagnostics.records import read_metrics
 from speccond.experiments.stats import mean_interval
 
 FILE = "sweep.png"
+# Fields whose 0 means "off", another method, not the low end of a scale: target_kappa = 0 is lam = 10,
+# not kappa 0, so lam = 10 against lam = auto is not a sweep to draw as a line.
+NOT_A_SCALE = {"target_kappa"}
 
 
 def swept_field(groups: Sequence) -> Optional[tuple[str, list]]:
@@ -29,7 +32,7 @@ def swept_field(groups: Sequence) -> Optional[tuple[str, list]]:
         if len(mine) < 2:
             continue
         differing = {f for g in mine for f, v in g.settings.items() if v != mine[0].settings.get(f)}
-        if len(differing) == 1:
+        if len(differing) == 1 and not differing & NOT_A_SCALE:
             field = differing.pop()
             if all(isinstance(g.settings[field], (int, float)) for g in mine) and (best is None or len(mine) > len(best[1])):
                 best = (field, mine)
@@ -62,7 +65,8 @@ def write_sweep_plot(groups: Sequence, reference, out: Path) -> Optional[str]:
     means = [mean_interval([r.accuracy for r in g.included]) for g in mine]
     accuracy_axis.errorbar(values, [100 * m.mean for m in means],
                            yerr=[0 if math.isnan(m.half_width) else 100 * m.half_width for m in means],
-                           color="C0", marker="o", capsize=3, label=f"{method}: mean +- 95 % interval")
+                           color="C0", marker="o", capsize=3,
+                           label=f"{method}: mean +- 95 % interval" if min(m.n for m in means) > 1 else f"{method} (one seed)")
     if reference is not None and reference.method != method and reference.included:
         band = mean_interval([r.accuracy for r in reference.included])
         half = 0 if math.isnan(band.half_width) else band.half_width
