@@ -1,0 +1,48 @@
+"""scripts/long_budget_report.py applies the reading registered in docs/RESULTS.md before the runs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.scripts import load_script
+
+STEPS = 422  # 54,000 training images in batches of 128
+
+
+def _write_runs(folder, gaps, entropy):
+    """baseline and spectral runs for 20 epochs; spectral's validation accuracy is the baseline's + gap[seed]."""
+    config = {"val_size": 6000, "train_size": 0, "batch_size": 128}
+    for arm in ("baseline", "spectral"):
+        for seed, gap in enumerate(gaps):
+            run = folder / arm / f"seed-{seed}"
+            run.mkdir(parents=True)
+            (run / "config.json").write_text(json.dumps({"config": config}))
+            rows = []
+            for epoch in range(1, 21):
+                accuracy = 0.80 + 0.002 * epoch + 0.003 * seed + (gap if arm == "spectral" else 0.0)
+                rows.append({"kind": "val", "step": epoch * STEPS, "epoch": epoch, "accuracy": accuracy})
+                rows.append({"kind": "entropy", "step": epoch * STEPS, "entropy": entropy if arm == "spectral" else 2.3,
+                             "uniform_entropy": 2.83})
+            rows.append({"kind": "eval", "step": 20 * STEPS, "total_steps": 20 * STEPS, "accuracy": rows[-2]["accuracy"]})
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize("gaps, entropy, verdict", [
+    ((-0.01, 0.012, 0.0), 0.2, "slows early training"),  # an interval that includes 0
+    ((-0.10, -0.11, -0.12), 0.2, "the collapse is a ceiling"),  # 11 points, entropy below 0.5
+    ((-0.10, -0.11, -0.12), 1.0, "neither registered case holds"),
+])
+def test_the_registered_reading(tmp_path, gaps, entropy, verdict):
+    report = load_script("long_budget_report")
+    _write_runs(tmp_path, gaps, entropy)
+    result = report.analyse(tmp_path)
+    assert result["last"] == 20 and result["epochs"][-1]["spectral:difference"].n == 3
+    assert verdict in report.reading(result)
+    assert "Holm p" in report.markdown(result)
+
+
+def test_no_reading_before_two_seeds_reach_epoch_20(tmp_path):
+    report = load_script("long_budget_report")
+    _write_runs(tmp_path, (-0.1,), 0.2)
+    assert report.reading(report.analyse(tmp_path)).startswith("Not yet")
