@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -329,18 +328,17 @@ def test_wall_time_of_a_stopped_run_counts_once_it_resumes(data_home, tmp_path):
     assert json.loads((run / "timing.json").read_text()) == finished
 
 
-def test_the_tuning_protocol_chooses_on_validation_and_scores_test_once(data_home, tmp_path, monkeypatch):
-    """scripts/tune.py: tuning runs score only the validation split; the choice is the best mean validation
+def test_the_tuning_protocol_chooses_on_validation_and_scores_test_once(data_home, tmp_path):
+    """speccond tune: tuning runs score only the validation split; the choice is the best mean validation
     accuracy (ties to the smaller lr); the final runs use new seeds at the chosen lr and score test once."""
+    from speccond.cli import main
     from speccond.diagnostics.records import read_metrics
-    from tests.scripts import load_script
 
-    tune = load_script("tune")
     out = tmp_path / "tune"
-    monkeypatch.setattr(sys, "argv", ["tune.py", "--task", "digits", "--preset", "quick", "--val-size", "144",
-                                      "--lrs", "1e-3,3e-3", "--tuning-seeds", "1", "--final-seeds", "2",
-                                      "--arms", "baseline,spectral:corrected=q", "--set", "epochs=2", "--out", str(out)])
-    tune.main()
+    assert main(["tune", "--task", "digits", "--preset", "quick", "--val-size", "144", "--lrs", "1e-3,3e-3",
+                 "--tuning-seeds", "1", "--final-seeds", "2", "--arms", "baseline,spectral:corrected=q",
+                 "--set", "epochs=2", "--out", str(out)]) == 0
+    assert main(["tune", "--task", "digits", "--val-size", "144", "--arms", "baseline,lora", "--out", str(out)]) == 2
     choice = json.loads((out / "choice.json").read_text())
     for arm in ("baseline", "spectral-corrected=q"):
         scores = {float(lr): values for lr, values in choice[arm]["validation"].items()}

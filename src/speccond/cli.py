@@ -105,6 +105,25 @@ def build_parser() -> argparse.ArgumentParser:
                             help="run every method at each value (repeat for a grid), e.g. --sweep lam=1,10; "
                                  "values a method does not read (lam for baseline) are not rerun")
 
+    tuning = commands.add_parser("tune", help="every method at its own best lr on a validation split, then new "
+                                 "seeds scored on test once (docs/RESULTS.md, the pre-registered protocol)")
+    tuning.add_argument("--out", required=True, help="output folder (resumable)")
+    tuning.add_argument("--task", help="task (default fashion-mnist), as for compare")
+    tuning.add_argument("--model", help="model family, as for compare")
+    tuning.add_argument("--arms", default="baseline,spectral",
+                        help="comma-separated methods, each optionally with settings after a colon joined by '+' "
+                             "(spectral:corrected=q, spectral:target_kappa=2); default baseline,spectral")
+    tuning.add_argument("--lrs", default="3e-4,1e-3,3e-3", help="peak learning rates tried (default 3e-4,1e-3,3e-3)")
+    tuning.add_argument("--val-size", type=positive_int, required=True, metavar="N",
+                        help="validation examples held out of the training data")
+    tuning.add_argument("--tuning-seeds", type=positive_int, default=2, metavar="N", help="seeds per lr (default 2)")
+    tuning.add_argument("--final-seeds", type=positive_int, default=5, metavar="N",
+                        help="new seeds (100, 101, ...) at the chosen lr (default 5)")
+    tuning.add_argument("--preset", choices=("quick", "full"), default="full")
+    tuning.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+    tuning.add_argument("--stage", choices=("tune", "all"), default="all",
+                        help="tune: stop after the choice; all: then the final runs (default)")
+
     summary = commands.add_parser("report", help="tables and plots from finished runs (no training)")
     summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
     summary.add_argument("--out", help="folder for results.md, results.json and plots "
@@ -131,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             _inspect(args)
         elif args.command == "compare":
             _compare(args)
+        elif args.command == "tune":
+            _tune(args)
         elif args.command == "report":
             _report(args)
         elif args.command == "train":
@@ -174,6 +195,42 @@ def _compare(args: argparse.Namespace) -> None:
     compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep)
     print((Path(args.out) / "results.md").read_text())
     print(f"written: {Path(args.out) / 'results.md'}, results.json and the report's plots")
+
+
+def _tune(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from speccond import data
+    from speccond.experiments import tuning
+    from speccond.experiments.config import TrainConfig
+    from speccond.experiments.methods import METHODS
+    from speccond.experiments.presets import preset
+    from speccond.experiments.tasks import task as task_of
+
+    chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
+    task = TrainConfig().with_overrides([*chosen, *args.set]).task
+    base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set, f"val_size={args.val_size}",
+                                         "flush_denormal=1"])
+    arms = {}
+    for arm in [a for a in args.arms.split(",") if a]:
+        if arm.partition(":")[0] not in METHODS:
+            raise ValueError(f"--arms: unknown method in {arm!r}; methods: {', '.join(METHODS)}")
+        name, config = tuning.arm_config(base, arm)
+        arms[name] = config
+    try:
+        lrs = [float(lr) for lr in args.lrs.split(",") if lr]
+    except ValueError:
+        raise ValueError(f"--lrs takes comma-separated numbers, got {args.lrs!r}") from None
+    if not lrs or not all(lr > 0 for lr in lrs):
+        raise ValueError(f"--lrs takes positive learning rates, got {args.lrs!r}")
+    data.prepare(task_of(base.task).dataset)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    choice = tuning.tune(arms, lrs, args.tuning_seeds, out)
+    tuning.write_tuning(choice, out)
+    print((out / "tuning.md").read_text())
+    if args.stage == "all":
+        print(tuning.final(arms, choice, args.final_seeds, out))
 
 
 def _report(args: argparse.Namespace) -> None:

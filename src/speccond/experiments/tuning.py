@@ -1,6 +1,6 @@
-"""Issue 17's tuning protocol (docs/RESULTS.md, pre-registered): every arm at its own best learning rate.
+"""``speccond tune``: issue 17's tuning protocol (docs/RESULTS.md, pre-registered), every arm at its own best lr.
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/tune.py --task fashion-mnist --val-size 6000 --out runs/tune-fashion \
+    speccond tune --task fashion-mnist --val-size 6000 --out runs/tune-fashion \
         --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
 
 1. Tuning: every arm at every lr (``--lrs``, default 3e-4,1e-3,3e-3) for ``--tuning-seeds`` seeds (0, 1, ...),
@@ -12,38 +12,30 @@
    into OUT/final/<arm>/seed-<k>; then OUT/final's report (``speccond report``) and OUT/final/holm.md
    (paired differences against the baseline, paired t-test p, Holm over the arms).
 
-An arm is a method, optionally with TrainConfig settings after a colon ("spectral:corrected=q"). Every run
-has ``flush_denormal=1``; ``--set`` adds settings for all (after the preset). Runs resume where they
-stopped and finished ones are skipped, so the same command continues an interrupted protocol;
-``--stage tune`` stops after step 2.
+An arm is a method, optionally with TrainConfig settings after a colon, joined by "+" when there are
+several ("spectral:corrected=q+lam=5"). Every run has ``flush_denormal=1``. Runs resume where they stopped
+and finished ones are skipped, so the same command continues an interrupted protocol; ``--stage tune``
+stops after step 2. A diverged run counts with accuracy 0 in the choice and in the final table.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from speccond import data  # noqa: E402
-from speccond.diagnostics.records import read_metrics  # noqa: E402
-from speccond.experiments.compare import train_timed  # noqa: E402
-from speccond.experiments.config import TrainConfig  # noqa: E402
-from speccond.experiments.presets import preset  # noqa: E402
-from speccond.experiments.report import write_report  # noqa: E402
-from speccond.experiments.stats import holm, mean_interval, paired_difference, paired_p_value  # noqa: E402
-from speccond.experiments.tasks import task as task_of  # noqa: E402
+from speccond.diagnostics.records import read_metrics
+from speccond.experiments.compare import train_timed
+from speccond.experiments.config import TrainConfig
+from speccond.experiments.report import write_report
+from speccond.experiments.stats import holm, mean_interval, paired_difference, paired_p_value
 
 FINAL_SEED = 100  # final seeds start here, apart from the tuning seeds 0, 1, ...
 
 
 def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
-    """("spectral-corrected=q", the config) of "spectral:corrected=q"."""
+    """("spectral-corrected=q", the config) of "spectral:corrected=q" (several settings joined by "+")."""
     method, _, settings = arm.partition(":")
-    pairs = [s for s in settings.split(",") if s]
+    pairs = [s for s in settings.split("+") if s]
     return "-".join([method, *pairs]), dataclasses.replace(base, method=method).with_overrides(pairs)
 
 
@@ -142,37 +134,3 @@ def final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out
     text = "\n".join(lines) + "\n"
     (out / "final" / "holm.md").write_text(text)
     return text
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", default="fashion-mnist")
-    parser.add_argument("--model", default="")
-    parser.add_argument("--preset", choices=("quick", "full"), default="full")
-    parser.add_argument("--arms", default="baseline,spectral", help="comma-separated; settings after a colon, "
-                        "joined by '+' when there are several (spectral:corrected=q+lam=5)")
-    parser.add_argument("--lrs", default="3e-4,1e-3,3e-3")
-    parser.add_argument("--tuning-seeds", type=int, default=2)
-    parser.add_argument("--final-seeds", type=int, default=5)
-    parser.add_argument("--val-size", type=int, required=True, help="validation examples held out of training")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--stage", choices=("tune", "all"), default="all")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    chosen = [f"task={args.task}", *([f"model={args.model}"] if args.model else [])]
-    task = TrainConfig().with_overrides(chosen).task
-    base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set, f"val_size={args.val_size}",
-                                         "flush_denormal=1"])
-    arms = dict(arm_config(base, arm.replace("+", ",")) for arm in args.arms.split(","))
-    lrs = [float(lr) for lr in args.lrs.split(",")]
-    data.prepare(task_of(base.task).dataset)
-    args.out.mkdir(parents=True, exist_ok=True)
-    choice = tune(arms, lrs, args.tuning_seeds, args.out)
-    write_tuning(choice, args.out)
-    print((args.out / "tuning.md").read_text())
-    if args.stage == "all":
-        print(final(arms, choice, args.final_seeds, args.out))
-
-
-if __name__ == "__main__":
-    main()
