@@ -39,12 +39,16 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     return "-".join([method, *pairs]), dataclasses.replace(base, method=method).with_overrides(pairs)
 
 
+HEADLINE = ("accuracy", "box_ap")  # the figure chosen on: accuracy, or box AP for the detection task
+
+
 def final_accuracy(run_dir: Path, split: str) -> float | None:
-    """The final row's accuracy of a finished run (chance is not assumed: a diverged run gives None)."""
+    """The final row's headline figure (accuracy; box AP for detection) of a finished run, on ``split``;
+    None for a run that did not finish (a diverged run: the callers count it as 0)."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
     finals = [r for r in rows if r.get("kind") == "eval" and r.get("step") == r.get("total_steps")
               and r.get("split", "test") == split]
-    return finals[-1]["accuracy"] if finals else None
+    return next(finals[-1][key] for key in HEADLINE if key in finals[-1]) if finals else None
 
 
 def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> dict[str, dict]:
@@ -73,7 +77,7 @@ def write_tuning(choice: dict[str, dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     (out / "choice.json").write_text(json.dumps(choice, indent=2) + "\n")
-    lines = ["# Tuning on the validation split", "", "Mean final validation accuracy (%) over the tuning seeds; "
+    lines = ["# Tuning on the validation split", "", "Mean final validation accuracy (box AP for detection), %, over the tuning seeds; "
              "the chosen lr in bold (highest mean, ties to the smaller lr).", ""]
     lrs = sorted({lr for c in choice.values() for lr in c["validation"]}, key=float)
     lines += ["| arm | " + " | ".join(f"lr {lr}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
@@ -123,7 +127,7 @@ def final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out
     lines = ["# Final runs: paired differences against the baseline, Holm over the arms", "",
              f"{len(seeds_of)} seeds ({seeds_of[0]} to {seeds_of[-1]}), test accuracy once per run, each arm at its "
              f"chosen lr; m = {len(tests)} comparisons.", "",
-             "| arm | lr | test accuracy, % | difference, points | p | Holm p | verdict |", "|---|---|---|---|---|---|---|",
+             "| arm | lr | test accuracy (box AP for detection), % | difference, points | p | Holm p | verdict |", "|---|---|---|---|---|---|---|",
              f"| {reference} | {choice[reference]['lr']:g} | {mean_interval([100 * accuracy[reference][s] for s in seeds_of])} "
              "| - | - | - | reference |"]
     for (name, difference, p), q in zip(tests, adjusted):
