@@ -119,16 +119,21 @@ class Supervised:
         return self.data["val_x" if self.config.tuning else "test_x"][:8]
 
 
-def _detection(config: TrainConfig) -> TrainingTask:
+def _detection() -> type:
     from speccond.detection.task import Detection  # torchvision's detection models, pycocotools
 
-    return Detection(config)
+    return Detection
 
 
-_REGISTRY = {"scenes": _detection}  # a task's reading (tasks.py) -> its TrainingTask; Supervised otherwise
+_REGISTRY = {"scenes": _detection}  # a task's reading (tasks.py) -> its TrainingTask class; Supervised otherwise
+
+
+def task_class(config: TrainConfig) -> type:
+    """The TrainingTask class of ``config.task``, without loading its data (its ``metrics``, headline first)."""
+    found = _REGISTRY.get(task(config.task).reading)
+    return found() if found else Supervised
 
 
 def training_task(config: TrainConfig) -> TrainingTask:
     """The TrainingTask of ``config.task``, its data loaded."""
-    return _REGISTRY.get(task(config.task).reading, Supervised)(config)
-
+    return task_class(config)(config)

@@ -28,6 +28,7 @@ from speccond.experiments.compare import train_timed
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.report import write_report
 from speccond.experiments.stats import holm, mean_interval, paired_difference, paired_p_value
+from speccond.experiments.training_tasks import task_class
 
 FINAL_SEED = 100  # final seeds start here, apart from the tuning seeds 0, 1, ...
 
@@ -39,16 +40,16 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     return "-".join([method, *pairs]), dataclasses.replace(base, method=method).with_overrides(pairs)
 
 
-HEADLINE = ("accuracy", "box_ap")  # the figure chosen on: accuracy, or box AP for the detection task
-
-
 def final_accuracy(run_dir: Path, split: str) -> float | None:
-    """The final row's headline figure (accuracy; box AP for detection) of a finished run, on ``split``;
-    None for a run that did not finish (a diverged run: the callers count it as 0)."""
+    """The final row's headline figure (its task's first metric: accuracy, box AP for detection) of a
+    finished run, on ``split``; None for a run that did not finish (a diverged run: the callers count it as 0)."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
     finals = [r for r in rows if r.get("kind") == "eval" and r.get("step") == r.get("total_steps")
               and r.get("split", "test") == split]
-    return next(finals[-1][key] for key in HEADLINE if key in finals[-1]) if finals else None
+    if not finals:
+        return None
+    config = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text())["config"])
+    return finals[-1][task_class(config).metrics[0]]
 
 
 def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> dict[str, dict]:
