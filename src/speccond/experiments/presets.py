@@ -18,7 +18,7 @@ def fashion_mnist(full: bool) -> list[str]:
     """Fashion-MNIST, a ViT of width 64 on 7 x 7 patches (16 tokens).
 
     quick (the main job, ``./run main``): one epoch over 51,200 training images (400 steps), 2,000 test
-    images; about 4 minutes for 2 methods x 3 seeds on 2 cores.
+    images; 2 methods x 3 seeds took 531 s with one thread (as ./run main sets) while two other jobs ran.
     full (``speccond compare --preset full``): all 60,000 images for 3 epochs (1,407 steps), all 10,000
     test images; about 3 minutes per run on one core (an hour for 7 methods x 3 seeds).
     """
