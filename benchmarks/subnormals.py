@@ -17,7 +17,6 @@ in the attention probabilities of the lam = 10 arm.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import statistics
