@@ -27,6 +27,7 @@ from speccond.experiments.stats import holm, mean_interval, paired_difference, p
 REFERENCE = "baseline"
 COLLAPSED = "spectral"  # lam = 10 on q, k, v: the arm the registered reading is about
 CEILING_POINTS, CEILING_ENTROPY = 5.0, 0.5  # the registered thresholds
+REGISTERED_SEEDS = 3  # the reading is made with the registered seeds 0, 1, 2, not before
 
 
 def runs_of(folder: Path) -> dict[str, dict[int, list[dict]]]:
@@ -142,9 +143,10 @@ def markdown(result: dict) -> str:
 def reading(result: dict) -> str:
     final = result["epochs"][-1]
     gap = final.get(f"{COLLAPSED}:difference")
-    if result["last"] < 20 or gap is None:
-        return ("Not yet: lam = 10 and the baseline do not have 2 seeds paired at epoch 20; the reading is made "
-                "there, as registered.")
+    if result["last"] < 20 or gap is None or gap.n < REGISTERED_SEEDS:
+        paired = gap.n if gap is not None else "fewer than 2"
+        return (f"Not yet: lam = 10 and the baseline have {paired} seeds paired at epoch 20; the reading is made "
+                f"with the {REGISTERED_SEEDS} registered seeds, as registered.")
     low, high = 100 * (gap.mean - gap.half_width), 100 * (gap.mean + gap.half_width)
     entropy = final.get(f"{COLLAPSED}:entropy", math.nan)
     if low <= 0 <= high:

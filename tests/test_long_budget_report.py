@@ -42,7 +42,8 @@ def test_the_registered_reading(tmp_path, gaps, entropy, verdict):
     assert "Holm p" in report.markdown(result)
 
 
-def test_no_reading_before_two_seeds_reach_epoch_20(tmp_path):
+@pytest.mark.parametrize("gaps", [(-0.1,), (-0.1, -0.12)])
+def test_no_reading_before_the_three_registered_seeds_reach_epoch_20(tmp_path, gaps):
     report = load_script("long_budget_report")
-    _write_runs(tmp_path, (-0.1,), 0.2)
+    _write_runs(tmp_path, gaps, 0.2)
     assert report.reading(report.analyse(tmp_path)).startswith("Not yet")
