@@ -177,18 +177,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _base_config(args: argparse.Namespace, *fixed: str):
+    """The TrainConfig of compare and tune: the task's preset, then --task / --model, then --set, then
+    ``fixed`` (what the command itself requires)."""
+    from speccond.experiments.config import TrainConfig
+    from speccond.experiments.presets import preset
+
+    chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
+    task = TrainConfig().with_overrides([*chosen, *args.set]).task
+    return TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set, *fixed])
+
+
 def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from speccond import data
     from speccond.experiments.compare import compare, parse_sweep, variants
-    from speccond.experiments.presets import preset
     from speccond.experiments.tasks import task as task_of
-    from speccond.experiments.config import TrainConfig
 
-    chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
-    task = TrainConfig().with_overrides([*chosen, *args.set]).task
-    base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set])
+    base = _base_config(args)
     sweep = parse_sweep(args.sweep)
     variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
     data.prepare(task_of(base.task).dataset)
@@ -202,15 +209,10 @@ def _tune(args: argparse.Namespace) -> None:
 
     from speccond import data
     from speccond.experiments import tuning
-    from speccond.experiments.config import TrainConfig
     from speccond.experiments.methods import METHODS
-    from speccond.experiments.presets import preset
     from speccond.experiments.tasks import task as task_of
 
-    chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
-    task = TrainConfig().with_overrides([*chosen, *args.set]).task
-    base = TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set, f"val_size={args.val_size}",
-                                         "flush_denormal=1"])
+    base = _base_config(args, f"val_size={args.val_size}", "flush_denormal=1")
     arms = {}
     for arm in [a for a in args.arms.split(",") if a]:
         if arm.partition(":")[0] not in METHODS:

@@ -129,14 +129,18 @@ def holds_detection_runs(folders: Sequence[str | Path]) -> bool:
         runs = find_runs(folders)
     except ValueError:
         return False
-    return bool(runs) and all(_task_of(run) == "fashion-scenes" for run in runs)
+    return bool(runs) and all(_reads_scenes(run) for run in runs)
 
 
-def _task_of(run_dir: Path) -> Optional[str]:
+def _reads_scenes(run_dir: Path) -> bool:
+    """Whether the run's task reads detection scenes (experiments/tasks.py), by its config.json."""
+    from speccond.experiments.tasks import task
+
     try:
-        return json.loads((Path(run_dir) / "config.json").read_text())["config"].get("task")
+        name = json.loads((Path(run_dir) / "config.json").read_text())["config"].get("task")
+        return task(name).reading == "scenes"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+        return False
 
 
 def _markdown(report: Report) -> str:

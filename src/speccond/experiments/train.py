@@ -6,8 +6,9 @@ A run with ``config.init_from`` starts from a pre-trained encoder (pretrained.py
 the first step; a resumed run reads its own checkpoint instead.
 
 The run directory (run_dir.py) holds config.json (the config, versions, seed, command), metrics.jsonl
-(rows as they happen: "train" every 10 steps, "eval" on the test split after each epoch, or once at the
-end with "val" rows after each epoch for detection, tracker rows if asked) and
+(rows as they happen: "train" every 10 steps; "eval" on the test split after each epoch, or, with a
+validation split (``val_size``) and for detection, "val" rows after each epoch and one "eval" at the end,
+on validation for a tuning run; tracker rows if asked) and
 checkpoints/ (checkpoint.py). Data order and augmentation are functions of (seed, epoch, step), so a run resumed from
 any checkpoint ends with the same weights, bit for bit, as one that was never interrupted.
 """
