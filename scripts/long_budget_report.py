@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.diagnostics.records import read_metrics  # noqa: E402
-from speccond.experiments.stats import holm, mean_interval, paired_difference, paired_p_value  # noqa: E402
+from speccond.experiments.stats import against_reference, mean_interval, paired_difference  # noqa: E402
 
 REFERENCE = "baseline"
 COLLAPSED = "spectral"  # lam = 10 on q, k, v: the arm the registered reading is about
@@ -65,10 +65,6 @@ def by_epoch(rows: list[dict], steps_per_epoch: int) -> dict[int, dict]:
 def final_test(rows: list[dict]) -> float | None:
     finals = [r for r in rows if r.get("kind") == "eval" and r.get("step") == r.get("total_steps")]
     return finals[-1]["accuracy"] if finals else None
-
-
-def scaled(interval):
-    return type(interval)(100 * interval.mean, 100 * interval.half_width, interval.n)
 
 
 def analyse(folder: Path) -> dict:
@@ -117,25 +113,19 @@ def markdown(result: dict) -> str:
              + " | ".join(f"{arm} entropy / sigma_max(W)" for arm in arms) + " |",
              "|---|" + "---|" * (2 * len(arms) + len(others))]
     for row in table:
-        cells = [str(scaled(row[arm])) if arm in row else "" for arm in arms]
-        cells += [str(scaled(row[f"{arm}:difference"])) if f"{arm}:difference" in row else "" for arm in others]
+        cells = [str(row[arm].scaled(100)) if arm in row else "" for arm in arms]
+        cells += [str(row[f"{arm}:difference"].scaled(100)) if f"{arm}:difference" in row else "" for arm in others]
         cells += [f"{row.get(f'{arm}:entropy', math.nan):.2f} / {row.get(f'{arm}:sigma', math.nan):.2f}" if arm in row else ""
                   for arm in arms]
         lines.append(f"| {row['epoch']} | " + " | ".join(cells) + " |")
     reference = tests.get(REFERENCE, {})
-    found = []
-    for arm in others:
-        common = sorted(set(tests.get(arm, {})) & set(reference))
-        if len(common) >= 2:
-            a, b = [tests[arm][s] for s in common], [reference[s] for s in common]
-            found.append((arm, common, paired_difference(a, b), paired_p_value(a, b)))
     lines += ["", "## Test accuracy, scored once per run at the end", "",
               "| arm | seeds | test accuracy, % | difference, points | p | Holm p |", "|---|---|---|---|---|---|"]
     if reference:
-        lines.append(f"| {REFERENCE} | {len(reference)} | {scaled(mean_interval(list(reference.values())))} | - | - | - |")
-    for (arm, common, difference, p), q in zip(found, holm([f[3] for f in found])):
-        lines.append(f"| {arm} | {len(common)} | {scaled(mean_interval([tests[arm][s] for s in common]))} | "
-                     f"{scaled(difference)} | {p:.3g} | {q:.3g} |")
+        lines.append(f"| {REFERENCE} | {len(reference)} | {mean_interval(list(reference.values())).scaled(100)} | - | - | - |")
+    for c in against_reference({arm: tests.get(arm, {}) for arm in others}, reference):
+        lines.append(f"| {c.arm} | {len(c.seeds)} | {mean_interval([tests[c.arm][s] for s in c.seeds]).scaled(100)} | "
+                     f"{c.difference.scaled(100)} | {c.p:.3g} | {c.holm:.3g} |")
     lines += ["", "## The registered reading", "", reading(result)]
     return "\n".join(lines) + "\n"
 
@@ -155,7 +145,7 @@ def reading(result: dict) -> str:
         verdict = "the gap stays above 5 points with entropy below 0.5 nats: the collapse is a ceiling at this scale."
     else:
         verdict = "neither registered case holds; the gap is reported as measured."
-    return (f"lam = 10's validation gap at epoch 20 is {scaled(gap)} points ({gap.n} seeds; interval "
+    return (f"lam = 10's validation gap at epoch 20 is {gap.scaled(100)} points ({gap.n} seeds; interval "
             f"{low:.1f} to {high:.1f}), its attention entropy {entropy:.2f} nats: {verdict}")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.experiments.stats import holm, paired_difference, paired_p_value  # noqa: E402
+from speccond.experiments.stats import family  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 POOLED = {"ablations (quick preset, Fashion-MNIST)": sorted(p.name for p in RESULTS.glob("ablate-*"))}
@@ -62,20 +62,9 @@ def rows() -> list[dict]:
     families.update({p.parent.name: [p.parent.name] for p in sorted(RESULTS.glob("*/results.json"))
                      if p.parent.name not in pooled})
     table = []
-    for family, folders in families.items():
+    for name, folders in families.items():
         figure, arms = family_arms(folders)
-        found = []
-        for label, seeds, reference in arms:
-            common = sorted(set(seeds) & set(reference))
-            values, baseline = [seeds[s] for s in common], [reference[s] for s in common]
-            if len(common) < 2:
-                continue
-            found.append({"family": family, "arm": label, "figure": figure, "n": len(common),
-                          "difference": paired_difference(values, baseline), "p": paired_p_value(values, baseline)})
-        for row, adjusted in zip(found, holm([r["p"] for r in found])):
-            row["m"], row["holm"] = len(found), adjusted
-            row["verdict"] = ("win" if row["difference"].mean > 0 else "loss") if adjusted < 0.05 else "tie"
-        table += found
+        table += [{"family": name, "figure": figure, "comparison": c} for c in family(arms)]
     return table
 
 
@@ -87,10 +76,9 @@ def markdown(table: list[dict]) -> str:
              "| family | arm | figure | seeds | difference, points | p | m | Holm p | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in table:
-        d = r["difference"]
-        scaled = type(d)(100 * d.mean, 100 * d.half_width, d.n)
-        lines.append(f"| {r['family']} | {r['arm']} | {r['figure']} | {r['n']} | {scaled} | {r['p']:.3g} | {r['m']} | "
-                     f"{r['holm']:.3g} | {r['verdict']} |")
+        c = r["comparison"]
+        lines.append(f"| {r['family']} | {c.arm} | {r['figure']} | {len(c.seeds)} | {c.difference.scaled(100)} | "
+                     f"{c.p:.3g} | {c.m} | {c.holm:.3g} | {c.verdict} |")
     return "\n".join(lines) + "\n"
 
 

@@ -19,3 +19,9 @@ def test_the_audit_matches_by_rounding_and_catches_an_invented_figure():
     assert audit.backed("+3.9", "1.4", "... +3.9 +- 1.4 ...", [])
     assert [m.groups() for m in audit.INTERVAL.finditer("a -27.2 +- 10 % and 0.71 +- 0.62, v1.2+-3")] == [
         ("-27.2", "10"), ("0.71", "0.62")]
+
+
+def test_the_committed_multiple_comparisons_table_is_what_the_script_makes_of_the_committed_results():
+    comparisons = load_script("multiple_comparisons")
+    assert comparisons.OUT.read_text() == comparisons.markdown(comparisons.rows()), (
+        "docs/results/multiple-comparisons.md is stale: .venv/bin/python scripts/multiple_comparisons.py --write")

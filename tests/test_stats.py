@@ -41,3 +41,18 @@ def test_holm_steps_down_keeps_order_and_ignores_nan():
         assert all(a >= q for a, q in zip(adjusted, p)) and max(adjusted) <= 1.0
         ranked = sorted(range(len(p)), key=p.__getitem__)
         assert all(adjusted[i] <= adjusted[j] for i, j in zip(ranked, ranked[1:]))  # monotone in p
+
+
+def test_a_family_pairs_each_arm_by_its_common_seeds_and_adjusts_over_the_arms_it_tested():
+    from speccond.experiments.stats import against_reference, family
+
+    reference = {0: 0.50, 1: 0.60, 2: 0.55}
+    arms = {"up": {0: 0.60, 1: 0.71, 2: 0.64}, "flat": {0: 0.52, 1: 0.58, 2: 0.55}, "one seed": {5: 0.9, 0: 0.9}}
+    comparisons = against_reference(arms, reference)
+    assert [c.arm for c in comparisons] == ["up", "flat"] and all(c.m == 2 for c in comparisons)  # one seed: left out
+    up, flat = comparisons
+    assert up.seeds == (0, 1, 2) and math.isclose(up.difference.mean, (0.10 + 0.11 + 0.09) / 3)
+    assert up.holm == holm([up.p, flat.p])[0] and flat.holm == holm([up.p, flat.p])[1]
+    assert up.verdict == "win" and flat.verdict == "tie"
+    loss = family([("down", {s: v - 0.1 - 0.01 * s for s, v in reference.items()}, reference)])[0]
+    assert loss.verdict == "loss" and loss.holm == loss.p and loss.difference.scaled(100).mean == pytest.approx(-11)

@@ -17,7 +17,7 @@ def show_value(value) -> str:
 
 def percent(interval: Interval) -> str:
     """A fraction's interval in %: "87.3 +- 0.41" (or "87.3 (n=1)")."""
-    return str(Interval(100 * interval.mean, 100 * interval.half_width, interval.n))
+    return str(interval.scaled(100))
 
 
 def signed_percent(interval: Interval) -> str:

@@ -31,6 +31,49 @@ class Interval:
         mean = round(self.mean, decimals) + 0.0  # a mean that rounds to zero reads 0.0, not -0.0
         return f"{mean:.{decimals}f} +- {self.half_width:.{decimals}f}"
 
+    def scaled(self, factor: float) -> "Interval":
+        """The same interval in other units (``factor`` 100: fractions as percent or points)."""
+        return Interval(factor * self.mean, factor * self.half_width, self.n)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One arm against the reference, paired by the seeds both finished."""
+    arm: str
+    seeds: tuple[int, ...]
+    difference: Interval  # arm - reference, paired by seed
+    p: float  # two-sided paired t-test
+    holm: float  # p adjusted by Holm over the m arms compared with the same reference
+    m: int
+
+    @property
+    def verdict(self) -> str:
+        """"win" or "loss" (by the sign of the mean difference) when the adjusted p < 0.05, else "tie"."""
+        if self.holm < 0.05:
+            return "win" if self.difference.mean > 0 else "loss"
+        return "tie"
+
+
+def against_reference(arms: dict[str, dict[int, float]], reference: dict[int, float],
+                      min_seeds: int = 2) -> list[Comparison]:
+    """Every arm ({seed: figure}) against one ``reference`` ({seed: figure}): :func:`family`."""
+    return family([(arm, figures, reference) for arm, figures in arms.items()], min_seeds)
+
+
+def family(pairs: Sequence[tuple[str, dict[int, float], dict[int, float]]], min_seeds: int = 2) -> list[Comparison]:
+    """One family of comparisons, (arm, its {seed: figure}, its reference's {seed: figure}) each: the paired
+    difference over the seeds both have, its paired t-test p, and Holm's adjustment over the arms with at
+    least ``min_seeds`` common seeds (the others are left out; the order is kept)."""
+    paired = []
+    for arm, figures, reference in pairs:
+        common = tuple(sorted(set(figures) & set(reference)))
+        if len(common) >= min_seeds:
+            values, baseline = [figures[s] for s in common], [reference[s] for s in common]
+            paired.append((arm, common, paired_difference(values, baseline), paired_p_value(values, baseline)))
+    adjusted = holm([p for *_, p in paired])
+    return [Comparison(arm, common, difference, p, q, len(paired))
+            for (arm, common, difference, p), q in zip(paired, adjusted)]
+
 
 def t95(df: int) -> float:
     return _T95[df - 1] if df <= len(_T95) else 1.96
