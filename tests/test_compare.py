@@ -327,31 +327,3 @@ def test_wall_time_of_a_stopped_run_counts_once_it_resumes(data_home, tmp_path):
     assert train_timed(TINY, run, progress=False) == final  # finished: asked again, nothing added
     assert json.loads((run / "timing.json").read_text()) == finished
 
-
-def test_the_tuning_protocol_chooses_on_validation_and_scores_test_once(data_home, tmp_path):
-    """speccond tune: tuning runs score only the validation split; the choice is the best mean validation
-    accuracy (ties to the smaller lr); the final runs use new seeds at the chosen lr and score test once."""
-    from speccond.cli import main
-    from speccond.diagnostics.records import read_metrics
-
-    out = tmp_path / "tune"
-    assert main(["tune", "--task", "digits", "--preset", "quick", "--val-size", "144", "--lrs", "1e-3,3e-3",
-                 "--tuning-seeds", "1", "--final-seeds", "2", "--arms", "baseline,spectral:corrected=q",
-                 "--set", "epochs=2", "--out", str(out)]) == 0
-    assert main(["tune", "--task", "digits", "--val-size", "144", "--arms", "baseline,lora", "--out", str(out)]) == 2
-    choice = json.loads((out / "choice.json").read_text())
-    for arm in ("baseline", "spectral-corrected=q"):
-        scores = {float(lr): values for lr, values in choice[arm]["validation"].items()}
-        assert choice[arm]["lr"] == max(sorted(scores), key=lambda lr: (sum(scores[lr]), -lr))
-        for lr in scores:
-            rows = read_metrics(out / "tune" / f"{arm}-lr={lr:g}" / "seed-0" / "metrics.jsonl")
-            finals = [r for r in rows if r["kind"] == "eval"]
-            assert [r["split"] for r in finals] == ["val"] and finals[0]["accuracy"] == scores[lr][0]
-        for seed in (100, 101):
-            run = out / "final" / arm / f"seed-{seed}"
-            config = json.loads((run / "config.json").read_text())["config"]
-            assert config["lr"] == choice[arm]["lr"] and config["seed"] == seed and config["tuning"] == 0
-            assert [r.get("split", "test") for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"] == ["test"]
-    assert "Holm p" in (out / "final" / "holm.md").read_text() and (out / "tuning.png").is_file()
-    with pytest.raises(ValueError, match="tuning=1 scores the validation split, so it needs val_size > 0"):
-        TrainConfig(tuning=1)

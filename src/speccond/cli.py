@@ -121,8 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="new seeds (100, 101, ...) at the chosen lr (default 5)")
     tuning.add_argument("--preset", choices=("quick", "full"), default="full")
     tuning.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
-    tuning.add_argument("--stage", choices=("tune", "all"), default="all",
-                        help="tune: stop after the choice; all: then the final runs (default)")
+    tuning.add_argument("--stage", choices=("tune", "all", "report"), default="all",
+                        help="tune: stop after the choice; all: then the final runs (default); report: train "
+                             "nothing, write the tables of the runs finished so far")
+    tuning.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                        help="runs trained side by side, each in its own process (default 1)")
 
     summary = commands.add_parser("report", help="tables and plots from finished runs (no training)")
     summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
@@ -225,14 +228,20 @@ def _tune(args: argparse.Namespace) -> None:
         raise ValueError(f"--lrs takes comma-separated numbers, got {args.lrs!r}") from None
     if not lrs or not all(lr > 0 for lr in lrs):
         raise ValueError(f"--lrs takes positive learning rates, got {args.lrs!r}")
-    data.prepare(task_of(base.task).dataset)
     out = Path(args.out)
+    if args.stage == "report":
+        choice = tuning.write_tuning(tuning.tuning_scores(arms, lrs, args.tuning_seeds, out), out)
+        print((out / "tuning.md").read_text())
+        if choice is not None:
+            print(tuning.write_final(arms, choice, args.final_seeds, out))
+        return
+    data.prepare(task_of(base.task).dataset)
     out.mkdir(parents=True, exist_ok=True)
-    choice = tuning.tune(arms, lrs, args.tuning_seeds, out)
-    tuning.write_tuning(choice, out)
+    choice = tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
+    tuning.write_tuning(tuning.tuning_scores(arms, lrs, args.tuning_seeds, out), out)
     print((out / "tuning.md").read_text())
     if args.stage == "all":
-        print(tuning.final(arms, choice, args.final_seeds, out))
+        print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
 
 
 def _report(args: argparse.Namespace) -> None:

@@ -61,15 +61,21 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), sp
     partial.write_text(json.dumps(record, indent=2))
     partial.replace(path)
 
+PARALLEL_JOBS = "SPECCOND_PARALLEL_JOBS"  # the environment variable: runs its launcher trains side by side
+
 
 def arithmetic() -> dict:
     """What decides the order of this process's floating-point sums on a CPU: torch's intra-op thread count
     and the vector instruction set its kernels were dispatched for. The published runs regenerate digit for
     digit only with the same two (one thread, as scripts/reproduce.sh sets, gives other sums than two: the
     main job's lam = 10 seeds end 3 points apart, docs/RESULTS.md). Also the CPU count and the load when
-    the run started, which says how many jobs shared the machine (wall times depend on it)."""
+    the run started, which says how many jobs shared the machine (wall times depend on it), and the number
+    of runs its launcher trained side by side when it says so (``SPECCOND_PARALLEL_JOBS``: speccond tune
+    --jobs, scripts/protocol.sh, scripts/long_budget.sh)."""
     record = {"threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "cpus": os.cpu_count()}
+    if os.environ.get(PARALLEL_JOBS):  # set by speccond tune --jobs and the protocol scripts
+        record["parallel_jobs"] = int(os.environ[PARALLEL_JOBS])
     if hasattr(os, "getloadavg"):  # the machine's 1-minute load at the start: how many jobs ran side by side
         record["load_at_start"] = round(os.getloadavg()[0], 2)
     return record

@@ -106,7 +106,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
 
     def evaluation(kind: str, split: str) -> dict:
         row = {"kind": kind, "step": step, "epoch": step // steps_per_epoch}
-        return {**row, **({"total_steps": total_steps} if kind == "eval" else {}), **task.evaluate(model, split)}
+        return {**row, "total_steps": total_steps, **task.evaluate(model, split)}
 
     final: dict = {}
     with StepLoop(total_steps, step, progress and context.is_main) as steps:

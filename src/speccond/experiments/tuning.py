@@ -1,36 +1,52 @@
 """``speccond tune``: issue 17's tuning protocol (docs/RESULTS.md, pre-registered), every arm at its own best lr.
 
-    speccond tune --task fashion-mnist --val-size 6000 --out runs/tune-fashion \
+    speccond tune --task fashion-mnist --val-size 6000 --out runs/tune-fashion --jobs 2 \
         --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
 
 1. Tuning: every arm at every lr (``--lrs``, default 3e-4,1e-3,3e-3) for ``--tuning-seeds`` seeds (0, 1, ...),
    as tuning runs (``tuning=1``: the final row scores the validation split; the test split is never
-   scored), into OUT/tune/<arm>-lr=<lr>/seed-<k>.
+   scored), into OUT/tune/<arm>-lr=<lr>/seed-<k>. They run seed by seed (every arm at every lr for seed
+   0, then seed 1), so a cut leaves every arm with the same seeds: cutting tuning seeds
+   (``--tuning-seeds 1``) then needs no new run.
 2. Choice: per arm, the lr with the highest mean final validation accuracy (ties: the smaller lr),
    written to OUT/choice.json and OUT/tuning.md with OUT/tuning.png (validation accuracy against lr).
 3. Final: every arm at its chosen lr for ``--final-seeds`` new seeds (100, 101, ...), scored on test once,
-   into OUT/final/<arm>/seed-<k>; then OUT/final's report (``speccond report``) and OUT/final/holm.md
-   (paired differences against the baseline, paired t-test p, Holm over the arms).
+   into OUT/final/<arm>/seed-<k>, seed by seed; then OUT/final's report (``speccond report``),
+   OUT/final/holm.md and holm.json (paired differences against the baseline, paired t-test p, Holm over
+   the arms).
 
 An arm is a method, optionally with TrainConfig settings after a colon, joined by "+" when there are
 several ("spectral:corrected=q+lam=5"). Every run has ``flush_denormal=1``. Runs resume where they stopped
 and finished ones are skipped, so the same command continues an interrupted protocol; ``--stage tune``
-stops after step 2. A diverged run counts with accuracy 0 in the choice and in the final table.
+stops after step 2, and ``--stage report`` trains nothing and writes the tables of what has finished
+(arms still short of runs are marked, and no choice.json is written until every tuning run finished).
+``--jobs N`` trains N runs side by side, each in its own process with torch's threads divided among them
+(one each under ``OMP_NUM_THREADS=1``); every run's config.json records the number in
+``"arithmetic"``. A diverged run counts with accuracy 0 in the choice and in the final table.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
+from typing import Optional
 
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments.compare import train_timed
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.report import write_report
-from speccond.experiments.stats import holm, mean_interval, paired_difference, paired_p_value
+from speccond.experiments.run_dir import PARALLEL_JOBS
+from speccond.experiments.stats import against_reference, mean_interval
 from speccond.experiments.training_tasks import task_class
 
 FINAL_SEED = 100  # final seeds start here, apart from the tuning seeds 0, 1, ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    config: TrainConfig
+    run: Path
 
 
 def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
@@ -40,10 +56,13 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     return "-".join([method, *pairs]), dataclasses.replace(base, method=method).with_overrides(pairs)
 
 
-def final_accuracy(run_dir: Path, split: str) -> float | None:
-    """The final row's headline figure (its task's first metric: accuracy, box AP for detection) of a
-    finished run, on ``split``; None for a run that did not finish (a diverged run: the callers count it as 0)."""
+def outcome(run_dir: Path, split: str) -> Optional[float]:
+    """The final row's headline figure on ``split`` (its task's first metric: accuracy, box AP for
+    detection) of a finished run; 0.0 for a diverged run (below chance: the protocol counts it so); None
+    while the run has not finished."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
+    if any(r.get("kind") == "diverged" for r in rows):
+        return 0.0
     finals = [r for r in rows if r.get("kind") == "eval" and r.get("step") == r.get("total_steps")
               and r.get("split", "test") == split]
     if not finals:
@@ -52,50 +71,140 @@ def final_accuracy(run_dir: Path, split: str) -> float | None:
     return finals[-1][task_class(config).metrics[0]]
 
 
-def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> dict[str, dict]:
-    """Stage 1 and 2: the tuning runs, then per arm {"lr": chosen, "validation": {lr: [accuracy per seed]}}."""
-    total, done = len(arms) * len(lrs) * seeds, 0
+def tuning_run(out: Path, name: str, lr: float, seed: int) -> Path:
+    return out / "tune" / f"{name}-lr={lr:g}" / f"seed-{seed}"
+
+
+def final_run(out: Path, name: str, seed: int) -> Path:
+    return out / "final" / name / f"seed-{seed}"
+
+
+def tuning_jobs(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> list[Job]:
+    """Seed by seed, then lr by lr, every arm: a cut anywhere leaves the arms level."""
+    return [Job(dataclasses.replace(config, lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
+            for seed in range(seeds) for lr in lrs for name, config in arms.items()]
+
+
+def final_jobs(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path) -> list[Job]:
+    return [Job(dataclasses.replace(config, lr=choice[name]["lr"], seed=seed), final_run(out, name, seed))
+            for seed in range(FINAL_SEED, FINAL_SEED + seeds) for name, config in arms.items()]
+
+
+def run_jobs(jobs: list[Job], parallel: int, stage: str) -> None:
+    """Train every job not finished yet, ``parallel`` at a time. One at a time shows each run's step bar;
+    side by side, one bar over the runs (rate and ETA) and a line per run as it ends. An error in one run
+    lets the others finish, then is raised naming the run."""
+    split = {True: "val", False: "test"}
+    pending = [job for job in jobs if outcome(job.run, split[bool(job.config.tuning)]) is None]
+    print(f"[{stage}] {len(jobs) - len(pending)} of {len(jobs)} runs finished; {len(pending)} to train, "
+          f"{parallel} at a time", flush=True)
+    if parallel == 1:
+        for index, job in enumerate(pending, 1):
+            print(f"[{stage} run {index} of {len(pending)}] {job.run}", flush=True)
+            train_timed(job.config, job.run)
+        return
+    import multiprocessing
+    import sys
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    import torch
+    from tqdm import tqdm
+
+    threads = max(1, torch.get_num_threads() // parallel)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no forked torch state
+    failures = []
+    with ProcessPoolExecutor(parallel, mp_context=context, initializer=_worker_start,
+                             initargs=(threads, parallel)) as pool, \
+            tqdm(total=len(pending), unit="run", desc=stage, file=sys.stderr, dynamic_ncols=True) as bar:
+        futures = {pool.submit(_train_quietly, job): job for job in pending}
+        try:
+            for future in as_completed(futures):
+                job = futures[future]
+                error = future.exception()
+                if error is not None:
+                    failures.append((job, error))
+                bar.write(f"[{stage}] {'failed' if error else 'finished'}: {job.run}" + (f" ({error})" if error else ""))
+                bar.update()
+        except KeyboardInterrupt:
+            pool.shutdown(cancel_futures=True)
+            raise
+    if failures:
+        job, error = failures[0]
+        raise ValueError(f"{len(failures)} of {len(pending)} runs failed; the first, {job.run}: {error}") from error
+
+
+def _worker_start(threads: int, parallel: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ[PARALLEL_JOBS] = str(parallel)
+
+
+def _train_quietly(job: Job) -> None:
+    train_timed(job.config, job.run, progress=False)
+
+
+def tuning_scores(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> dict[str, dict[str, list]]:
+    """{arm: {lr as written ("1e-3" as "0.001"): [final validation figure per seed, None while unfinished]}}."""
+    return {name: {f"{lr:g}": [outcome(tuning_run(out, name, lr, seed), "val") for seed in range(seeds)] for lr in lrs}
+            for name in arms}
+
+
+def choose(scores: dict[str, dict[str, list]]) -> dict[str, dict]:
+    """Per arm {"lr": chosen, "validation": {lr: [figure per seed]}}: the highest mean, ties to the smaller
+    lr. Every run must have finished (a partial choice would be a different protocol)."""
+    unfinished = [f"{name} lr={lr}" for name, by_lr in scores.items() for lr, values in by_lr.items() if None in values]
+    if unfinished:
+        raise ValueError(f"no choice before every tuning run finished; unfinished: {', '.join(unfinished)}")
     choice = {}
-    for name, config in arms.items():
-        scores = {}
-        for lr in lrs:
-            for seed in range(seeds):
-                done += 1
-                run = out / "tune" / f"{name}-lr={lr:g}" / f"seed-{seed}"
-                print(f"[tuning run {done} of {total}] {run}", flush=True)
-                train_timed(dataclasses.replace(config, lr=lr, seed=seed, tuning=1), run)
-                accuracy = final_accuracy(run, "val")
-                scores.setdefault(lr, []).append(0.0 if accuracy is None else accuracy)  # diverged: 0
-        best = max(sorted(scores), key=lambda lr: (sum(scores[lr]) / len(scores[lr]), -lr))  # ties: smaller lr
-        choice[name] = {"lr": best, "validation": {f"{lr:g}": values for lr, values in scores.items()}}
+    for name, by_lr in scores.items():
+        best = max(sorted(by_lr, key=float), key=lambda lr: (sum(by_lr[lr]) / len(by_lr[lr]), -float(lr)))
+        choice[name] = {"lr": float(best), "validation": by_lr}
     return choice
 
 
-def write_tuning(choice: dict[str, dict], out: Path) -> None:
+def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, parallel: int = 1) -> dict[str, dict]:
+    """Stage 1 and 2: the tuning runs, then the choice (:func:`choose`)."""
+    run_jobs(tuning_jobs(arms, lrs, seeds, out), parallel, "tuning")
+    return choose(tuning_scores(arms, lrs, seeds, out))
+
+
+def write_tuning(scores: dict[str, dict[str, list]], out: Path) -> Optional[dict]:
+    """OUT/tuning.md and tuning.png of the tuning runs finished so far, and OUT/choice.json once all have
+    (returned; None before)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    (out / "choice.json").write_text(json.dumps(choice, indent=2) + "\n")
-    lines = ["# Tuning on the validation split", "", "Mean final validation accuracy (box AP for detection), %, over the tuning seeds; "
-             "the chosen lr in bold (highest mean, ties to the smaller lr).", ""]
-    lrs = sorted({lr for c in choice.values() for lr in c["validation"]}, key=float)
+    complete = all(None not in values for by_lr in scores.values() for values in by_lr.values())
+    choice = choose(scores) if complete else None
+    if choice is not None:
+        (out / "choice.json").write_text(json.dumps(choice, indent=2) + "\n")
+    lines = ["# Tuning on the validation split", "",
+             "Mean final validation accuracy (box AP for detection), %, over the tuning seeds; "
+             + ("the chosen lr in bold (highest mean, ties to the smaller lr)." if complete else
+                "**not every tuning run has finished: no choice yet**; a cell short of seeds says how many it has."), ""]
+    lrs = sorted({lr for by_lr in scores.values() for lr in by_lr}, key=float)
     lines += ["| arm | " + " | ".join(f"lr {lr}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
     figure, axis = plt.subplots(figsize=(7, 4.5))
-    for name, c in choice.items():
-        cells = []
+    for name, by_lr in scores.items():
+        cells, xs, means = [], [], []
         for lr in lrs:
-            values = c["validation"].get(lr)
-            text = "" if values is None else str(mean_interval([100 * v for v in values]))
-            cells.append(f"**{text}**" if float(lr) == c["lr"] else text)
+            values = [100 * v for v in by_lr.get(lr, []) if v is not None]
+            text = str(mean_interval(values)) if values else "-"
+            if values and len(values) < len(by_lr[lr]):
+                text += f" ({len(values)} of {len(by_lr[lr])} seeds)"
+            cells.append(f"**{text}**" if choice and float(lr) == choice[name]["lr"] else text)
+            if values:
+                xs.append(float(lr))
+                means.append(sum(values) / len(values))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        xs = [float(lr) for lr in lrs if lr in c["validation"]]
-        means = [100 * sum(c["validation"][lr]) / len(c["validation"][lr]) for lr in lrs if lr in c["validation"]]
         line, = axis.plot(xs, means, marker="o", label=name)
         for lr in lrs:
-            for value in c["validation"].get(lr, []):
-                axis.plot(float(lr), 100 * value, ".", color=line.get_color(), alpha=0.5)
+            for value in by_lr.get(lr, []):
+                if value is not None:
+                    axis.plot(float(lr), 100 * value, ".", color=line.get_color(), alpha=0.5)
     axis.set(xscale="log", xlabel="peak learning rate", ylabel="final validation accuracy, %",
              title="validation accuracy against lr (line: mean over tuning seeds, dots: seeds)")
     axis.legend(fontsize=7, loc="best")
@@ -103,39 +212,46 @@ def write_tuning(choice: dict[str, dict], out: Path) -> None:
     figure.savefig(out / "tuning.png", dpi=120)
     plt.close(figure)
     (out / "tuning.md").write_text("\n".join(lines) + "\n\n![validation accuracy against lr](tuning.png)\n")
+    return choice
 
 
-def final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path) -> str:
+def final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path, parallel: int = 1) -> str:
     """Stage 3: the final runs, their report and the Holm table (returned as markdown)."""
-    total, done = len(arms) * seeds, 0
-    accuracy: dict[str, dict[int, float]] = {}
-    for name, config in arms.items():
-        for seed in range(FINAL_SEED, FINAL_SEED + seeds):
-            done += 1
-            run = out / "final" / name / f"seed-{seed}"
-            print(f"[final run {done} of {total}] {run}", flush=True)
-            train_timed(dataclasses.replace(config, lr=choice[name]["lr"], seed=seed), run)
-            value = final_accuracy(run, "test")
-            accuracy.setdefault(name, {})[seed] = 0.0 if value is None else value  # diverged: 0 (below chance)
+    run_jobs(final_jobs(arms, choice, seeds, out), parallel, "final")
+    return write_final(arms, choice, seeds, out)
+
+
+def write_final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path) -> str:
+    """OUT/final's report, holm.md and holm.json over the final runs finished so far (an arm counts the
+    seeds it shares with the baseline; the header says when some are still owed)."""
+    figures = {name: {seed: value for seed in range(FINAL_SEED, FINAL_SEED + seeds)
+                      if (value := outcome(final_run(out, name, seed), "test")) is not None} for name in arms}
+    if not any(figures.values()):
+        return "no final run has finished yet\n"
     write_report([out / "final"], out / "final")
-    reference = next((n for n in arms if n == "baseline"), next(iter(arms)))
-    others = [n for n in arms if n != reference]
-    seeds_of = sorted(accuracy[reference])
-    tests = [(n, paired_difference([accuracy[n][s] for s in seeds_of], [accuracy[reference][s] for s in seeds_of]),
-              paired_p_value([accuracy[n][s] for s in seeds_of], [accuracy[reference][s] for s in seeds_of]))
-             for n in others]
-    adjusted = holm([p for _, _, p in tests])
+    reference = "baseline" if "baseline" in arms else next(iter(arms))
+    comparisons = against_reference({n: f for n, f in figures.items() if n != reference}, figures[reference])
+    finished = sum(len(f) for f in figures.values())
+    owed = len(arms) * seeds - finished
+    metric = task_class(next(iter(arms.values()))).metrics[0]
     lines = ["# Final runs: paired differences against the baseline, Holm over the arms", "",
-             f"{len(seeds_of)} seeds ({seeds_of[0]} to {seeds_of[-1]}), test accuracy once per run, each arm at its "
-             f"chosen lr; m = {len(tests)} comparisons.", "",
-             "| arm | lr | test accuracy (box AP for detection), % | difference, points | p | Holm p | verdict |", "|---|---|---|---|---|---|---|",
-             f"| {reference} | {choice[reference]['lr']:g} | {mean_interval([100 * accuracy[reference][s] for s in seeds_of])} "
-             "| - | - | - | reference |"]
-    for (name, difference, p), q in zip(tests, adjusted):
-        verdict = ("win" if difference.mean > 0 else "loss") if q < 0.05 else "tie"
-        scaled = type(difference)(100 * difference.mean, 100 * difference.half_width, difference.n)
-        lines.append(f"| {name} | {choice[name]['lr']:g} | {mean_interval([100 * accuracy[name][s] for s in seeds_of])} "
-                     f"| {scaled} | {p:.3g} | {q:.3g} | {verdict} |")
+             f"Seeds {FINAL_SEED} to {FINAL_SEED + seeds - 1}, test scored once per run, each arm at its chosen lr; "
+             f"m = {len(comparisons)} comparisons" + (f"; **{owed} of {len(arms) * seeds} final runs still owed**" if owed else "")
+             + ".", "",
+             f"| arm | lr | seeds | test {metric}, % | difference, points | p | Holm p | verdict |", "|---|---|---|---|---|---|---|---|"]
+    if figures[reference]:
+        lines.append(f"| {reference} | {choice[reference]['lr']:g} | {len(figures[reference])} | "
+                     f"{mean_interval([100 * v for v in figures[reference].values()])} | - | - | - | reference |")
+    for c in comparisons:
+        lines.append(f"| {c.arm} | {choice[c.arm]['lr']:g} | {len(c.seeds)} | "
+                     f"{mean_interval([100 * figures[c.arm][s] for s in c.seeds])} | {c.difference.scaled(100)} | "
+                     f"{c.p:.3g} | {c.holm:.3g} | {c.verdict} |")
+    record = {"metric": metric, "reference": reference, "seeds": seeds, "owed": owed,
+              "arms": {name: {"lr": choice[name]["lr"], "figures": {str(s): v for s, v in figures[name].items()}}
+                       for name in arms},
+              "comparisons": [{"arm": c.arm, "seeds": list(c.seeds), "difference": dataclasses.asdict(c.difference),
+                               "p": c.p, "holm": c.holm, "m": c.m, "verdict": c.verdict} for c in comparisons]}
     text = "\n".join(lines) + "\n"
     (out / "final" / "holm.md").write_text(text)
+    (out / "final" / "holm.json").write_text(json.dumps(record, indent=2) + "\n")
     return text

@@ -1,0 +1,128 @@
+"""speccond tune (experiments/tuning.py): issue 17's protocol on scikit-learn's digits, seconds per run."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from speccond.cli import main
+from speccond.diagnostics.records import read_metrics
+from speccond.experiments import tuning
+from speccond.experiments.config import TrainConfig
+
+TWO_EPOCHS = ["--task", "digits", "--preset", "quick", "--val-size", "144", "--set", "epochs=2"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def data_home(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(tmp_path_factory.getbasetemp() / "data"))
+        from speccond import data
+
+        data.prepare("digits")
+        yield
+
+
+@pytest.fixture
+def one_thread():
+    """The sequential runs use one thread, as every --jobs worker does here, so their sums are the same."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_tuning_protocol_chooses_on_validation_and_scores_test_once(tmp_path):
+    """Tuning runs score only the validation split; the choice is the best mean validation accuracy (ties to
+    the smaller lr); the final runs use new seeds at the chosen lr and score test once; holm.json holds the
+    figures holm.md shows."""
+    out = tmp_path / "tune"
+    assert main(["tune", *TWO_EPOCHS, "--lrs", "1e-3,3e-3", "--tuning-seeds", "1", "--final-seeds", "2",
+                 "--arms", "baseline,spectral:corrected=q", "--out", str(out)]) == 0
+    assert main(["tune", "--task", "digits", "--val-size", "144", "--arms", "baseline,lora", "--out", str(out)]) == 2
+    choice = json.loads((out / "choice.json").read_text())
+    for arm in ("baseline", "spectral-corrected=q"):
+        scores = {float(lr): values for lr, values in choice[arm]["validation"].items()}
+        assert choice[arm]["lr"] == max(sorted(scores), key=lambda lr: (sum(scores[lr]), -lr))
+        for lr in scores:
+            rows = read_metrics(out / "tune" / f"{arm}-lr={lr:g}" / "seed-0" / "metrics.jsonl")
+            finals = [r for r in rows if r["kind"] == "eval"]
+            assert [r["split"] for r in finals] == ["val"] and finals[0]["accuracy"] == scores[lr][0]
+        for seed in (100, 101):
+            run = out / "final" / arm / f"seed-{seed}"
+            config = json.loads((run / "config.json").read_text())["config"]
+            assert config["lr"] == choice[arm]["lr"] and config["seed"] == seed and config["tuning"] == 0
+            assert [r.get("split", "test") for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"] == ["test"]
+    record = json.loads((out / "final" / "holm.json").read_text())
+    assert record["owed"] == 0 and record["reference"] == "baseline" and record["metric"] == "accuracy"
+    (comparison,) = record["comparisons"]
+    figures = {arm: record["arms"][arm]["figures"] for arm in ("baseline", "spectral-corrected=q")}
+    differences = [figures["spectral-corrected=q"][s] - figures["baseline"][s] for s in ("100", "101")]
+    assert comparison["arm"] == "spectral-corrected=q" and comparison["m"] == 1
+    assert math.isclose(comparison["difference"]["mean"], sum(differences) / 2)
+    assert comparison["holm"] == comparison["p"]  # one comparison: Holm leaves p as it is
+    assert "Holm p" in (out / "final" / "holm.md").read_text() and (out / "tuning.png").is_file()
+    with pytest.raises(ValueError, match="tuning=1 scores the validation split, so it needs val_size > 0"):
+        TrainConfig(tuning=1)
+
+
+def test_tuning_runs_go_seed_by_seed_so_a_cut_leaves_the_arms_level(tmp_path):
+    arms = {"baseline": TrainConfig(method="baseline", val_size=10), "spectral": TrainConfig(method="spectral", val_size=10)}
+    jobs = tuning.tuning_jobs(arms, [1e-3, 3e-3], 2, tmp_path)
+    assert [(j.config.seed, j.config.lr, j.config.method) for j in jobs] == [
+        (seed, lr, method) for seed in (0, 1) for lr in (1e-3, 3e-3) for method in ("baseline", "spectral")]
+    assert all(j.config.tuning == 1 for j in jobs)
+    finals = tuning.final_jobs(arms, {"baseline": {"lr": 3e-3}, "spectral": {"lr": 1e-3}}, 2, tmp_path)
+    assert [(j.config.seed, j.config.method, j.config.lr) for j in finals] == [
+        (100, "baseline", 3e-3), (100, "spectral", 1e-3), (101, "baseline", 3e-3), (101, "spectral", 1e-3)]
+
+
+def test_the_report_stage_of_an_unfinished_protocol_shows_what_ran_and_chooses_nothing(tmp_path):
+    out = tmp_path / "tune"
+    arms = ["--arms", "baseline,spectral", "--lrs", "1e-3"]
+    assert main(["tune", *TWO_EPOCHS, *arms, "--tuning-seeds", "1", "--stage", "tune", "--out", str(out)]) == 0
+    (out / "choice.json").unlink()  # the one-seed protocol chose; the two-seed one has not yet
+    assert main(["tune", *TWO_EPOCHS, *arms, "--tuning-seeds", "2", "--stage", "report", "--out", str(out)]) == 0
+    table = (out / "tuning.md").read_text()
+    assert "no choice yet" in table and table.count("(1 of 2 seeds)") == 2
+    assert not (out / "choice.json").exists() and not (out / "tune" / "baseline-lr=0.001" / "seed-1").exists()
+    scores = tuning.tuning_scores({"baseline": None, "spectral": None}, [1e-3], 2, out)
+    with pytest.raises(ValueError, match="no choice before every tuning run finished; unfinished: baseline lr=0.001"):
+        tuning.choose(scores)
+
+
+def test_runs_side_by_side_give_the_figures_of_runs_one_at_a_time_and_say_so(tmp_path, one_thread):
+    """--jobs 2 trains in two processes of one thread each: the same final rows, digit for digit, as the
+    same runs trained one at a time with one thread; config.json records the parallelism."""
+    arms = ["--arms", "baseline,spectral", "--lrs", "1e-3,3e-3", "--tuning-seeds", "1", "--stage", "tune"]
+    assert main(["tune", *TWO_EPOCHS, *arms, "--jobs", "2", "--out", str(tmp_path / "pool")]) == 0
+    assert main(["tune", *TWO_EPOCHS, *arms, "--out", str(tmp_path / "alone")]) == 0
+    for run in sorted((tmp_path / "pool" / "tune").glob("*/seed-0")):
+        alone = tmp_path / "alone" / run.relative_to(tmp_path / "pool")
+        finals = [[r for r in read_metrics(d / "metrics.jsonl") if r["kind"] == "eval"] for d in (run, alone)]
+        assert finals[0] == finals[1] and finals[0]
+        arithmetic = [json.loads((d / "config.json").read_text())["arithmetic"] for d in (run, alone)]
+        assert arithmetic[0]["parallel_jobs"] == 2 and "parallel_jobs" not in arithmetic[1]
+        assert arithmetic[0]["threads"] == arithmetic[1]["threads"] == 1
+    assert json.loads((tmp_path / "pool" / "choice.json").read_text()) == json.loads(
+        (tmp_path / "alone" / "choice.json").read_text())
+
+
+def test_the_protocol_script_names_the_registered_arms_as_valid_settings():
+    """scripts/protocol.sh's arms are the nine registered in docs/RESULTS.md, each a method the harness knows
+    with settings TrainConfig accepts (a typo would only show hours into the protocol)."""
+    import re
+    from pathlib import Path
+
+    from speccond.experiments.methods import METHODS
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "protocol.sh").read_text()
+    full = re.search(r"^full_arms=(\S+)$", script, re.M).group(1).split(",")
+    reduced = re.search(r'^reduced_arms="([^"]+)"$', script, re.M).group(1).replace("${BEST_PEER:-qk-norm}", "qk-norm")
+    registered = ["baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
+                  "sigma-reparam", "sigma-reparam-all", "spectral-norm"]
+    assert [tuning.arm_config(TrainConfig(), arm)[0] for arm in full] == registered
+    assert [tuning.arm_config(TrainConfig(), arm)[0] for arm in reduced.split(",")] == registered[:4] + ["qk-norm"]
+    assert all(arm.partition(":")[0] in METHODS for arm in full)
