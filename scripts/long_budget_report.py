@@ -8,7 +8,8 @@ tracker's rows at the epoch ends: attention entropy (mean over layers and heads)
 trained W_q, W_k, W_v (mean over layers and roles; W itself, not W + C), against lam. At the end: test
 accuracy once per run, differences against the baseline with paired t-test p and Holm over the arms,
 and the reading registered before the runs for lam = 10 at the last epoch. Writes OUT/long-budget.md and
-OUT/long-budget.png; unfinished runs count up to the epoch they reached.
+OUT/long-budget.png, and the test table alone as OUT/holm.md and holm.json (experiments/final_table.py,
+with the reading) for scripts/headline.py; unfinished runs count up to the epoch they reached.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.diagnostics.records import read_metrics  # noqa: E402
-from speccond.experiments.stats import against_reference, mean_interval, paired_difference  # noqa: E402
+from speccond.experiments.final_table import final_table, write_final_table  # noqa: E402
+from speccond.experiments.stats import mean_interval, paired_difference  # noqa: E402
 
 REFERENCE = "baseline"
 COLLAPSED = "spectral"  # lam = 10 on q, k, v: the arm the registered reading is about
@@ -118,16 +120,18 @@ def markdown(result: dict) -> str:
         cells += [f"{row.get(f'{arm}:entropy', math.nan):.2f} / {row.get(f'{arm}:sigma', math.nan):.2f}" if arm in row else ""
                   for arm in arms]
         lines.append(f"| {row['epoch']} | " + " | ".join(cells) + " |")
-    reference = tests.get(REFERENCE, {})
-    lines += ["", "## Test accuracy, scored once per run at the end", "",
-              "| arm | seeds | test accuracy, % | difference, points | p | Holm p |", "|---|---|---|---|---|---|"]
-    if reference:
-        lines.append(f"| {REFERENCE} | {len(reference)} | {mean_interval(list(reference.values())).scaled(100)} | - | - | - |")
-    for c in against_reference({arm: tests.get(arm, {}) for arm in others}, reference):
-        lines.append(f"| {c.arm} | {len(c.seeds)} | {mean_interval([tests[c.arm][s] for s in c.seeds]).scaled(100)} | "
-                     f"{c.difference.scaled(100)} | {c.p:.3g} | {c.holm:.3g} |")
+    text, _ = final_table_of(result)
+    lines += ["", text.rstrip("\n")]
     lines += ["", "## The registered reading", "", reading(result)]
     return "\n".join(lines) + "\n"
+
+
+def final_table_of(result: dict) -> tuple[str, dict]:
+    """The test accuracy at the end, once per run: experiments/final_table.py's table and record."""
+    tests, config = result["tests"], result["config"]
+    return final_table({arm: tests.get(arm, {}) for arm in result["arms"]}, {arm: config["lr"] for arm in result["arms"]},
+                       REFERENCE, "accuracy", REGISTERED_SEEDS, "## Test accuracy, scored once per run at the end",
+                       f"Seeds 0 to {REGISTERED_SEEDS - 1}, every arm at lr {config['lr']:g} (fixed before the runs, not tuned);")
 
 
 def reading(result: dict) -> str:
@@ -195,6 +199,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     text = markdown(result)
     (args.out / "long-budget.md").write_text(text + "\n![the four panels](long-budget.png)\n")
+    table, record = final_table_of(result)
+    record["reading"] = reading(result)
+    write_final_table(args.out, table, record)
     plot(result, args.out)
     print(text)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -9,8 +10,10 @@ SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 def load_script(name: str) -> ModuleType:
-    """scripts/<name>.py as a module (its ``main`` is not run)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    """scripts/<name>.py as a module (its ``main`` is not run), registered as ``scripts.<name>`` while it
+    runs, as dataclasses need of the module that defines one."""
+    spec = importlib.util.spec_from_file_location(f"scripts.{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module

@@ -12,7 +12,7 @@ STEPS = 422  # 54,000 training images in batches of 128
 
 def _write_runs(folder, gaps, entropy):
     """baseline and spectral runs for 20 epochs; spectral's validation accuracy is the baseline's + gap[seed]."""
-    config = {"val_size": 6000, "train_size": 0, "batch_size": 128}
+    config = {"val_size": 6000, "train_size": 0, "batch_size": 128, "lr": 1e-3}
     for arm in ("baseline", "spectral"):
         for seed, gap in enumerate(gaps):
             run = folder / arm / f"seed-{seed}"
@@ -40,6 +40,9 @@ def test_the_registered_reading(tmp_path, gaps, entropy, verdict):
     assert result["last"] == 20 and result["epochs"][-1]["spectral:difference"].n == 3
     assert verdict in report.reading(result)
     assert "Holm p" in report.markdown(result)
+    _, record = report.final_table_of(result)  # holm.json, as scripts/headline.py reads it
+    (comparison,) = record["comparisons"]
+    assert comparison["arm"] == "spectral" and record["owed"] == 0 and record["arms"]["baseline"]["lr"] == 1e-3
 
 
 @pytest.mark.parametrize("gaps", [(-0.1,), (-0.1, -0.12)])

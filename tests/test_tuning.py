@@ -110,19 +110,31 @@ def test_runs_side_by_side_give_the_figures_of_runs_one_at_a_time_and_say_so(tmp
         (tmp_path / "alone" / "choice.json").read_text())
 
 
-def test_the_protocol_script_names_the_registered_arms_as_valid_settings():
+def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_accepts():
     """scripts/protocol.sh's arms are the nine registered in docs/RESULTS.md, each a method the harness knows
-    with settings TrainConfig accepts (a typo would only show hours into the protocol)."""
+    with settings TrainConfig accepts, and every task line parses as speccond tune arguments (a typo would
+    only show hours into the protocol)."""
     import re
     from pathlib import Path
 
+    from speccond.cli import build_parser
     from speccond.experiments.methods import METHODS
 
     script = (Path(__file__).resolve().parents[1] / "scripts" / "protocol.sh").read_text()
-    full = re.search(r"^full_arms=(\S+)$", script, re.M).group(1).split(",")
+    full = re.search(r"^full_arms=(\S+)$", script, re.M).group(1)
     reduced = re.search(r'^reduced_arms="([^"]+)"$', script, re.M).group(1).replace("${BEST_PEER:-qk-norm}", "qk-norm")
     registered = ["baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
                   "sigma-reparam", "sigma-reparam-all", "spectral-norm"]
-    assert [tuning.arm_config(TrainConfig(), arm)[0] for arm in full] == registered
+    assert [tuning.arm_config(TrainConfig(), arm)[0] for arm in full.split(",")] == registered
     assert [tuning.arm_config(TrainConfig(), arm)[0] for arm in reduced.split(",")] == registered[:4] + ["qk-norm"]
-    assert all(arm.partition(":")[0] in METHODS for arm in full)
+    assert all(arm.partition(":")[0] in METHODS for arm in full.split(","))
+    names = []
+    for tier in ("tier1", "tier2"):
+        lines = re.search(rf'^{tier}="(.*?)"$', script, re.M | re.S).group(1)
+        lines = lines.replace("$full_arms", full).replace("$reduced", f"--tuning-seeds 1 --arms {reduced}")
+        for line in lines.splitlines():
+            name, *arguments = line.split()
+            args = build_parser().parse_args(["tune", "--out", f"runs/tune-{name}", *arguments])
+            assert args.val_size > 0 and args.arms in (full, reduced)
+            names.append(name)
+    assert len(names) == len(set(names)) == 10

@@ -12,8 +12,8 @@
    written to OUT/choice.json and OUT/tuning.md with OUT/tuning.png (validation accuracy against lr).
 3. Final: every arm at its chosen lr for ``--final-seeds`` new seeds (100, 101, ...), scored on test once,
    into OUT/final/<arm>/seed-<k>, seed by seed; then OUT/final's report (``speccond report``),
-   OUT/final/holm.md and holm.json (paired differences against the baseline, paired t-test p, Holm over
-   the arms).
+   OUT/final/holm.md and holm.json (experiments/final_table.py: paired differences against the baseline,
+   paired t-test p, Holm over the arms).
 
 An arm is a method, optionally with TrainConfig settings after a colon, joined by "+" when there are
 several ("spectral:corrected=q+lam=5"). Every run has ``flush_denormal=1``. Runs resume where they stopped
@@ -35,9 +35,10 @@ from typing import Optional
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments.compare import train_timed
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.final_table import final_table, write_final_table
 from speccond.experiments.report import write_report
 from speccond.experiments.run_dir import PARALLEL_JOBS
-from speccond.experiments.stats import against_reference, mean_interval
+from speccond.experiments.stats import mean_interval
 from speccond.experiments.training_tasks import task_class
 
 FINAL_SEED = 100  # final seeds start here, apart from the tuning seeds 0, 1, ...
@@ -222,36 +223,17 @@ def final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out
 
 
 def write_final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path) -> str:
-    """OUT/final's report, holm.md and holm.json over the final runs finished so far (an arm counts the
-    seeds it shares with the baseline; the header says when some are still owed)."""
+    """OUT/final's report, holm.md and holm.json (experiments/final_table.py) over the final runs finished so
+    far (an arm counts the seeds it shares with the baseline; the header says when some are still owed)."""
     figures = {name: {seed: value for seed in range(FINAL_SEED, FINAL_SEED + seeds)
                       if (value := outcome(final_run(out, name, seed), "test")) is not None} for name in arms}
     if not any(figures.values()):
         return "no final run has finished yet\n"
     write_report([out / "final"], out / "final")
-    reference = "baseline" if "baseline" in arms else next(iter(arms))
-    comparisons = against_reference({n: f for n, f in figures.items() if n != reference}, figures[reference])
-    finished = sum(len(f) for f in figures.values())
-    owed = len(arms) * seeds - finished
-    metric = task_class(next(iter(arms.values()))).metrics[0]
-    lines = ["# Final runs: paired differences against the baseline, Holm over the arms", "",
-             f"Seeds {FINAL_SEED} to {FINAL_SEED + seeds - 1}, test scored once per run, each arm at its chosen lr; "
-             f"m = {len(comparisons)} comparisons" + (f"; **{owed} of {len(arms) * seeds} final runs still owed**" if owed else "")
-             + ".", "",
-             f"| arm | lr | seeds | test {metric}, % | difference, points | p | Holm p | verdict |", "|---|---|---|---|---|---|---|---|"]
-    if figures[reference]:
-        lines.append(f"| {reference} | {choice[reference]['lr']:g} | {len(figures[reference])} | "
-                     f"{mean_interval([100 * v for v in figures[reference].values()])} | - | - | - | reference |")
-    for c in comparisons:
-        lines.append(f"| {c.arm} | {choice[c.arm]['lr']:g} | {len(c.seeds)} | "
-                     f"{mean_interval([100 * figures[c.arm][s] for s in c.seeds])} | {c.difference.scaled(100)} | "
-                     f"{c.p:.3g} | {c.holm:.3g} | {c.verdict} |")
-    record = {"metric": metric, "reference": reference, "seeds": seeds, "owed": owed,
-              "arms": {name: {"lr": choice[name]["lr"], "figures": {str(s): v for s, v in figures[name].items()}}
-                       for name in arms},
-              "comparisons": [{"arm": c.arm, "seeds": list(c.seeds), "difference": dataclasses.asdict(c.difference),
-                               "p": c.p, "holm": c.holm, "m": c.m, "verdict": c.verdict} for c in comparisons]}
-    text = "\n".join(lines) + "\n"
-    (out / "final" / "holm.md").write_text(text)
-    (out / "final" / "holm.json").write_text(json.dumps(record, indent=2) + "\n")
+    text, record = final_table(
+        figures, {name: choice[name]["lr"] for name in arms}, "baseline" if "baseline" in arms else next(iter(arms)),
+        task_class(next(iter(arms.values()))).metrics[0], seeds,
+        "# Final runs: paired differences against the baseline, Holm over the arms",
+        f"Seeds {FINAL_SEED} to {FINAL_SEED + seeds - 1}, test scored once per run, each arm at the lr it chose on validation;")
+    write_final_table(out / "final", text, record)
     return text

@@ -1,0 +1,186 @@
+"""The headline of issue 17's pre-registered protocol: task x method, from the committed final tables.
+
+    .venv/bin/python scripts/headline.py            # print it
+    .venv/bin/python scripts/headline.py --write    # and write docs/results/headline.md and the two blocks
+
+Reads docs/results/protocol-<task>/final/holm.json (``scripts/protocol.sh publish`` copies them from
+runs/tune-<task>) and docs/results/long-budget/holm.json (scripts/long_budget_report.py); both are
+experiments/final_table.py's records. Per task: each arm's test figure at the lr it chose on validation, its
+difference from the baseline paired by seed, Holm over the task's arms, and the verdict (win or loss: adjusted
+p < 0.05). A task without a committed table is listed as owed, with the command that runs it.
+
+docs/RESULTS.md opens with the full table and README.md's summary holds the matrix (arm x task), each
+between the markers ``<!-- headline -->`` and ``<!-- /headline -->``; tests/test_headline.py fails when either
+block is not what this script makes of the committed files.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from speccond.experiments.final_table import read_final_table  # noqa: E402
+from speccond.experiments.stats import Interval, mean_interval  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results"
+OUT = RESULTS / "headline.md"
+DOCUMENTS = {ROOT / "docs" / "RESULTS.md": "table", ROOT / "README.md": "matrix"}
+START, END = "<!-- headline -->", "<!-- /headline -->"
+
+ARMS = {  # the harness's arm names, as people read them
+    "baseline": "baseline",
+    "spectral": "lam = 10 on q, k, v (the paper)",
+    "spectral-corrected=q": "lam = 10 on q only",
+    "spectral-target_kappa=2": "lam = auto (kappa <= 2)",
+    "spectral-svd": "SVD per head",
+    "qk-norm": "qk-norm",
+    "sigma-reparam": "sigmaReparam on q, k, v",
+    "sigma-reparam-all": "sigmaReparam on every layer",
+    "spectral-norm": "spectral norm",
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    family: str  # vision, long-range, language or detection: the goal counts families
+    name: str
+    setting: str
+    folder: str  # under docs/results
+    command: str  # what makes it
+
+
+TASKS = (
+    Task("vision", "Fashion-MNIST", "ViT, full protocol", "protocol-fashion-mnist", "scripts/protocol.sh tier1"),
+    Task("vision", "CIFAR-10", "ViT, full protocol", "protocol-cifar10", "scripts/protocol.sh tier1"),
+    Task("long-range", "ListOps", "Nystromformer, reduced protocol", "protocol-lra-listops", "scripts/protocol.sh tier1"),
+    Task("detection", "fashion scenes", "Mask R-CNN, XCiT trunk, reduced protocol", "protocol-detection",
+         "scripts/protocol.sh tier1"),
+    Task("vision", "Fashion-MNIST, 20 epochs", "ViT, long budget, lr 1e-3 fixed, not tuned", "long-budget",
+         "scripts/long_budget.sh"),
+    Task("vision", "CIFAR-10", "Swin, reduced protocol, tier 2", "protocol-cifar10-swin", "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10", "XCiT, reduced protocol, tier 2", "protocol-cifar10-xcit", "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10", "XCiT without class attention, reduced protocol, tier 2", "protocol-cifar10-xcit-noca",
+         "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10", "DaViT, reduced protocol, tier 2", "protocol-cifar10-davit", "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10", "DeiT, reduced protocol, tier 2", "protocol-cifar10-deit", "scripts/protocol.sh tier2"),
+    Task("detection", "fashion scenes", "Mask R-CNN, ViT trunk, reduced protocol, tier 2", "protocol-detection-vit",
+         "scripts/protocol.sh tier2"),
+    Task("language", "GLUE-like average", "BERT, 2 pre-training seeds per method, tier 2", "protocol-language",
+         "not scripted yet"),
+)
+
+
+def table_path(task: Task) -> Path:
+    folder = RESULTS / task.folder
+    return folder / "holm.json" if task.folder == "long-budget" else folder / "final" / "holm.json"
+
+
+def tables() -> dict[str, dict]:
+    """{task folder: its final table} of the tasks with one committed."""
+    return {t.folder: read_final_table(table_path(t)) for t in TASKS if table_path(t).is_file()}
+
+
+def _percent(values: list[float]) -> str:
+    return str(mean_interval([100 * v for v in values]))
+
+
+def _difference(comparison: dict) -> str:
+    return str(Interval(**comparison["difference"]).scaled(100))
+
+
+def table(found: dict[str, dict]) -> str:
+    lines = ["| family | task | setting | arm | lr | seeds | test figure, % | difference, points | Holm p (m) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for task in TASKS:
+        record = found.get(task.folder)
+        if record is None:
+            lines.append(f"| {task.family} | {task.name} | {task.setting} | owed: {_command(task)} | | | | | | |")
+            continue
+        comparisons = {c["arm"]: c for c in record["comparisons"]}
+        for arm, entry in record["arms"].items():
+            figures = list(entry["figures"].values())
+            c = comparisons.get(arm)
+            cells = [ARMS.get(arm, arm), f"{entry['lr']:g}", str(len(figures)), _percent(figures) if figures else "-"]
+            if arm == record["reference"]:
+                cells += ["-", "-", "reference"]
+            elif c is None:
+                cells += ["-", "-", "fewer than 2 seeds"]
+            else:
+                cells += [_difference(c), f"{c['holm']:.3g} ({c['m']})", c["verdict"]]
+            figure = "box AP" if record["metric"] == "box_ap" else record["metric"]
+            setting = task.setting + (f"; {record['owed']} runs owed" if record["owed"] else "")
+            lines.append(f"| {task.family} | {task.name} ({figure}) | {setting} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def matrix(found: dict[str, dict]) -> str:
+    """Arm x task: the paired difference and verdict, then the tasks still owed."""
+    done = [t for t in TASKS if t.folder in found]
+    lines = []
+    if done:
+        lines += ["| arm | " + " | ".join(f"{t.name}, {t.setting}" for t in done) + " |",
+                  "|---|" + "---|" * len(done)]
+        arms = [a for a in ARMS if any(a in found[t.folder]["arms"] for t in done)]
+        for arm in arms:
+            cells = []
+            for t in done:
+                record = found[t.folder]
+                c = next((c for c in record["comparisons"] if c["arm"] == arm), None)
+                if arm == record["reference"]:
+                    cells.append(_percent(list(record["arms"][arm]["figures"].values())) + " (reference)")
+                else:
+                    cells.append("" if c is None else f"{_difference(c)}, {c['verdict']}")
+            lines.append(f"| {ARMS[arm]} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append("Differences in points from the baseline, paired by seed, 95 % t intervals; win or loss: "
+                     "Holm-adjusted p < 0.05 over the task's arms.")
+    else:
+        lines.append("No task of the protocol has finished yet.")
+    owed = [t for t in TASKS if t.folder not in found]
+    if owed:
+        lines += ["", "Owed:"] + [f"- {t.name} ({t.setting}): {_command(t)}" for t in owed]
+    return "\n".join(lines)
+
+
+def _command(task: Task) -> str:
+    return f"`{task.command}`" if task.command.startswith("scripts/") else task.command
+
+
+def headline(found: dict[str, dict]) -> str:
+    return "\n".join(["# Headline: task x method (issue 17's pre-registered protocol)", "",
+                      "Made by `.venv/bin/python scripts/headline.py --write` from the committed final tables "
+                      "(its docstring says which).", "", table(found), "", "## As a matrix", "", matrix(found)]) + "\n"
+
+
+def block(kind: str, found: dict[str, dict]) -> str:
+    return f"{START}\n{table(found) if kind == 'table' else matrix(found)}\n{END}"
+
+
+def current_block(path: Path) -> str | None:
+    text = path.read_text()
+    if START not in text or END not in text:
+        return None
+    return text[text.index(START): text.index(END) + len(END)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="write docs/results/headline.md and the two blocks")
+    found = tables()
+    text = headline(found)
+    print(text)
+    if parser.parse_args().write:
+        OUT.write_text(text)
+        for path, kind in DOCUMENTS.items():
+            old = current_block(path)
+            if old is None:
+                raise SystemExit(f"{path}: no {START} ... {END} block to replace; add the two markers where it belongs")
+            path.write_text(path.read_text().replace(old, block(kind, found)))
+
+
+if __name__ == "__main__":
+    main()
