@@ -1,9 +1,12 @@
 """What collapsed attention costs on a CPU through subnormal floats alone, with and without flushing them.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/subnormals.py --json docs/results/benchmarks/subnormals.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/subnormals.py --shape overhead --json ...
 
-The main job's ViT (timm, D 64, depth 4, 4 heads, 7 x 7 patches of 28 x 28 images, 17 tokens), batch 128,
-AdamW, one thread. Two arms, both without speccond:
+``--shape main`` (default): the main job's ViT (timm, D 64, depth 4, 4 heads, 7 x 7 patches of 28 x 28
+images, 17 tokens). ``--shape overhead``: the ViT of benchmarks/overhead.py (D 192, depth 6, 3 heads,
+4 x 4 patches of 32 x 32 RGB images, 65 tokens). Batch 128, AdamW, one thread. Two arms, both without
+speccond:
 - plain;
 - lam = 10 by hand: W + 10 I added to each q, k, v block of every qkv weight. This is the function of the
   paper's default, whose attention is nearly one-hot, so its softmax is full of subnormal floats.
@@ -26,12 +29,17 @@ import torch
 import torch.nn.functional as F
 
 
-def build(lam: float) -> torch.nn.Module:
+SHAPES = {  # timm VisionTransformer arguments; the image is (in_chans, img_size, img_size)
+    "main": dict(img_size=28, patch_size=7, in_chans=1, embed_dim=64, depth=4, num_heads=4),
+    "overhead": dict(img_size=32, patch_size=4, in_chans=3, embed_dim=192, depth=6, num_heads=3),
+}
+
+
+def build(lam: float, shape: str = "main") -> torch.nn.Module:
     from timm.models.vision_transformer import VisionTransformer
 
     torch.manual_seed(0)
-    model = VisionTransformer(img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=64, depth=4,
-                              num_heads=4, drop_path_rate=0.0)
+    model = VisionTransformer(num_classes=10, drop_path_rate=0.0, **SHAPES[shape])
     if lam:
         with torch.no_grad():
             for block in model.blocks:
@@ -62,11 +70,16 @@ def subnormal_share(model: torch.nn.Module, images: torch.Tensor) -> float:
     return float(((probabilities > 0) & (probabilities < tiny)).float().mean())
 
 
-def paired_ratios(steps: int, batch: int) -> list[float]:
-    arms = {name: build(lam) for name, lam in (("plain", 0.0), ("lam10", 10.0))}
+def images_of(shape: str, batch: int, generator: torch.Generator) -> torch.Tensor:
+    size, channels = SHAPES[shape]["img_size"], SHAPES[shape]["in_chans"]
+    return torch.randn(batch, channels, size, size, generator=generator)  # (B, C, H, W)
+
+
+def paired_ratios(steps: int, batch: int, shape: str = "main") -> list[float]:
+    arms = {name: build(lam, shape) for name, lam in (("plain", 0.0), ("lam10", 10.0))}
     optimisers = {name: torch.optim.AdamW(model.parameters(), lr=1e-3) for name, model in arms.items()}
     generator = torch.Generator().manual_seed(1)
-    images = torch.randn(batch, 1, 28, 28, generator=generator)
+    images = images_of(shape, batch, generator)
     labels = torch.randint(0, 10, (batch,), generator=generator)
     ratios = []
     for step in range(steps + 2):  # 2 untimed warm-up rounds
@@ -93,16 +106,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="main")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    images = torch.randn(args.batch, 1, 28, 28, generator=torch.Generator().manual_seed(2))
-    results = {"threads": 1, "load_before": round(os.getloadavg()[0], 2),
-               "subnormal_share_lam10": subnormal_share(build(10.0), images)}
+    images = images_of(args.shape, args.batch, torch.Generator().manual_seed(2))
+    results = {"threads": 1, "shape": args.shape, "model": SHAPES[args.shape], "load_before": round(os.getloadavg()[0], 2),
+               "subnormal_share_lam10": subnormal_share(build(10.0, args.shape), images)}
     torch.set_flush_denormal(False)
-    results["kept"] = summary(paired_ratios(args.steps, args.batch))
+    results["kept"] = summary(paired_ratios(args.steps, args.batch, args.shape))
     torch.set_flush_denormal(True)
-    results["flushed"] = summary(paired_ratios(args.steps, args.batch))
+    results["flushed"] = summary(paired_ratios(args.steps, args.batch, args.shape))
     torch.set_flush_denormal(False)
     results["load_after"] = round(os.getloadavg()[0], 2)
     for setting in ("kept", "flushed"):
