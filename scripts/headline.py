@@ -5,7 +5,8 @@
 
 Reads docs/results/protocol-<task>/final/holm.json (``scripts/protocol.sh publish`` copies them from
 runs/tune-<task>) and docs/results/long-budget/holm.json (scripts/long_budget_report.py); both are
-experiments/final_table.py's records. Per task: each arm's test figure at the lr it chose on validation, its
+experiments/final_table.py's records. The language task's row averages its eight glue-* tables (four
+tasks, two pre-training seeds): :func:`language_table`. Per task: each arm's test figure at the lr it chose on validation, its
 difference from the baseline paired by seed, Holm over the task's arms, and the verdict (win or loss: adjusted
 p < 0.05). A task without a committed table is listed as owed, with the command that runs it.
 
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.experiments.final_table import read_final_table  # noqa: E402
+from speccond.experiments.final_table import final_table, lr_text, read_final_table  # noqa: E402
 from speccond.experiments.stats import Interval, mean_interval  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
@@ -69,8 +70,8 @@ TASKS = (
     Task("vision", "CIFAR-10", "DeiT, reduced protocol, tier 2", "protocol-cifar10-deit", "scripts/protocol.sh tier2"),
     Task("detection", "fashion scenes", "Mask R-CNN, ViT trunk, reduced protocol, tier 2", "protocol-detection-vit",
          "scripts/protocol.sh tier2"),
-    Task("language", "GLUE-like average", "BERT, 2 pre-training seeds per method, tier 2", "protocol-language",
-         "not scripted yet"),
+    Task("language", "GLUE-like average", "BERT, 2 pre-training seeds per method, reduced protocol, tier 2",
+         "protocol-language", "scripts/protocol.sh language"),
 )
 
 
@@ -80,8 +81,43 @@ def table_path(task: Task) -> Path:
 
 
 def tables() -> dict[str, dict]:
-    """{task folder: its final table} of the tasks with one committed."""
-    return {t.folder: read_final_table(table_path(t)) for t in TASKS if table_path(t).is_file()}
+    """{task folder: its final table} of the tasks with one committed (the language task: once all of its
+    glue-* tables are, :func:`language_table`)."""
+    found = {t.folder: read_final_table(table_path(t)) for t in TASKS if table_path(t).is_file()}
+    language = language_table()
+    if language is not None:
+        found[LANGUAGE] = language
+    return found
+
+
+LANGUAGE = "protocol-language"
+GLUE = ("sentiment", "fact", "pairs", "hyperbaton")
+PRE_TRAINING_SEEDS = (0, 1)
+
+
+def language_table() -> dict | None:
+    """The GLUE-like average as a final table whose seeds are the pre-training seeds: per arm and
+    pre-training seed, the mean over the four glue-* tasks of the mean test accuracy over that task's final
+    fine-tuning seeds (each task at the lr it chose from that encoder). Pairing and the t interval run over
+    the pre-training seeds, so the interval carries pre-training noise, not fine-tuning noise alone. None
+    until the tables of every task and pre-training seed are committed
+    (docs/results/protocol-glue-<task>-pre<p>/final/holm.json)."""
+    paths = {(task, p): RESULTS / f"protocol-glue-{task}-pre{p}" / "final" / "holm.json"
+             for task in GLUE for p in PRE_TRAINING_SEEDS}
+    if not all(path.is_file() for path in paths.values()):
+        return None
+    records = {key: read_final_table(path) for key, path in paths.items()}
+    arms = list(records[GLUE[0], PRE_TRAINING_SEEDS[0]]["arms"])
+    figures = {arm: {} for arm in arms}
+    for arm in arms:
+        for p in PRE_TRAINING_SEEDS:
+            per_task = [list(records[task, p]["arms"][arm]["figures"].values()) for task in GLUE]
+            if all(per_task):
+                figures[arm][p] = sum(sum(values) / len(values) for values in per_task) / len(GLUE)
+    _, record = final_table(figures, {arm: "chosen per task" for arm in arms}, "baseline", "accuracy",
+                            len(PRE_TRAINING_SEEDS), "", "")
+    record["owed"] = sum(r["owed"] for r in records.values())  # fine-tuning runs not finished yet
+    return record
 
 
 def _percent(values: list[float]) -> str:
@@ -104,7 +140,7 @@ def table(found: dict[str, dict]) -> str:
         for arm, entry in record["arms"].items():
             figures = list(entry["figures"].values())
             c = comparisons.get(arm)
-            cells = [ARMS.get(arm, arm), f"{entry['lr']:g}", str(len(figures)), _percent(figures) if figures else "-"]
+            cells = [ARMS.get(arm, arm), lr_text(entry["lr"]), str(len(figures)), _percent(figures) if figures else "-"]
             if arm == record["reference"]:
                 cells += ["-", "-", "reference"]
             elif c is None:

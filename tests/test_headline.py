@@ -48,3 +48,22 @@ def test_a_final_table_that_is_not_one_is_refused_with_what_it_lacks(tmp_path):
     path.write_text("{")
     with pytest.raises(ValueError, match="unreadable final table"):
         read_final_table(path)
+
+
+def test_the_language_row_averages_the_glue_tasks_and_pairs_by_pre_training_seed(tmp_path, monkeypatch):
+    headline = load_script("headline")
+    monkeypatch.setattr(headline, "RESULTS", tmp_path)
+    assert headline.language_table() is None  # nothing committed yet
+    for t, task in enumerate(headline.GLUE):
+        for p in headline.PRE_TRAINING_SEEDS:
+            base = 0.70 + 0.05 * t + 0.01 * p
+            figures = {"baseline": {100: base, 101: base + 0.02}, "spectral": {100: base - 0.10, 101: base - 0.08 - 0.01 * p}}
+            text, record = final_table(figures, {"baseline": 1e-3, "spectral": 3e-4}, "baseline", "accuracy", 2, "# t", "")
+            write_final_table(tmp_path / f"protocol-glue-{task}-pre{p}" / "final", text, record)
+    record = headline.language_table()
+    baseline = record["arms"]["baseline"]["figures"]
+    assert baseline == pytest.approx({"0": 0.70 + 0.075 + 0.01, "1": 0.70 + 0.075 + 0.02})  # tasks and seeds averaged
+    (comparison,) = record["comparisons"]
+    assert comparison["seeds"] == [0, 1] and comparison["difference"]["mean"] == pytest.approx(-0.1025)
+    assert record["arms"]["spectral"]["lr"] == "chosen per task" and record["owed"] == 0
+    assert "protocol-language" in headline.tables()

@@ -111,30 +111,36 @@ def test_runs_side_by_side_give_the_figures_of_runs_one_at_a_time_and_say_so(tmp
 
 
 def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_accepts():
-    """scripts/protocol.sh's arms are the nine registered in docs/RESULTS.md, each a method the harness knows
-    with settings TrainConfig accepts, and every task line parses as speccond tune arguments (a typo would
-    only show hours into the protocol)."""
-    import re
+    """scripts/protocol.sh's arms are those registered in docs/RESULTS.md (nine on the full protocol, five on
+    the reduced), each a method the harness knows with settings TrainConfig accepts, and every task of every
+    tier parses as speccond tune arguments (a typo would only show hours into the protocol)."""
+    import subprocess
     from pathlib import Path
 
     from speccond.cli import build_parser
     from speccond.experiments.methods import METHODS
 
-    script = (Path(__file__).resolve().parents[1] / "scripts" / "protocol.sh").read_text()
-    full = re.search(r"^full_arms=(\S+)$", script, re.M).group(1)
-    reduced = re.search(r'^reduced_arms="([^"]+)"$', script, re.M).group(1).replace("${BEST_PEER:-qk-norm}", "qk-norm")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "protocol.sh"
     registered = ["baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
                   "sigma-reparam", "sigma-reparam-all", "spectral-norm"]
-    assert [tuning.arm_config(TrainConfig(), arm)[0] for arm in full.split(",")] == registered
-    assert [tuning.arm_config(TrainConfig(), arm)[0] for arm in reduced.split(",")] == registered[:4] + ["qk-norm"]
-    assert all(arm.partition(":")[0] in METHODS for arm in full.split(","))
     names = []
-    for tier in ("tier1", "tier2"):
-        lines = re.search(rf'^{tier}="(.*?)"$', script, re.M | re.S).group(1)
-        lines = lines.replace("$full_arms", full).replace("$reduced", f"--tuning-seeds 1 --arms {reduced}")
+    for tier, count in (("tier1", 4), ("tier2", 6), ("language", 8)):
+        lines = subprocess.run(["sh", str(script), "list", tier], capture_output=True, text=True, check=True).stdout
+        assert len(lines.splitlines()) == count
         for line in lines.splitlines():
             name, *arguments = line.split()
             args = build_parser().parse_args(["tune", "--out", f"runs/tune-{name}", *arguments])
-            assert args.val_size > 0 and args.arms in (full, reduced)
+            arms = [tuning.arm_config(TrainConfig(), arm) for arm in args.arms.split(",")]
+            assert all(arm.partition(":")[0] in METHODS for arm in args.arms.split(","))
+            expected = registered if len(arms) == 9 else registered[:4] + ["qk-norm"]
+            assert [arm_name for arm_name, _ in arms] == expected and args.val_size > 0
+            if tier == "language":  # each arm fine-tunes its own pre-trained encoder, of the seed the name says
+                assert all(config.init_from == f"runs/protocol-mlm/{arm_name}/seed-{name[-1]}" for arm_name, config in arms)
+                assert args.task.startswith("glue-") and args.tuning_seeds == 1
             names.append(name)
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names))
+
+def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
+    name, config = tuning.arm_config(TrainConfig(), "spectral:corrected=q+init_from=runs/mlm/spectral-corrected=q/seed-1")
+    assert name == "spectral-corrected=q" and config.corrected == "q"
+    assert config.init_from == "runs/mlm/spectral-corrected=q/seed-1" and config.method == "spectral"

@@ -3,8 +3,8 @@ seed, Holm over the arms. One owner for its two forms: holm.md (read by people) 
 scripts/headline.py), written by ``speccond tune`` (OUT/final/) and scripts/long_budget_report.py.
 
 holm.json: {"metric": "accuracy" (the task's first metric; box AP for detection), "reference": arm,
-"seeds": the seeds each arm is owed, "owed": final runs not finished, "arms": {arm: {"lr", "figures":
-{seed (a string): figure, a fraction}}}, "comparisons": [{"arm", "seeds", "difference": {"mean",
+"seeds": the seeds each arm is owed, "owed": final runs not finished, "arms": {arm: {"lr" (a number, or words
+such as "chosen per task"), "figures": {seed (a string): figure, a fraction}}}, "comparisons": [{"arm", "seeds", "difference": {"mean",
 "half_width", "n"} (a fraction), "p", "holm", "m", "verdict"}]}.
 """
 from __future__ import annotations
@@ -31,10 +31,10 @@ def final_table(figures: dict[str, dict[int, float]], lrs: dict[str, float], ref
              f"| arm | lr | seeds | test {metric}, % | difference, points | p | Holm p | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     if figures.get(reference):
-        lines.append(f"| {reference} | {lrs[reference]:g} | {len(figures[reference])} | "
+        lines.append(f"| {reference} | {lr_text(lrs[reference])} | {len(figures[reference])} | "
                      f"{mean_interval([100 * v for v in figures[reference].values()])} | - | - | - | reference |")
     for c in comparisons:
-        lines.append(f"| {c.arm} | {lrs[c.arm]:g} | {len(c.seeds)} | "
+        lines.append(f"| {c.arm} | {lr_text(lrs[c.arm])} | {len(c.seeds)} | "
                      f"{mean_interval([100 * figures[c.arm][s] for s in c.seeds])} | {c.difference.scaled(100)} | "
                      f"{c.p:.3g} | {c.holm:.3g} | {c.verdict} |")
     record = {"metric": metric, "reference": reference, "seeds": seeds, "owed": owed,
@@ -43,6 +43,11 @@ def final_table(figures: dict[str, dict[int, float]], lrs: dict[str, float], ref
               "comparisons": [{"arm": c.arm, "seeds": list(c.seeds), "difference": dataclasses.asdict(c.difference),
                                "p": c.p, "holm": c.holm, "m": c.m, "verdict": c.verdict} for c in comparisons]}
     return "\n".join(lines) + "\n", record
+
+
+def lr_text(lr) -> str:
+    """An arm's lr as a table shows it: "0.001", or as given when it is words ("chosen per task")."""
+    return f"{lr:g}" if isinstance(lr, (int, float)) else str(lr)
 
 
 def write_final_table(folder: Path, text: str, record: dict) -> None:

@@ -51,10 +51,13 @@ class Job:
 
 
 def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
-    """("spectral-corrected=q", the config) of "spectral:corrected=q" (several settings joined by "+")."""
+    """("spectral-corrected=q", the config) of "spectral:corrected=q" (several settings joined by "+"). An
+    ``init_from`` setting (the pre-trained encoder this arm fine-tunes) is not part of the name: the arm is
+    its method and settings, its runs' config.json say where it started."""
     method, _, settings = arm.partition(":")
     pairs = [s for s in settings.split("+") if s]
-    return "-".join([method, *pairs]), dataclasses.replace(base, method=method).with_overrides(pairs)
+    named = [s for s in pairs if not s.startswith("init_from=")]
+    return "-".join([method, *named]), dataclasses.replace(base, method=method).with_overrides(pairs)
 
 
 def outcome(run_dir: Path, split: str) -> Optional[float]:
