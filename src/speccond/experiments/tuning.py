@@ -197,8 +197,8 @@ def write_tuning(scores: dict[str, dict[str, list]], out: Path) -> Optional[dict
         for lr in lrs:
             values = [100 * v for v in by_lr.get(lr, []) if v is not None]
             text = str(mean_interval(values)) if values else "-"
-            if values and len(values) < len(by_lr[lr]):
-                text += f" ({len(values)} of {len(by_lr[lr])} seeds)"
+            if values and len(values) < len(by_lr[lr]):  # short of seeds: the mean so far and how many
+                text = f"{sum(values) / len(values):.4g} ({len(values)} of {len(by_lr[lr])} seeds)"
             cells.append(f"**{text}**" if choice and float(lr) == choice[name]["lr"] else text)
             if values:
                 xs.append(float(lr))
