@@ -1,6 +1,6 @@
-"""Check that every interval quoted in README.md and docs/RESULTS.md comes from a committed results file.
+"""Check that every interval and p-value quoted in README.md and docs/RESULTS.md comes from a committed results file.
 
-    .venv/bin/python scripts/audit_numbers.py          # lists each quoted "a +- b" without a source; exit 1 if any
+    .venv/bin/python scripts/audit_numbers.py          # lists each quotation without a source; exit 1 if any
 
 A quoted interval "a +- b" (a mean and the half width of its 95 % interval, as every report writes
 them) is backed when a committed file under docs/results/ holds it:
@@ -8,6 +8,10 @@ them) is backed when a committed file under docs/results/ holds it:
 - or as numbers that round to it: an interval in a results.json ({"mean", "half_width"}) whose mean and
   half width, as stored or times 100 (fractions shown as percent), round to a and b at the decimals
   quoted.
+
+A quoted p-value ("p 0.016", "p = 0.016", "adjusted p 0.079", "Holm p 0.0039", "adjusted 0.0739") is
+backed when a committed file holds one that rounds to it at the decimals quoted: a "p" or "holm" value
+in a .json there, or a number in a column headed "p", "Holm p" or "Holm p (m)" of a markdown table there.
 
 Quotations that no file holds are listed in docs/results/unbacked-numbers.md, each with the reason it
 stays in the text. The test suite runs this (tests/test_audit_numbers.py), so a new quotation without a
@@ -25,6 +29,8 @@ RESULTS = ROOT / "docs" / "results"
 DOCUMENTS = ("README.md", "docs/RESULTS.md")
 KNOWN = RESULTS / "unbacked-numbers.md"
 INTERVAL = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)\s*\+-\s*(\d+(?:\.\d+)?)(?![\w.])")
+P_VALUE = re.compile(r"(?<![\w.])(?:p\s*=?|adjusted(?: p)?|Holm p)\s+(0\.\d+|1\.0*)(?![\w.])")
+P_COLUMNS = ("p", "Holm p", "Holm p (m)", "adjusted p")
 
 
 def decimals(text: str) -> int:
@@ -63,11 +69,50 @@ def backed(mean: str, half: str, corpus: str, intervals: list[tuple[float, float
     return False
 
 
+def stored_p_values() -> list[float]:
+    """Every p-value a committed file holds: "p" and "holm" in the .json files, and the numbers in p columns
+    of the markdown tables."""
+    found = []
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("p", "holm") and isinstance(item, (int, float)):
+                    found.append(float(item))
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for path in sorted(RESULTS.rglob("*.json")):
+        walk(json.loads(path.read_text()))
+    for path in sorted(RESULTS.rglob("*.md")):
+        columns: list[int] = []
+        for line in path.read_text().splitlines():
+            if not line.startswith("|"):
+                columns = []
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not columns and any(c in P_COLUMNS for c in cells):
+                columns = [i for i, c in enumerate(cells) if c in P_COLUMNS]
+                continue
+            for i in columns:
+                number = re.match(r"(\d+(?:\.\d+)?(?:e-\d+)?)", cells[i]) if i < len(cells) else None
+                if number:
+                    found.append(float(number.group(1)))
+    return found
+
+
+def p_backed(quoted: str, stored: list[float]) -> bool:
+    tolerance = 0.5 * 10 ** -decimals(quoted) + 1e-12
+    return any(abs(value - float(quoted)) <= tolerance for value in stored)
+
+
 def unbacked() -> list[str]:
     """ "document: a +- b" for every quoted interval no committed file holds, in document order."""
     corpus = "\n".join(p.read_text(errors="ignore") for p in sorted(RESULTS.rglob("*"))
                        if p.suffix in (".md", ".json", ".txt") and p != KNOWN)
-    intervals = stored_intervals()
+    intervals, p_values = stored_intervals(), stored_p_values()
     missing = []
     for document in DOCUMENTS:
         text = (ROOT / document).read_text()
@@ -75,6 +120,9 @@ def unbacked() -> list[str]:
             mean, half = match.groups()
             if not backed(mean, half, corpus, intervals):
                 missing.append(f"{document}: {mean} +- {half}")
+        for match in P_VALUE.finditer(text):
+            if not p_backed(match.group(1), p_values):
+                missing.append(f"{document}: {match.group(0)}")
     return missing
 
 
@@ -92,7 +140,7 @@ def main() -> int:
         print(f"no committed file backs {item}")
     for item in stale:
         print(f"{KNOWN.relative_to(ROOT)} lists {item}, which is now backed or gone: drop the entry")
-    print(f"{len(missing)} quoted intervals without a source, all listed with a reason" if not new and not stale
+    print(f"{len(missing)} quotations without a source, all listed with a reason" if not new and not stale
           else f"{len(new)} unlisted, {len(stale)} stale")
     return 1 if new or stale else 0
 

@@ -25,3 +25,12 @@ def test_the_committed_multiple_comparisons_table_is_what_the_script_makes_of_th
     comparisons = load_script("multiple_comparisons")
     assert comparisons.OUT.read_text() == comparisons.markdown(comparisons.rows()), (
         "docs/results/multiple-comparisons.md is stale: .venv/bin/python scripts/multiple_comparisons.py --write")
+
+
+def test_quoted_p_values_are_found_in_their_forms_and_checked_by_rounding():
+    audit = load_script("audit_numbers")
+    text = "gains (p 0.016), p = 0.2, adjusted p 0.079, Holm p 0.0039, adjusted 0.0739; not top 0.5 or p0.3"
+    assert [m.group(1) for m in audit.P_VALUE.finditer(text)] == ["0.016", "0.2", "0.079", "0.0039", "0.0739"]
+    stored = [0.0039062, 0.0160, 0.07912]
+    assert audit.p_backed("0.0039", stored) and audit.p_backed("0.016", stored) and audit.p_backed("0.079", stored)
+    assert audit.p_backed("0.08", stored) and not audit.p_backed("0.0040", stored) and not audit.p_backed("0.07", stored)
