@@ -144,3 +144,16 @@ def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
     name, config = tuning.arm_config(TrainConfig(), "spectral:corrected=q+init_from=runs/mlm/spectral-corrected=q/seed-1")
     assert name == "spectral-corrected=q" and config.corrected == "q"
     assert config.init_from == "runs/mlm/spectral-corrected=q/seed-1" and config.method == "spectral"
+
+
+def test_a_tracked_qk_norm_arm_trains_and_reports_without_the_spectra_its_weights_cannot_tell(tmp_path):
+    """qk-norm's LayerNorms act after W_q and W_k, so projection_spectra refuses it: the tracker leaves the
+    spectra out (entropy too) instead of failing the run, and the report shows no kappa for it."""
+    out = tmp_path / "tune"
+    assert main(["tune", *TWO_EPOCHS, "--arms", "baseline,qk-norm", "--lrs", "1e-3", "--tuning-seeds", "1",
+                 "--final-seeds", "2", "--set", "track_every=4", "--out", str(out)]) == 0
+    rows = read_metrics(out / "final" / "qk-norm" / "seed-100" / "metrics.jsonl")
+    assert not [r for r in rows if r["kind"] in ("spectra", "entropy")] and [r for r in rows if r["kind"] == "eval"]
+    assert [r for r in read_metrics(out / "final" / "baseline" / "seed-100" / "metrics.jsonl") if r["kind"] == "spectra"]
+    groups = {g["label"]: g for g in json.loads((out / "final" / "results.json").read_text())["groups"]}
+    assert groups["qk-norm"]["kappa_qkv"] is None and groups["baseline"]["kappa_qkv"] > 1

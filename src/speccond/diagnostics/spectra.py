@@ -17,6 +17,17 @@ from speccond.layers import attention_layers
 from speccond.spectral import spectrum
 
 
+def spectra_refusal(model: nn.Module, config: Optional[SpectralConfig] = None) -> str:
+    """Why :func:`projection_spectra` refuses ``model`` ('' when it does not): a projection whose output a
+    hook changes after the weights (qk-norm's LayerNorms), or PEFT tuner layers not merged. Runs nothing."""
+    for layer in attention_layers(model, config):
+        try:
+            layer.check_weights_tell("projection_spectra")
+        except ValueError as error:
+            return str(error)
+    return ""
+
+
 def projection_spectra(model: nn.Module, config: Optional[SpectralConfig] = None, per_head: bool = True) -> Records:
     """Rows: layer, module, projection (q/k/v, the paper's role), head (None = the whole block),
     sigma_min, sigma_max, kappa of the effective weight; plus kappa_w, sigma_min_w, sigma_max_w of the stored

@@ -33,6 +33,8 @@ class Tracker:
         probe: a tuple of model inputs (a small fixed batch).
         every: measure when ``step % every == 0``.
         path: the metrics.jsonl to append to (created with its folder if missing).
+        spectra: measure the projections' spectra (needs q, k, v that the weights tell: no hook that
+            changes a projection's output, such as qk-norm's; diagnostics.spectra_refusal says why not).
         entropy: also measure attention entropy (needs a model the head diagnostics support).
         jacobian: also estimate kappa(J) w.r.t. the weights of head 0 of every layer, matrix-free with
             ``jacobian_iterations`` Lanczos steps (about 1 s per ViT-tiny head here).
@@ -47,6 +49,7 @@ class Tracker:
         entropy: bool = True,
         jacobian: bool = False,
         jacobian_iterations: int = 50,
+        spectra: bool = True,
     ) -> None:
         if every < 1:
             raise ValueError(f"Tracker.every must be >= 1, got {every}")
@@ -54,6 +57,7 @@ class Tracker:
         self.probe = probe if isinstance(probe, tuple) else (probe,)
         self.every = every
         self.path = Path(path)
+        self.spectra = spectra
         self.entropy = entropy
         self.jacobian = jacobian
         self.jacobian_iterations = jacobian_iterations
@@ -65,7 +69,9 @@ class Tracker:
         return self.measure(step)
 
     def measure(self, step: int) -> list[dict]:
-        rows = [dict(row, kind="spectra") for row in projection_spectra(self.model, per_head=False)]
+        rows = []
+        if self.spectra:
+            rows += [dict(row, kind="spectra") for row in projection_spectra(self.model, per_head=False)]
         if self.entropy:
             rows += [dict(row, kind="entropy") for row in attention_entropy(self.model, self.probe)]
         if self.jacobian:

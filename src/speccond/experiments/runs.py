@@ -127,11 +127,15 @@ def load_model(config: TrainConfig, folder: Path):
     return model, manifest
 
 
-def checkpoint_kappa(config: TrainConfig, folder: Path) -> float:
-    """Mean kappa of the effective q, k, v blocks over layers of the model saved in ``folder``."""
+def checkpoint_kappa(config: TrainConfig, folder: Path) -> Optional[float]:
+    """Mean kappa of the effective q, k, v blocks over layers of the model saved in ``folder``; None when the
+    weights do not tell q, k, v (qk-norm's LayerNorms act after them: diagnostics.spectra_refusal)."""
     from speccond.diagnostics import projection_spectra
+    from speccond.diagnostics.spectra import spectra_refusal
 
     model, _ = load_model(config, folder)
+    if spectra_refusal(model):
+        return None
     return _mean_kappa(projection_spectra(model, per_head=False))
 
 

@@ -168,7 +168,12 @@ def _tracker(config: TrainConfig, model: nn.Module, task: TrainingTask, metrics:
         return None
     from speccond.diagnostics import Tracker
     from speccond.diagnostics.heads import rebuild_refusal
+    from speccond.diagnostics.spectra import spectra_refusal
 
+    # Spectra need q, k, v that the weights tell: not qk-norm's, whose LayerNorms act after the weights.
+    weights = spectra_refusal(model)
+    if weights:
+        log.info("projection spectra not tracked: %s", weights)
     # Entropy needs the head diagnostics to rebuild every attention layer: softmax over tokens rebuilt from
     # the weights (timm ViT and DeiT, BERT; not windowed, channel or landmark attention, nor q and k changed
     # by a hook such as qk-norm's). Asked of the model, not of its family's name.
@@ -177,4 +182,4 @@ def _tracker(config: TrainConfig, model: nn.Module, task: TrainingTask, metrics:
         log.info("attention entropy not tracked: %s", refusal)
     entropy = not refusal
     probe = task.probe().to(next(model.parameters()).device)  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
-    return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy)
+    return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy, spectra=not weights)
