@@ -358,7 +358,8 @@ def test_torchrun_trains_the_detection_task_data_parallel(items, tmp_path):
 
 
 @needs_data
-def test_the_tuning_protocol_runs_the_detection_task_on_box_ap(tiny_task, tmp_path):
+@pytest.mark.parametrize("other", ["spectral", "sigma-reparam"])  # sigma-reparam: the peer XCiT tasks take
+def test_the_tuning_protocol_runs_the_detection_task_on_box_ap(tiny_task, tmp_path, other):
     """speccond tune on detection, as scripts/protocol.sh runs it: tuning runs score the stored validation
     scenes, the choice and the final table read box AP, and the final runs score test once."""
     from speccond.cli import main
@@ -368,18 +369,18 @@ def test_the_tuning_protocol_runs_the_detection_task_on_box_ap(tiny_task, tmp_pa
             if k not in ("task", "model", "method", "seed", "lr", "val_size", "epochs")]
     out = tmp_path / "tune"
     assert main(["tune", "--task", "fashion-scenes", "--model", "xcit-maskrcnn", "--val-size", "2", "--lrs", "3e-4,1e-3",
-                 "--tuning-seeds", "1", "--final-seeds", "2", "--arms", "baseline,spectral", "--out", str(out),
+                 "--tuning-seeds", "1", "--final-seeds", "2", "--arms", f"baseline,{other}", "--out", str(out),
                  *[word for s in sets for word in ("--set", s)], "--set", "epochs=1"]) == 0
     choice = json.loads((out / "choice.json").read_text())
-    for arm in ("baseline", "spectral"):
+    for arm in ("baseline", other):
         for lr, (value,) in choice[arm]["validation"].items():
             rows = read_metrics(out / "tune" / f"{arm}-lr={lr}" / "seed-0" / "metrics.jsonl")
             (final,) = [r for r in rows if r["kind"] == "eval"]
             assert final["split"] == "val" and final["box_ap"] == value
     record = json.loads((out / "final" / "holm.json").read_text())
-    assert record["metric"] == "box_ap" and record["owed"] == 0 and record["comparisons"][0]["arm"] == "spectral"
+    assert record["metric"] == "box_ap" and record["owed"] == 0 and record["comparisons"][0]["arm"] == other
     for seed in ("100", "101"):
-        rows = read_metrics(out / "final" / "spectral" / f"seed-{seed}" / "metrics.jsonl")
+        rows = read_metrics(out / "final" / other / f"seed-{seed}" / "metrics.jsonl")
         (final,) = [r for r in rows if r["kind"] == "eval"]
-        assert "split" not in final and final["box_ap"] == record["arms"]["spectral"]["figures"][seed]
+        assert "split" not in final and final["box_ap"] == record["arms"][other]["figures"][seed]
     assert (out / "final" / "detection.png").is_file()

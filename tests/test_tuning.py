@@ -132,7 +132,8 @@ def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_a
             args = build_parser().parse_args(["tune", "--out", f"runs/tune-{name}", *arguments])
             arms = [tuning.arm_config(TrainConfig(), arm) for arm in args.arms.split(",")]
             assert all(arm.partition(":")[0] in METHODS for arm in args.arms.split(","))
-            expected = registered if len(arms) == 9 else registered[:4] + ["qk-norm"]
+            xca = (args.model or "").startswith("xcit")  # XCA normalises q and k: qk-norm does not apply
+            expected = registered if len(arms) == 9 else registered[:4] + ["sigma-reparam" if xca else "qk-norm"]
             assert [arm_name for arm_name, _ in arms] == expected and args.val_size > 0
             if tier == "language":  # each arm fine-tunes its own pre-trained encoder, of the seed the name says
                 assert all(config.init_from == f"runs/protocol-mlm/{arm_name}/seed-{name[-1]}" for arm_name, config in arms)
