@@ -37,23 +37,21 @@ def decimals(text: str) -> int:
     return len(text.split(".")[1]) if "." in text else 0
 
 
+def objects(value):
+    """Every JSON object (dict) in ``value``, itself included, depth first."""
+    if isinstance(value, dict):
+        yield value
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from objects(item)
+
+
 def stored_intervals() -> list[tuple[float, float]]:
     """(mean, half width) of every interval in the committed results.json files, as stored."""
-    found = []
-
-    def walk(value) -> None:
-        if isinstance(value, dict):
-            if "mean" in value and "half_width" in value and value["half_width"] is not None:
-                found.append((float(value["mean"]), float(value["half_width"])))
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    for path in sorted(RESULTS.rglob("results.json")):
-        walk(json.loads(path.read_text()))
-    return found
+    return [(float(o["mean"]), float(o["half_width"])) for path in sorted(RESULTS.rglob("results.json"))
+            for o in objects(json.loads(path.read_text()))
+            if "mean" in o and "half_width" in o and o["half_width"] is not None]
 
 
 def backed(mean: str, half: str, corpus: str, intervals: list[tuple[float, float]]) -> bool:
@@ -72,20 +70,8 @@ def backed(mean: str, half: str, corpus: str, intervals: list[tuple[float, float
 def stored_p_values() -> list[float]:
     """Every p-value a committed file holds: "p" and "holm" in the .json files, and the numbers in p columns
     of the markdown tables."""
-    found = []
-
-    def walk(value) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key in ("p", "holm") and isinstance(item, (int, float)):
-                    found.append(float(item))
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    for path in sorted(RESULTS.rglob("*.json")):
-        walk(json.loads(path.read_text()))
+    found = [float(o[key]) for path in sorted(RESULTS.rglob("*.json")) for o in objects(json.loads(path.read_text()))
+             for key in ("p", "holm") if isinstance(o.get(key), (int, float)) and not isinstance(o.get(key), bool)]
     for path in sorted(RESULTS.rglob("*.md")):
         columns: list[int] = []
         for line in path.read_text().splitlines():
