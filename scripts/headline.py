@@ -137,6 +137,8 @@ def table(found: dict[str, dict]) -> str:
             lines.append(f"| {task.family} | {task.name} | {task.setting} | owed: {_command(task)} | | | | | | |")
             continue
         comparisons = {c["arm"]: c for c in record["comparisons"]}
+        figure = "box AP" if record["metric"] == "box_ap" else record["metric"]
+        setting = task.setting + (f"; {record['owed']} runs owed" if record["owed"] else "")
         for arm, entry in record["arms"].items():
             figures = list(entry["figures"].values())
             c = comparisons.get(arm)
@@ -147,8 +149,6 @@ def table(found: dict[str, dict]) -> str:
                 cells += ["-", "-", "fewer than 2 seeds"]
             else:
                 cells += [_difference(c), f"{c['holm']:.3g} ({c['m']})", c["verdict"]]
-            figure = "box AP" if record["metric"] == "box_ap" else record["metric"]
-            setting = task.setting + (f"; {record['owed']} runs owed" if record["owed"] else "")
             lines.append(f"| {task.family} | {task.name} ({figure}) | {setting} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

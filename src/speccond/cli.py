@@ -238,7 +238,7 @@ def _tune(args: argparse.Namespace) -> None:
     data.prepare(task_of(base.task).dataset)
     out.mkdir(parents=True, exist_ok=True)
     choice = tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
-    tuning.write_tuning(tuning.tuning_scores(arms, lrs, args.tuning_seeds, out), out)
+    tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out)  # the scores it chose from
     print((out / "tuning.md").read_text())
     if args.stage == "all":
         print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
