@@ -2,30 +2,33 @@
 
     .venv/bin/python scripts/compute_used.py runs/long-budget runs/tune-*
 
-Per folder: finished runs, runs stopped before finishing (Ctrl-C, a kill that left Python to record it) and
-the wall time recorded, in hours.
-Every issue-17 run has one thread, so its wall time is its core time. A run stopped by SIGKILL loses the time
-since its last record (experiments/compare.py train_timed).
+Per folder: finished runs (a final eval row in metrics.jsonl), runs not finished, runs whose timing is
+incomplete (experiments/timing.py: a kill lost the time since its last record, so the sum undercounts) and
+the wall time recorded, in hours. Every issue-17 run has one thread, so its wall time is its core time.
 """
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from speccond.diagnostics.records import read_metrics
+from speccond.experiments.timing import FILE, read_timing
 
-def used(folder: Path) -> tuple[int, int, float]:
-    """(finished runs, unfinished runs, hours) under ``folder``."""
-    finished = unfinished = 0
+
+def used(folder: Path) -> tuple[int, int, int, float]:
+    """(finished runs, unfinished runs, runs with incomplete timing, hours) over the timed runs under ``folder``."""
+    finished = unfinished = incomplete = 0
     seconds = 0.0
-    for timing in sorted(folder.rglob("timing.json")):
-        record = json.loads(timing.read_text())
+    for run in sorted(path.parent for path in folder.rglob(FILE)):
+        record = read_timing(run)
         seconds += record["seconds"]
-        if record["step"] >= 0:
+        incomplete += not record["complete"]
+        rows = read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []
+        if any(r.get("kind") == "eval" and r.get("step") == r.get("total_steps") for r in rows):
             finished += 1
         else:
             unfinished += 1
-    return finished, unfinished, seconds / 3600
+    return finished, unfinished, incomplete, seconds / 3600
 
 
 def main() -> None:
@@ -34,9 +37,10 @@ def main() -> None:
     args = parser.parse_args()
     total = 0.0
     for folder in args.folders:
-        finished, unfinished, hours = used(folder)
+        finished, unfinished, incomplete, hours = used(folder)
         total += hours
-        print(f"{folder}: {finished} finished, {unfinished} unfinished, {hours:.2f} core-hours")
+        print(f"{folder}: {finished} finished, {unfinished} unfinished, {incomplete} with time lost to a kill, "
+              f"{hours:.2f} core-hours")
     print(f"total: {total:.2f} core-hours")
 
 

@@ -308,22 +308,3 @@ def test_the_plots_line_says_what_each_figure_shows(data_home, tmp_path):
         line = next(line for line in markdown.splitlines() if line.startswith("Plots:"))
         assert ("test accuracy per epoch" in line) == per_epoch, line
         assert "kappa.png (kappa of W_q, W_k, W_v and attention entropy over training" in line
-
-
-@needs_data
-def test_wall_time_of_a_stopped_run_counts_once_it_resumes(data_home, tmp_path):
-    import functools
-
-    from speccond.experiments.compare import train_timed
-    from speccond.experiments.train import train
-
-    run = tmp_path / "run"
-    assert train_timed(TINY, run, progress=False, trainer=functools.partial(train, stop_after=6)) == {}  # Ctrl-C
-    stopped = json.loads((run / "timing.json").read_text())
-    assert stopped["step"] == -1 and stopped["seconds"] > 0  # not finished, its time kept
-    final = train_timed(TINY, run, progress=False)
-    finished = json.loads((run / "timing.json").read_text())
-    assert finished["step"] == final["step"] > 6 and finished["seconds"] > stopped["seconds"]
-    assert train_timed(TINY, run, progress=False) == final  # finished: asked again, nothing added
-    assert json.loads((run / "timing.json").read_text()) == finished
-

@@ -28,6 +28,7 @@ from speccond.experiments.report_format import duration, percent, show_value, si
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments.runs import find_runs
 from speccond.experiments.stats import Interval, mean_interval, paired_difference
+from speccond.experiments.timing import recorded_seconds
 
 log = logging.getLogger(__name__)
 FIGURES = ("box_ap", "box_ap50", "box_ap75", "mask_ap")  # the table's columns, as the paper reports them
@@ -45,7 +46,7 @@ class DetectionRun:
     step: int  # finished: the final step; diverged: the step whose loss was not finite; else the last row's
     total_steps: Optional[int]
     metrics: Optional[dict]  # the final test row's COCO figures (fractions); all 0 when diverged; None unfinished
-    seconds: Optional[float]  # training wall time from timing.json
+    seconds: Optional[float]  # training wall time from timing.json (None: not recorded, or incomplete)
 
     @property
     def seed(self) -> int:
@@ -66,8 +67,7 @@ def read_detection_run(run_dir: str | Path) -> DetectionRun:
         status, step, metrics = "finished", int(final["step"]), {k: v for k, v in final.items() if k.startswith(("box_", "mask_"))}
     else:
         status, step, metrics = "unfinished", max((int(r.get("step", 0)) for r in rows), default=0), None
-    timing = run_dir / "timing.json"
-    seconds = float(json.loads(timing.read_text())["seconds"]) if timing.is_file() else None
+    seconds = recorded_seconds(run_dir)
     command = record.get("command") or ()
     return DetectionRun(run_dir, config, (command,) if isinstance(command, str) else tuple(map(str, command)),
                         status, step, total, metrics, seconds)

@@ -70,6 +70,15 @@ def latest(run_dir: Path) -> Path | None:
     return folder
 
 
+def manifest_step(folder: Path) -> int:
+    """The step of the checkpoint in ``folder``, from its manifest."""
+    path = Path(folder) / "manifest.json"
+    try:
+        return int(json.loads(path.read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: unreadable checkpoint manifest ({error}); expected JSON with a \"step\"") from None
+
+
 def load(folder: Path, model: nn.Module) -> tuple[dict, dict[str, Any]]:
     """Verify a checkpoint's checksums, load its weights into ``model`` (strict) and return
     (manifest, state). A damaged or mismatched checkpoint raises ValueError and changes nothing."""

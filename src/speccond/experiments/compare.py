@@ -3,7 +3,7 @@
 Every (method, seed) is an ordinary resumable run in ``<out>/<method>/seed-<k>`` (``<out>/<method>-lam=2/...``
 for a swept value, ``--sweep lam=2,10``); finished (or diverged)
 runs are not trained again, so an interrupted comparison continues where it stopped. The training wall
-time of each run is kept in its timing.json. The report is then built from the folder alone by
+time of each run is kept in its timing.json (experiments/timing.py). The report is then built from the folder alone by
 :func:`speccond.experiments.report.write_report`, the code behind ``speccond report``, so
 ``speccond report <out>`` regenerates the same results.md; it covers every run in the folder.
 """
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
-import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.report import Report, write_report
 from speccond.experiments.report_groups import config_key, reads
+from speccond.experiments.timing import WallClock
 from speccond.experiments.train import train
 
 def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out: Path, progress: bool = True,
@@ -70,28 +69,20 @@ def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
 
 def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True,
                 trainer: Optional[Callable[..., dict]] = None) -> dict:
-    """``trainer(config, run_dir, progress=progress)`` (default: train.py's ``train``), adding the wall time it spent to ``run_dir/timing.json`` ({"seconds", "step"}: the
-    finished step, -1 until then) when it got further than the recorded step, or was stopped on the way
-    (Ctrl-C: the time spent before a resume counts too). A finished run asked again adds nothing; a kill
-    that leaves no Python running (SIGKILL) loses the time since the last record."""
+    """``trainer(config, run_dir, progress=progress, on_checkpoint=...)`` (default: train.py's ``train``),
+    adding the wall time it spends to ``run_dir/timing.json`` (experiments/timing.py) at every checkpoint and
+    at the end, so a kill loses only the time since the last checkpoint, whose steps are trained again on
+    resume anyway. A Ctrl-C records the time spent before it. A finished run asked again adds nothing."""
     run_dir = Path(run_dir)
-    timing = run_dir / "timing.json"
-    recorded = json.loads(timing.read_text()) if timing.is_file() else {"seconds": 0.0, "step": -1}
-    started = time.perf_counter()
-
-    def record(step: int) -> None:
-        partial = timing.with_suffix(".partial")
-        partial.write_text(json.dumps({"seconds": recorded["seconds"] + time.perf_counter() - started, "step": step}))
-        partial.replace(timing)
-
+    clock = WallClock(run_dir)
     try:
-        final = (trainer or train)(config, run_dir, progress=progress)
+        final = (trainer or train)(config, run_dir, progress=progress, on_checkpoint=clock.record)
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the last checkpoint resumes
         if run_dir.is_dir():
-            record(recorded["step"])
+            clock.record(clock.reached)
         raise
-    if "step" in final and final["step"] > recorded["step"]:
-        record(final["step"])
+    if "step" in final and final["step"] > clock.step_before:
+        clock.record(final["step"])
     elif not final:  # stopped at a step boundary (Ctrl-C), to be resumed
-        record(recorded["step"])
+        clock.record(clock.reached)
     return final

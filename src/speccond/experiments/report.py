@@ -234,7 +234,8 @@ def _settings(shared: dict, reference: Optional[str]) -> list[str]:
         "kappa: condition number of the effective W_q, W_k, W_v blocks (W + C when conditioned), mean over layers "
         "and the three roles, at the final step; read from the tracker's rows when the run was tracked at that "
         "step, else computed from the final checkpoint. Wall time: training time per run from timing.json "
-        "(written by speccond compare), mean over the runs that have one.",
+        "(written by speccond compare and speccond tune), mean over the runs whose record is complete (a run "
+        "killed between two records of its time is left out).",
     ]
 
 

@@ -148,7 +148,7 @@ def record_divergence(run_dir: Path, step: int, loss: float, total_steps: int, w
 def keep_good_checkpoint(run_dir: Path, step: int) -> None:
     """A checkpoint taken at ``step`` holds the weights whose loss was not finite: drop it."""
     folder = checkpoint.latest(run_dir)
-    if folder is not None and json.loads((folder / "manifest.json").read_text())["step"] == step:
+    if folder is not None and checkpoint.manifest_step(folder) == step:
         checkpoint.discard_latest(run_dir)
 
 

@@ -1,7 +1,7 @@
 """Reading finished runs back from their run directories, without training: ``read_run(run_dir)``.
 
 A run directory (train.py) holds config.json, metrics.jsonl, checkpoints/ and, when ``speccond compare``
-trained it, timing.json ({"seconds", "step"}). From those alone a run's outcome is:
+trained it, timing.json (experiments/timing.py). From those alone a run's outcome is:
 
 - status "finished": an eval row at the final step (``total_steps`` in the row, or else the eval of the
   last epoch, ``epoch == config.epochs``); accuracy and loss are that row's.
@@ -29,6 +29,7 @@ from typing import Iterable, Optional
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.timing import recorded_seconds
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class RunRecord:
     loss: Optional[float]  # final test loss (finished runs only)
     kappa_qkv: Optional[float]  # mean kappa of the effective q, k, v blocks over layers (None: no checkpoint)
     kappa_step: Optional[int]  # the step kappa_qkv was measured at
-    seconds: Optional[float]  # training wall time from timing.json (None: not recorded)
+    seconds: Optional[float]  # training wall time from timing.json (None: not recorded, or incomplete)
     last_eval: Optional[dict]  # the last eval row (before divergence for a diverged run)
     diverged_loss: Optional[str]  # the non-finite loss ("nan", "inf") of a diverged run
 
@@ -90,7 +91,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     diverged = _diverged(rows)
     final = next((r for r in reversed(evals) if _is_final(r, config)), None)
     latest = checkpoint.latest(run_dir)
-    checkpoint_step = _manifest_step(latest) if latest is not None else 0
+    checkpoint_step = checkpoint.manifest_step(latest) if latest is not None else 0
     accuracy = loss = None
     if diverged is not None:
         status, step, accuracy = "diverged", int(diverged["step"]), 1.0 / _classes(config)
@@ -109,7 +110,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     return RunRecord(
         path=run_dir, config=config, command=_command(record.get("command")), status=status, step=step,
         total_steps=total_steps, accuracy=accuracy, loss=loss, kappa_qkv=kappa, kappa_step=kappa_step,
-        seconds=_seconds(run_dir / "timing.json"), last_eval=last_eval,
+        seconds=recorded_seconds(run_dir), last_eval=last_eval,
         diverged_loss=None if diverged is None else str(diverged["loss"]),
     )
 
@@ -192,23 +193,6 @@ def _classes(config: TrainConfig) -> int:
     from speccond.experiments.tasks import task_shape
 
     return task_shape(config.task).classes
-
-
-def _manifest_step(folder: Path) -> int:
-    path = folder / "manifest.json"
-    try:
-        return int(json.loads(path.read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path}: unreadable checkpoint manifest ({error}); expected JSON with a \"step\"") from None
-
-
-def _seconds(path: Path) -> Optional[float]:
-    if not path.is_file():
-        return None
-    try:
-        return float(json.loads(path.read_text())["seconds"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path}: unreadable ({error}); expected {{\"seconds\": float, \"step\": int}}") from None
 
 
 def _command(command) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -47,21 +47,23 @@ def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
     return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
+def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True,
+          on_checkpoint: Optional[Callable[[int], None]] = None) -> dict:
     """Train (or resume) the run in ``run_dir``; return the final row (:func:`train_run`), with subnormal
     floats flushed to 0 for its duration when ``config.flush_denormal`` says so."""
     if not config.flush_denormal:
-        return train_run(config, run_dir, stop_after, progress)
+        return train_run(config, run_dir, stop_after, progress, on_checkpoint)
     if not torch.set_flush_denormal(True):
         raise ValueError("TrainConfig.flush_denormal=1, but this CPU cannot flush subnormal floats (torch needs SSE3); "
                          "use flush_denormal=0")
     try:
-        return train_run(config, run_dir, stop_after, progress)
+        return train_run(config, run_dir, stop_after, progress, on_checkpoint)
     finally:
         torch.set_flush_denormal(False)
 
 
-def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True) -> dict:
+def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True,
+              on_checkpoint: Optional[Callable[[int], None]] = None) -> dict:
     """Train (or resume) the run in ``run_dir``; return the final row.
 
     The final row is the test evaluation ({"kind": "eval", ...} with the task's figures), or {"kind":
@@ -69,6 +71,8 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     keeps its last good checkpoint, records the row in metrics.jsonl, and is not trained again when
     resumed. Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
     ``stop_after``: stop right after that global step, as a kill would (for tests of resumption).
+    ``on_checkpoint(step)``: called on the main process after each checkpoint is on disk (timing.py's
+    record of the wall time).
     """
     context = Context.from_environment(config.device)
     run_dir = Path(run_dir)
@@ -103,6 +107,8 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     def save() -> None:
         if context.is_main:
             checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
+            if on_checkpoint is not None:
+                on_checkpoint(step)
 
     def evaluation(kind: str, split: str) -> dict:
         row = {"kind": kind, "step": step, "epoch": step // steps_per_epoch}
