@@ -100,6 +100,16 @@ def test_report_regenerates_what_compare_wrote(comparison, capsys):
     run = read_run(folder / "spectral" / "seed-1")
     assert run.kappa_qkv == pytest.approx(checkpoint_kappa(run.config, checkpoint.latest(run.path)), rel=1e-9)
     assert results["plots"] == ["comparison.png", "kappa.png"]
+    # the entropy column: the tracker's rows at the last tracked step (12), mean over layers and heads, then seeds
+    from speccond.diagnostics.records import read_metrics
+
+    last = [r["entropy"] for r in read_metrics(run.path / "metrics.jsonl", kind="entropy") if r["step"] == 12]
+    assert len(last) == 2 and run.entropy == pytest.approx(sum(last) / 2, rel=1e-12)  # 1 layer, 2 heads
+    entropy = {g["label"]: g["entropy"]["mean"] for g in results["groups"]}
+    seeds = [read_run(folder / "spectral" / f"seed-{seed}").entropy for seed in (0, 1)]
+    assert entropy["spectral lam=10"] == pytest.approx(sum(seeds) / 2, rel=1e-12)
+    assert entropy["spectral lam=10"] < entropy["baseline"]  # lam = 10's attention collapses
+    assert "attention entropy at end, nats" in text
 
     for name in ("results.md", "results.json", "comparison.png", "kappa.png"):
         (folder / name).unlink()

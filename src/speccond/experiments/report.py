@@ -46,7 +46,8 @@ class Summary:
     difference_seeds: int
     loss: Optional[Interval]  # finished runs only
     kappa_qkv: Optional[float]  # finished runs only
-    seconds: Optional[float]  # mean per run, over the runs with a timing.json
+    entropy: Optional[Interval]  # attention entropy at the end, nats; finished, tracked runs only
+    seconds: Optional[float]  # mean per run, over the runs with a complete timing.json
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def summarize(group: Group, reference: Group) -> Summary:
         if pairs:
             difference = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
     kappas = [r.kappa_qkv for r in finished if r.kappa_qkv is not None]
+    entropies = [r.entropy for r in finished if r.entropy is not None]
     return Summary(
         label=group.label,
         is_reference=group is reference,
@@ -119,6 +121,7 @@ def summarize(group: Group, reference: Group) -> Summary:
         difference_seeds=common,
         loss=mean_interval([r.loss for r in finished]) if finished else None,
         kappa_qkv=sum(kappas) / len(kappas) if kappas else None,
+        entropy=mean_interval(entropies) if entropies else None,
         seconds=sum(timed) / len(timed) if timed else None,
     )
 
@@ -153,8 +156,8 @@ def _markdown(report: Report) -> str:
     if report.summaries:
         lines += [
             f"| method | seeds | diverged | accuracy, % | difference vs {report.reference}, % | final test loss | "
-            "kappa(W_q,k,v) at end | wall time per run |",
-            "|---|---|---|---|---|---|---|---|",
+            "kappa(W_q,k,v) at end | attention entropy at end, nats | wall time per run |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [_summary_row(s) for s in report.summaries]
     else:
@@ -236,6 +239,10 @@ def _settings(shared: dict, reference: Optional[str]) -> list[str]:
         "step, else computed from the final checkpoint. Wall time: training time per run from timing.json "
         "(written by speccond compare and speccond tune), mean over the runs whose record is complete (a run "
         "killed between two records of its time is left out).",
+        "Attention entropy: the tracker's, in nats, mean over layers and heads at the last tracked step of each "
+        "finished run, then mean +- 95 % t interval over those runs (kappa.png draws it over training, with "
+        "uniform attention as a dotted line); - when the runs were not tracked or the tracker cannot rebuild "
+        "the model's attention.",
     ]
 
 
@@ -249,7 +256,8 @@ def _summary_row(s: Summary) -> str:
         difference = signed_percent(s.difference) + some
     kappa = "-" if s.kappa_qkv is None else f"{s.kappa_qkv:.3g}"
     return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {percent(s.accuracy)} | {difference} | "
-            f"{s.loss if s.loss is not None else '-'} | {kappa} | {duration(s.seconds)} |")
+            f"{s.loss if s.loss is not None else '-'} | {kappa} | {s.entropy if s.entropy is not None else '-'} | "
+            f"{duration(s.seconds)} |")
 
 
 def _run_row(group: Group, run: RunRecord, out: Path) -> str:
@@ -297,7 +305,7 @@ def _json(report: Report) -> dict:
         "runs": [
             {"group": g.label, "method": r.config.method, "seed": r.seed, "status": r.status, "step": r.step,
              "total_steps": r.total_steps, "accuracy": r.accuracy, "loss": r.loss, "kappa_qkv": r.kappa_qkv,
-             "kappa_step": r.kappa_step, "seconds": r.seconds, "last_eval": r.last_eval,
+             "kappa_step": r.kappa_step, "entropy": r.entropy, "seconds": r.seconds, "last_eval": r.last_eval,
              "diverged_loss": r.diverged_loss, "path": os.path.relpath(r.path, report.out)}
             for g in report.groups for r in g.runs
         ],

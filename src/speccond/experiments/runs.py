@@ -48,6 +48,8 @@ class RunRecord:
     loss: Optional[float]  # final test loss (finished runs only)
     kappa_qkv: Optional[float]  # mean kappa of the effective q, k, v blocks over layers (None: no checkpoint)
     kappa_step: Optional[int]  # the step kappa_qkv was measured at
+    entropy: Optional[float]  # attention entropy, nats, mean over layers and heads at the last tracked step
+    #   up to ``step`` (None: not tracked, or unfinished)
     seconds: Optional[float]  # training wall time from timing.json (None: not recorded, or incomplete)
     last_eval: Optional[dict]  # the last eval row (before divergence for a diverged run)
     diverged_loss: Optional[str]  # the non-finite loss ("nan", "inf") of a diverged run
@@ -102,6 +104,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     else:
         status, step, last_eval = "unfinished", checkpoint_step, evals[-1] if evals else None
     kappa = kappa_step = None
+    entropy = _tracked_entropy(rows, step) if status != "unfinished" else None
     if status != "unfinished" and latest is not None:
         kappa_step = checkpoint_step
         kappa = _tracked_kappa(rows, kappa_step)
@@ -110,7 +113,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     return RunRecord(
         path=run_dir, config=config, command=_command(record.get("command")), status=status, step=step,
         total_steps=total_steps, accuracy=accuracy, loss=loss, kappa_qkv=kappa, kappa_step=kappa_step,
-        seconds=recorded_seconds(run_dir), last_eval=last_eval,
+        entropy=entropy, seconds=recorded_seconds(run_dir), last_eval=last_eval,
         diverged_loss=None if diverged is None else str(diverged["loss"]),
     )
 
@@ -181,6 +184,17 @@ def _is_final(row: dict, config: TrainConfig) -> bool:
 def _tracked_kappa(rows: list[dict], step: int) -> Optional[float]:
     spectra = [r for r in rows if r.get("kind") == "spectra" and r.get("step") == step and r.get("head") is None]
     return _mean_kappa(spectra) if spectra else None
+
+
+def _tracked_entropy(rows: list[dict], step: int) -> Optional[float]:
+    """The mean attention entropy over layers and heads at the last tracked step up to ``step``, or None."""
+    tracked = [r for r in rows if r.get("kind") == "entropy" and int(r["step"]) <= step
+               and isinstance(r.get("entropy"), (int, float)) and math.isfinite(r["entropy"])]
+    if not tracked:
+        return None
+    last = max(int(r["step"]) for r in tracked)
+    values = [float(r["entropy"]) for r in tracked if int(r["step"]) == last]
+    return sum(values) / len(values)
 
 
 def _mean_kappa(rows) -> float:
