@@ -6,39 +6,44 @@
 #   scripts/protocol.sh tier2       tier 2: the other CIFAR-10 families, detection with the ViT trunk
 #   scripts/protocol.sh language    tier 2's language task: MLM pre-training, 2 seeds per arm, then each
 #                                   glue-* task tuned and scored from each pre-training seed
-#   scripts/protocol.sh list TIER   the tasks of a tier, one per line: its name, then its speccond tune arguments
+#   scripts/protocol.sh list TIER   the tasks of a tier (tier1 = full + reduced), one per line: its name, then its speccond tune arguments
 #   scripts/protocol.sh report      tables of what has finished (runs/tune-*/tuning.md, final/holm.md); trains nothing
 #   scripts/protocol.sh publish     report, then copy the tables and plots of runs/tune-* into docs/results/protocol-*
 # Tier 1: the full-protocol tuning (Fashion-MNIST, then CIFAR-10, with the ViT), then the reduced protocol
-# (ListOps, detection with the XCiT trunk) with the best peer of the full protocol (BEST_PEER, default
-# qk-norm: set it from runs/tune-*/final/holm.md once those finish). The long budget is scripts/long_budget.sh.
+# (ListOps, detection with the XCiT trunk) with the best peer of the full protocol: BEST_PEER if set, else
+# scripts/best_peer.py over the two choice.json (validation only). The long budget is scripts/long_budget.sh.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
 [ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
-peer=${BEST_PEER:-qk-norm}
-# XCiT's XCA normalises q and k already, so qk-norm has nothing to do there (speccond refuses it): XCiT tasks
-# take the best peer that applies to them (XCA_PEER, default sigma-reparam), as docs/RESULTS.md registers.
-xca_peer=$peer
-[ "$peer" = qk-norm ] && xca_peer=${XCA_PEER:-sigma-reparam}
 full_arms=baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
-reduced_arms="baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,$peer"
-reduced="--tuning-seeds 1 --arms $reduced_arms"
-reduced_xca="--tuning-seeds 1 --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,$xca_peer"
+peers() {  # sets peer (BEST_PEER, else docs/RESULTS.md's rule over the full-protocol choices) and the reduced arms
+  peer=${BEST_PEER:-$(.venv/bin/python scripts/best_peer.py runs/tune-fashion-mnist/choice.json runs/tune-cifar10/choice.json 2>/dev/null)}
+  peer=${peer:-undecided}  # before both full-protocol tasks have chosen; speccond tune refuses this arm
+  # XCiT's XCA normalises q and k already, so qk-norm has nothing to do there (speccond refuses it): XCiT tasks
+  # take the best peer that applies to them (XCA_PEER, default sigma-reparam), as docs/RESULTS.md registers.
+  xca_peer=$peer
+  [ "$peer" = qk-norm ] && xca_peer=${XCA_PEER:-sigma-reparam}
+  reduced_arms="baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,$peer"
+  reduced="--tuning-seeds 1 --arms $reduced_arms"
+  reduced_xca="--tuning-seeds 1 --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,$xca_peer"
+}
 pretraining=runs/protocol-mlm  # <arm>/seed-<p>: the encoders the language arms fine-tune
 
 tasks() {  # the tasks of a tier, one per line: its name (runs/tune-NAME, docs/results/protocol-NAME), then its arguments
   case $1 in
-    tier1) echo "fashion-mnist --task fashion-mnist --val-size 6000 --arms $full_arms
-cifar10 --task cifar10 --val-size 800 --arms $full_arms
-lra-listops --task lra-listops --val-size 800 $reduced
+    full) echo "fashion-mnist --task fashion-mnist --val-size 6000 --arms $full_arms
+cifar10 --task cifar10 --val-size 800 --arms $full_arms" ;;
+    reduced) peers; echo "lra-listops --task lra-listops --val-size 800 $reduced
 detection --task fashion-scenes --model xcit-maskrcnn --val-size 200 $reduced_xca" ;;
-    tier2) echo "cifar10-swin --task cifar10 --model swin --val-size 800 $reduced
+    tier1) tasks full; tasks reduced ;;
+    tier2) peers; echo "cifar10-swin --task cifar10 --model swin --val-size 800 $reduced
 cifar10-xcit --task cifar10 --model xcit --val-size 800 $reduced_xca
 cifar10-xcit-noca --task cifar10 --model xcit-noca --val-size 800 $reduced_xca
 cifar10-davit --task cifar10 --model davit --val-size 800 $reduced
 cifar10-deit --task cifar10 --model deit --val-size 800 $reduced
 detection-vit --task fashion-scenes --model vit-maskrcnn --val-size 200 $reduced" ;;
     language)  # validation: 10 % of each task's stored training examples
+      peers
       for p in 0 1; do
         arms="baseline:init_from=$pretraining/baseline/seed-$p,spectral:init_from=$pretraining/spectral/seed-$p"
         arms="$arms,spectral:corrected=q+init_from=$pretraining/spectral-corrected=q/seed-$p"
@@ -78,6 +83,7 @@ mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arm
   .venv/bin/speccond compare --task mlm --preset full --seeds 2 --out "$pretraining" --set flush_denormal=1 "$@"
 }
 pretrain() {  # the language arms' encoders, in two chains side by side
+  peers
   export SPECCOND_PARALLEL_JOBS=2
   mlm --methods "baseline,spectral,$peer" > "$pretraining-a.log" 2>&1 &
   first=$!
@@ -89,9 +95,11 @@ all="$(tasks tier1)
 $(tasks tier2)
 $(tasks language)"
 case "${1:-tier1}" in
-  tier1|tier2) mkdir -p runs; each "$(tasks "${1:-tier1}")" tune > "runs/protocol-${1:-tier1}.log" 2>&1 & ;;
+  # tier 1's reduced tasks are listed only once the full protocol has chosen, so they get its best peer
+  tier1) mkdir -p runs; { each "$(tasks full)" tune && each "$(tasks reduced)" tune; } > runs/protocol-tier1.log 2>&1 & ;;
+  tier2) mkdir -p runs; each "$(tasks tier2)" tune > runs/protocol-tier2.log 2>&1 & ;;
   language) mkdir -p "$pretraining"; { pretrain && each "$(tasks language)" tune; } > runs/protocol-language.log 2>&1 & ;;
-  list) tasks "$2" || { echo "usage: scripts/protocol.sh list tier1|tier2|language" >&2; exit 2; }; exit 0 ;;
+  list) tasks "$2" || { echo "usage: scripts/protocol.sh list tier1|full|reduced|tier2|language" >&2; exit 2; }; exit 0 ;;
   report) each "$all" report; exit $? ;;
   publish) each "$all" publish; exit $? ;;
   *) echo "usage: scripts/protocol.sh [tier1|tier2|language|list TIER|report|publish]" >&2; exit 2 ;;

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -124,8 +125,10 @@ def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_a
     registered = ["baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
                   "sigma-reparam", "sigma-reparam-all", "spectral-norm"]
     names = []
+    peer = {**os.environ, "BEST_PEER": "qk-norm"}  # as if the full protocol had chosen it (scripts/best_peer.py)
     for tier, count in (("tier1", 4), ("tier2", 6), ("language", 8)):
-        lines = subprocess.run(["sh", str(script), "list", tier], capture_output=True, text=True, check=True).stdout
+        lines = subprocess.run(["sh", str(script), "list", tier], capture_output=True, text=True, check=True,
+                               env=peer).stdout
         assert len(lines.splitlines()) == count
         for line in lines.splitlines():
             name, *arguments = line.split()
@@ -140,6 +143,56 @@ def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_a
                 assert args.task.startswith("glue-") and args.tuning_seeds == 1
             names.append(name)
     assert len(names) == len(set(names))
+
+
+def test_the_reduced_protocol_takes_the_peer_that_leads_the_baseline_most_on_validation(tmp_path):
+    """docs/RESULTS.md's rule (tuning.best_peer): each peer's mean validation figure at its chosen lr minus the
+    baseline's, averaged over the full-protocol tasks; ties to the earlier peer; test scores play no part."""
+    def choice(**figures):  # arm -> validation figure at lr 1e-3, the chosen lr (another lr scores higher, unchosen)
+        return {arm: {"lr": 0.001, "validation": {"0.001": [value, value], "0.003": [0.99, 0.99]}}
+                for arm, value in figures.items()}
+
+    peers = {"qk-norm": 0.80, "sigma-reparam": 0.70, "sigma-reparam-all": 0.70, "spectral-norm": 0.79}
+    first = choice(baseline=0.78, **peers)
+    second = choice(baseline=0.50, **{**{arm: 0.45 for arm in peers}, "spectral-norm": 0.54})
+    assert tuning.best_peer([first]) == "qk-norm"  # +2 points against spectral-norm's +1
+    assert tuning.best_peer([first, second]) == "spectral-norm"  # mean lead (1 + 4) / 2 beats (2 - 5) / 2
+    tied = choice(baseline=0.5, **{arm: 0.6 for arm in peers})
+    assert tuning.best_peer([tied]) == "qk-norm"  # ties: the registered order
+    with pytest.raises(ValueError, match="missing: spectral-norm"):
+        tuning.best_peer([choice(baseline=0.5, **{arm: 0.6 for arm in list(peers)[:3]})])
+
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "best_peer.py"
+    for index, record in enumerate((first, second)):
+        (tmp_path / f"{index}.json").write_text(json.dumps(record))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "0.json"), str(tmp_path / "1.json")],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout == "spectral-norm\n" and "spectral-norm: validation lead over the baseline +1.00, +4.00" in done.stderr
+    (tmp_path / "bad.json").write_text(json.dumps({"baseline": {"lr": 0.01, "validation": {"0.001": [0.5]}}}))
+    refused = subprocess.run([sys.executable, str(script), str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "not a choice (ValueError: the chosen lr of baseline has no validation figures)" in refused.stderr
+
+
+def test_before_the_full_protocol_has_chosen_the_reduced_tasks_name_an_arm_speccond_tune_refuses(tmp_path):
+    """Without both choice.json files (a fresh checkout) and without BEST_PEER, the reduced tasks' peer is
+    "undecided", so a reduced task cannot start with a guessed peer."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if (root / "runs" / "tune-fashion-mnist" / "choice.json").is_file() and (root / "runs" / "tune-cifar10" / "choice.json").is_file():
+        pytest.skip("both full-protocol choices exist in this checkout: the peer is decided")
+    environment = {k: v for k, v in os.environ.items() if k != "BEST_PEER"}
+    lines = subprocess.run(["sh", str(root / "scripts" / "protocol.sh"), "list", "reduced"], capture_output=True,
+                           text=True, check=True, env=environment).stdout.splitlines()
+    assert len(lines) == 2 and all(line.endswith(",undecided") for line in lines)
+    with pytest.raises(ValueError, match="undecided"):
+        tuning.arm_config(TrainConfig(), "undecided")
 
 def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
     name, config = tuning.arm_config(TrainConfig(), "spectral:corrected=q+init_from=runs/mlm/spectral-corrected=q/seed-1")
