@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.experiments.tuning import PEERS, best_peer, chosen_validation, read_choice  # noqa: E402
+from speccond.experiments.tuning import best_peer, read_choice, validation_leads  # noqa: E402
 
 
 def main() -> int:
@@ -24,13 +24,12 @@ def main() -> int:
     args = parser.parse_args()
     try:
         choices = [read_choice(path) for path in args.choices]
-        peer = best_peer(choices)
+        peer, leads = best_peer(choices), validation_leads(choices)
     except ValueError as error:
         print(f"best_peer: {error}", file=sys.stderr)
         return 1
-    for name in PEERS:
-        leads = [100 * (chosen_validation(c[name]) - chosen_validation(c["baseline"])) for c in choices]
-        print(f"{name}: validation lead over the baseline {', '.join(f'{v:+.2f}' for v in leads)} points",
+    for name, values in leads.items():
+        print(f"{name}: validation lead over the baseline {', '.join(f'{100 * v:+.2f}' for v in values)} points",
               file=sys.stderr)
     print(peer)
     return 0

@@ -175,7 +175,7 @@ def test_the_reduced_protocol_takes_the_peer_that_leads_the_baseline_most_on_val
     (tmp_path / "bad.json").write_text(json.dumps({"baseline": {"lr": 0.01, "validation": {"0.001": [0.5]}}}))
     refused = subprocess.run([sys.executable, str(script), str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert refused.returncode == 1 and refused.stdout == ""
-    assert "not a choice (ValueError: the chosen lr of baseline has no validation figures)" in refused.stderr
+    assert "not a choice (KeyError: 'no validation figures at the chosen lr 0.01')" in refused.stderr
 
 
 def test_before_the_full_protocol_has_chosen_the_reduced_tasks_name_an_arm_speccond_tune_refuses(tmp_path):

@@ -174,34 +174,39 @@ def read_choice(path: Path) -> dict[str, dict]:
     """choice.json as :func:`choose` wrote it, or a ValueError naming what is wrong with the file."""
     try:
         choice = json.loads(Path(path).read_text())
-        unchosen = [name for name, chosen in choice.items() if f"{float(chosen['lr']):g}" not in chosen["validation"]]
-        if unchosen:
-            raise ValueError(f"the chosen lr of {', '.join(unchosen)} has no validation figures")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as error:
+        for chosen in choice.values():
+            chosen_validation(chosen)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError,
+            ZeroDivisionError) as error:
         raise ValueError(f"{path}: not a choice ({type(error).__name__}: {error}); expected the choice.json speccond "
                          "tune writes once every tuning run has finished") from None
     return choice
 
 
 def chosen_validation(chosen: dict) -> float:
-    """An arm's mean validation figure at the lr it chose."""
-    values = chosen["validation"][f"{float(chosen['lr']):g}"]
+    """An arm's mean validation figure at the lr it chose (KeyError when the choice has none at that lr)."""
+    lr = f"{float(chosen['lr']):g}"
+    if lr not in chosen["validation"]:
+        raise KeyError(f"no validation figures at the chosen lr {lr}")
+    values = chosen["validation"][lr]
     return sum(values) / len(values)
 
 
-def best_peer(choices: list[dict[str, dict]], peers: tuple[str, ...] = PEERS) -> str:
-    """The peer the reduced protocol takes (docs/RESULTS.md registers the rule): the one whose mean
-    validation figure at its chosen lr, minus the baseline's at the baseline's chosen lr, is highest on
-    average over the full-protocol tasks' choices; ties go to the earlier in ``peers``. Test scores play
-    no part. Raises ValueError when a choice lacks the baseline or a peer."""
+def validation_leads(choices: list[dict[str, dict]], peers: tuple[str, ...] = PEERS) -> dict[str, list[float]]:
+    """{peer: [its validation figure at its chosen lr minus the baseline's at the baseline's, per choice]}.
+    Raises ValueError when a choice lacks the baseline or a peer."""
     missing = sorted({name for choice in choices for name in ("baseline", *peers) if name not in choice})
     if not choices or missing:
         raise ValueError(f"best_peer needs the baseline and every peer in each choice; missing: {', '.join(missing) or 'every choice'}")
+    return {peer: [chosen_validation(c[peer]) - chosen_validation(c["baseline"]) for c in choices] for peer in peers}
 
-    def lead(peer: str) -> float:
-        return sum(chosen_validation(c[peer]) - chosen_validation(c["baseline"]) for c in choices) / len(choices)
 
-    return max(peers, key=lambda peer: (lead(peer), -peers.index(peer)))
+def best_peer(choices: list[dict[str, dict]], peers: tuple[str, ...] = PEERS) -> str:
+    """The peer the reduced protocol takes (docs/RESULTS.md registers the rule): the one with the highest
+    mean of :func:`validation_leads` over the full-protocol tasks' choices; ties go to the earlier in
+    ``peers``. Test scores play no part."""
+    leads = validation_leads(choices, peers)
+    return max(peers, key=lambda peer: (sum(leads[peer]) / len(leads[peer]), -peers.index(peer)))
 
 
 def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, parallel: int = 1) -> dict[str, dict]:
