@@ -1,11 +1,14 @@
 #!/bin/sh
 # Issue 17's runs, as pre-registered in docs/RESULTS.md: one task at a time, two runs side by side
 # (speccond tune --jobs 2, one thread each), so each task's protocol finishes before the next starts.
-# Every command resumes where it stopped and skips finished runs, so rerunning this continues the protocol.
+# Every command resumes where it stopped and skips finished runs, so rerunning this continues the protocol. A
+# fresh clone has no runs/: a task whose choice.json is committed (docs/results/protocol-NAME/) resumes at its
+# final runs from that choice (speccond tune --choice), and one whose committed final table is complete is skipped.
 #   scripts/protocol.sh [tier1]     tier 1 in the background, progress in runs/protocol-tier1.log
 #   scripts/protocol.sh tier2       tier 2: the other CIFAR-10 families, detection with the ViT trunk
 #   scripts/protocol.sh language    tier 2's language task: MLM pre-training, 2 seeds per arm, then each
 #                                   glue-* task tuned and scored from each pre-training seed
+#   scripts/protocol.sh plan TIER   what running a tier would do with each task here: skip it, resume it, or tune it
 #   scripts/protocol.sh list TIER   the tasks of a tier (tier1 = full + reduced), one per line: its name, then its speccond tune arguments
 #   scripts/protocol.sh report      tables of what has finished (runs/tune-*/tuning.md, final/holm.md); trains nothing
 #   scripts/protocol.sh publish     report, then copy the tables and plots of runs/tune-* into docs/results/protocol-*
@@ -17,7 +20,7 @@ export OMP_NUM_THREADS=1
 [ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
 full_arms=baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
 peers() {  # sets peer (BEST_PEER, else docs/RESULTS.md's rule over the full-protocol choices) and the reduced arms
-  peer=${BEST_PEER:-$(.venv/bin/python scripts/best_peer.py runs/tune-fashion-mnist/choice.json runs/tune-cifar10/choice.json 2>/dev/null)}
+  peer=${BEST_PEER:-$(.venv/bin/python scripts/best_peer.py "$(choice_of fashion-mnist)" "$(choice_of cifar10)" 2>/dev/null)}
   peer=${peer:-undecided}  # before both full-protocol tasks have chosen; speccond tune refuses this arm
   # XCiT's XCA normalises q and k already, so qk-norm has nothing to do there (speccond refuses it): XCiT tasks
   # take the best peer that applies to them (XCA_PEER, default sigma-reparam), as docs/RESULTS.md registers.
@@ -26,6 +29,17 @@ peers() {  # sets peer (BEST_PEER, else docs/RESULTS.md's rule over the full-pro
   reduced_arms="baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,$peer"
   reduced="--tuning-seeds 1 --arms $reduced_arms"
   reduced_xca="--tuning-seeds 1 --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,$xca_peer"
+}
+published=${PROTOCOL_PUBLISHED:-docs/results}  # protocol-NAME/: what `publish` committed (tests point it elsewhere)
+choice_of() {  # the choice.json of task NAME: this machine's, else the committed one (a fresh clone has no runs/)
+  if [ -f "runs/tune-$1/choice.json" ]; then echo "runs/tune-$1/choice.json"; else echo "$published/protocol-$1/choice.json"; fi
+}
+committed_choice() {  # --choice FILE when task NAME's choice is committed: its final runs resume without the tuning runs
+  [ ! -f "$published/protocol-$1/choice.json" ] || echo "--choice $published/protocol-$1/choice.json"
+}
+finished() {  # task NAME's committed final table has every seed of every arm: nothing is left to train
+  [ -f "$published/protocol-$1/final/holm.json" ] && .venv/bin/python -c \
+    'import json, sys; sys.exit(json.load(open(sys.argv[1]))["owed"] != 0)' "$published/protocol-$1/final/holm.json"
 }
 pretraining=runs/protocol-mlm  # <arm>/seed-<p>: the encoders the language arms fine-tune
 
@@ -63,8 +77,23 @@ each() {  # each TASKS COMMAND...: COMMAND name arguments..., one task at a time
     "$@" "$name" $arguments || exit 1
   done
 }
-tune() { name=$1; shift; .venv/bin/speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" "$@"; }
-report() { name=$1; shift; [ ! -d "runs/tune-$name" ] || .venv/bin/speccond tune --out "runs/tune-$name" "$@" --stage report; }
+tune() {
+  name=$1; shift
+  if finished "$name"; then echo "$name: every final run is in $published/protocol-$name/final; skipped"; return 0; fi
+  # shellcheck disable=SC2046  # --choice and its file are two words
+  .venv/bin/speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" $(committed_choice "$name") "$@"
+}
+plan() {  # what tune would do with task NAME on this machine, in one line; trains nothing
+  name=$1
+  if finished "$name"; then echo "$name: skip, every final run is in $published/protocol-$name/final"
+  elif [ -n "$(committed_choice "$name")" ]; then echo "$name: final runs from the committed $published/protocol-$name/choice.json"
+  else echo "$name: tuning, then final runs"; fi
+}
+report() {
+  name=$1; shift
+  # shellcheck disable=SC2046
+  [ ! -d "runs/tune-$name" ] || .venv/bin/speccond tune --out "runs/tune-$name" $(committed_choice "$name") "$@" --stage report
+}
 publish() {
   name=$1; shift
   report "$name" "$@" || return 1
@@ -100,8 +129,10 @@ case "${1:-tier1}" in
   tier2) mkdir -p runs; each "$(tasks tier2)" tune > runs/protocol-tier2.log 2>&1 & ;;
   language) mkdir -p "$pretraining"; { pretrain && each "$(tasks language)" tune; } > runs/protocol-language.log 2>&1 & ;;
   list) tasks "$2" || { echo "usage: scripts/protocol.sh list tier1|full|reduced|tier2|language" >&2; exit 2; }; exit 0 ;;
+  plan) tasks "$2" > /dev/null || { echo "usage: scripts/protocol.sh plan tier1|full|reduced|tier2|language" >&2; exit 2; }
+        each "$(tasks "$2")" plan; exit $? ;;
   report) each "$all" report; exit $? ;;
   publish) each "$all" publish; exit $? ;;
-  *) echo "usage: scripts/protocol.sh [tier1|tier2|language|list TIER|report|publish]" >&2; exit 2 ;;
+  *) echo "usage: scripts/protocol.sh [tier1|tier2|language|list TIER|plan TIER|report|publish]" >&2; exit 2 ;;
 esac
 echo "started; progress in runs/protocol-${1:-tier1}.log; tables so far: scripts/protocol.sh report"

@@ -178,21 +178,56 @@ def test_the_reduced_protocol_takes_the_peer_that_leads_the_baseline_most_on_val
     assert "not a choice (KeyError: 'no validation figures at the chosen lr 0.01')" in refused.stderr
 
 
-def test_before_the_full_protocol_has_chosen_the_reduced_tasks_name_an_arm_speccond_tune_refuses(tmp_path):
-    """Without both choice.json files (a fresh checkout) and without BEST_PEER, the reduced tasks' peer is
-    "undecided", so a reduced task cannot start with a guessed peer."""
+def _protocol(*arguments: str, published) -> list[str]:
+    """scripts/protocol.sh's output lines, with its committed results read from ``published``."""
     import subprocess
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    if (root / "runs" / "tune-fashion-mnist" / "choice.json").is_file() and (root / "runs" / "tune-cifar10" / "choice.json").is_file():
-        pytest.skip("both full-protocol choices exist in this checkout: the peer is decided")
-    environment = {k: v for k, v in os.environ.items() if k != "BEST_PEER"}
-    lines = subprocess.run(["sh", str(root / "scripts" / "protocol.sh"), "list", "reduced"], capture_output=True,
-                           text=True, check=True, env=environment).stdout.splitlines()
+    for name in ("fashion-mnist", "cifar10"):
+        if (root / "runs" / f"tune-{name}" / "choice.json").is_file():
+            pytest.skip(f"runs/tune-{name}/choice.json exists in this checkout: it takes precedence over the committed one")
+    environment = {**{k: v for k, v in os.environ.items() if k != "BEST_PEER"}, "PROTOCOL_PUBLISHED": str(published)}
+    return subprocess.run(["sh", str(root / "scripts" / "protocol.sh"), *arguments], capture_output=True, text=True,
+                          check=True, env=environment).stdout.splitlines()
+
+
+def test_before_the_full_protocol_has_chosen_the_reduced_tasks_name_an_arm_speccond_tune_refuses(tmp_path):
+    """Without both choice.json files and without BEST_PEER, the reduced tasks' peer is "undecided", so a
+    reduced task cannot start with a guessed peer."""
+    lines = _protocol("list", "reduced", published=tmp_path)
     assert len(lines) == 2 and all(line.endswith(",undecided") for line in lines)
     with pytest.raises(ValueError, match="undecided"):
         tuning.arm_config(TrainConfig(), "undecided")
+
+
+def test_a_fresh_clone_resumes_the_protocol_from_its_committed_results(tmp_path):
+    """The runs are not committed, the choices and final tables are (docs/results/protocol-NAME/): a task
+    whose committed final table owes no run is skipped, one with a committed choice resumes at its final runs
+    (speccond tune --choice), the others tune; the reduced tasks take the peer of the committed choices."""
+    import shutil
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "results"
+    for name in ("fashion-mnist", "cifar10"):
+        (tmp_path / f"protocol-{name}").mkdir()
+        shutil.copy(docs / f"protocol-{name}" / "choice.json", tmp_path / f"protocol-{name}" / "choice.json")
+    (tmp_path / "protocol-fashion-mnist" / "final").mkdir()
+    record = {"owed": 0}
+    (tmp_path / "protocol-fashion-mnist" / "final" / "holm.json").write_text(json.dumps(record))
+    choices = [tuning.read_choice(tmp_path / f"protocol-{name}" / "choice.json") for name in ("fashion-mnist", "cifar10")]
+    peer = tuning.best_peer(choices)
+    assert [line.rsplit(",", 1)[1] for line in _protocol("list", "reduced", published=tmp_path)] == [
+        peer, "sigma-reparam" if peer == "qk-norm" else peer]  # XCiT's XCA takes sigma-reparam for qk-norm
+    assert _protocol("plan", "tier1", published=tmp_path) == [
+        f"fashion-mnist: skip, every final run is in {tmp_path}/protocol-fashion-mnist/final",
+        f"cifar10: final runs from the committed {tmp_path}/protocol-cifar10/choice.json",
+        "lra-listops: tuning, then final runs", "detection: tuning, then final runs"]
+    record["owed"] = 3  # a final table with runs still owed is resumed, not skipped
+    (tmp_path / "protocol-fashion-mnist" / "final" / "holm.json").write_text(json.dumps(record))
+    assert _protocol("plan", "full", published=tmp_path)[0] == (
+        f"fashion-mnist: final runs from the committed {tmp_path}/protocol-fashion-mnist/choice.json")
+
 
 def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
     name, config = tuning.arm_config(TrainConfig(), "spectral:corrected=q+init_from=runs/mlm/spectral-corrected=q/seed-1")
@@ -211,3 +246,49 @@ def test_a_tracked_qk_norm_arm_trains_and_reports_without_the_spectra_its_weight
     assert [r for r in read_metrics(out / "final" / "baseline" / "seed-100" / "metrics.jsonl") if r["kind"] == "spectra"]
     groups = {g["label"]: g for g in json.loads((out / "final" / "results.json").read_text())["groups"]}
     assert groups["qk-norm"]["kappa_qkv"] is None and groups["baseline"]["kappa_qkv"] > 1
+
+
+def test_a_committed_choice_resumes_the_final_runs_without_the_tuning_runs_and_is_checked_first(tmp_path, one_thread,
+                                                                                               capsys):
+    """--choice (tuning.adopt_choice): a fresh clone has the committed choice.json but not the tuning runs. The
+    final runs then train at the committed choice, with the figures the original protocol got; a choice that
+    does not fit the protocol (other arms, other lrs or seeds, an lr its own figures do not choose) or that
+    differs from the folder's own is refused before anything is written."""
+    arms = ["--arms", "baseline,spectral:corrected=q", "--lrs", "1e-3,3e-3", "--tuning-seeds", "1", "--final-seeds", "1"]
+    assert main(["tune", *TWO_EPOCHS, *arms, "--out", str(tmp_path / "first")]) == 0
+    committed = tmp_path / "committed.json"
+    committed.write_text((tmp_path / "first" / "choice.json").read_text())
+    fresh = tmp_path / "fresh"
+    assert main(["tune", *TWO_EPOCHS, *arms, "--choice", str(committed), "--out", str(fresh)]) == 0
+    assert not (fresh / "tune").exists()  # no tuning run was trained
+    assert json.loads((fresh / "choice.json").read_text()) == json.loads(committed.read_text())
+    assert (fresh / "tuning.md").read_text() == (tmp_path / "first" / "tuning.md").read_text()
+    figures = [json.loads((out / "final" / "holm.json").read_text())["arms"] for out in (tmp_path / "first", fresh)]
+    assert figures[0] == figures[1]
+    assert main(["tune", *TWO_EPOCHS, *arms, "--choice", str(committed), "--stage", "report", "--out", str(fresh)]) == 0
+    assert json.loads((fresh / "final" / "holm.json").read_text())["arms"] == figures[0]
+
+    record = json.loads(committed.read_text())
+    chosen = record["baseline"]["lr"]
+    unchosen = next(float(lr) for lr in record["baseline"]["validation"] if float(lr) != chosen)
+    cases = [  # (the committed choice, arguments that replace the protocol's, what the refusal says)
+        (record, ["--arms", "baseline"], "its arms are baseline, spectral-corrected=q, this protocol's are baseline"),
+        (record, ["--lrs", "1e-3"], "expected 1 at each of 0.001"),
+        (record, ["--tuning-seeds", "2"], "expected 2 at each of 0.001, 0.003"),
+        ({**record, "baseline": {**record["baseline"], "lr": unchosen}}, [],
+         f"baseline chose lr {unchosen}, but its validation figures choose {chosen:g}"),
+    ]
+    capsys.readouterr()
+    for index, (content, replaced, message) in enumerate(cases):
+        path, out = tmp_path / f"case-{index}.json", tmp_path / f"refused-{index}"
+        path.write_text(json.dumps(content))
+        assert main(["tune", *TWO_EPOCHS, *arms, *replaced, "--choice", str(path), "--out", str(out)]) == 2
+        error = capsys.readouterr().err
+        assert "does not fit this protocol" in error and message in error, error
+        assert not out.exists()
+    (fresh / "choice.json").write_text(json.dumps({**record, "baseline": {**record["baseline"], "validation": {
+        lr: [0.0] for lr in record["baseline"]["validation"]}}}))
+    before = (fresh / "choice.json").read_text()
+    assert main(["tune", *TWO_EPOCHS, *arms, "--choice", str(committed), "--out", str(fresh)]) == 2
+    assert "holds another choice than --choice" in capsys.readouterr().err
+    assert (fresh / "choice.json").read_text() == before

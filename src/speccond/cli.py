@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "nothing, write the tables of the runs finished so far")
     tuning.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                         help="runs trained side by side, each in its own process (default 1)")
+    tuning.add_argument("--choice", metavar="PATH",
+                        help="take the choice from this choice.json (one speccond tune wrote for the same arms, lrs "
+                             "and --tuning-seeds, e.g. a committed docs/results/protocol-*/choice.json) instead of "
+                             "the tuning runs, which a fresh clone does not have; checked before it is used")
 
     summary = commands.add_parser("report", help="tables and plots from finished runs (no training)")
     summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
@@ -229,15 +233,18 @@ def _tune(args: argparse.Namespace) -> None:
     if not lrs or not all(lr > 0 for lr in lrs):
         raise ValueError(f"--lrs takes positive learning rates, got {args.lrs!r}")
     out = Path(args.out)
+    adopted = tuning.adopt_choice(Path(args.choice), arms, lrs, args.tuning_seeds, out) if args.choice else None
     if args.stage == "report":
-        choice = tuning.write_tuning(tuning.tuning_scores(arms, lrs, args.tuning_seeds, out), out)
+        scores = ({name: c["validation"] for name, c in adopted.items()} if adopted
+                  else tuning.tuning_scores(arms, lrs, args.tuning_seeds, out))
+        choice = tuning.write_tuning(scores, out)
         print((out / "tuning.md").read_text())
         if choice is not None:
             print(tuning.write_final(arms, choice, args.final_seeds, out))
         return
     data.prepare(task_of(base.task).dataset)
     out.mkdir(parents=True, exist_ok=True)
-    choice = tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
+    choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
     tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out)  # the scores it chose from
     print((out / "tuning.md").read_text())
     if args.stage == "all":

@@ -10,6 +10,8 @@
    (``--tuning-seeds 1``) then needs no new run.
 2. Choice: per arm, the lr with the highest mean final validation accuracy (ties: the smaller lr),
    written to OUT/choice.json and OUT/tuning.md with OUT/tuning.png (validation accuracy against lr).
+   ``--choice PATH`` takes a committed choice.json instead of steps 1 and 2 (:func:`adopt_choice`): the
+   tuning runs are not committed, so a fresh clone resumes the final runs from the record of the choice.
 3. Final: every arm at its chosen lr for ``--final-seeds`` new seeds (100, 101, ...), scored on test once,
    into OUT/final/<arm>/seed-<k>, seed by seed; then OUT/final's report (``speccond report``),
    OUT/final/holm.md and holm.json (experiments/final_table.py: paired differences against the baseline,
@@ -190,6 +192,38 @@ def chosen_validation(chosen: dict) -> float:
         raise KeyError(f"no validation figures at the chosen lr {lr}")
     values = chosen["validation"][lr]
     return sum(values) / len(values)
+
+
+def adopt_choice(path: Path, arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> dict[str, dict]:
+    """A committed choice.json (``--choice``) in place of the tuning runs, for a machine that does not have
+    them (a fresh clone: the runs are not committed, the choice is). Checked before anything is written:
+    it must name exactly these arms, hold ``seeds`` validation figures at exactly these lrs for each, and
+    its chosen lr must be the one :func:`choose` makes of those figures (an edited file is refused). Then
+    written to OUT/choice.json, unless OUT already holds a different choice, which is refused too."""
+    choice = read_choice(path)
+    expected = {f"{lr:g}" for lr in lrs}
+    problems = []
+    if set(choice) != set(arms):
+        problems.append(f"its arms are {', '.join(choice)}, this protocol's are {', '.join(arms)}")
+    for name in set(choice) & set(arms):
+        figures = choice[name]["validation"]
+        if set(figures) != expected or any(len(values) != seeds for values in figures.values()):
+            problems.append(f"{name} has {sum(map(len, figures.values()))} figures at lr {', '.join(figures)}; "
+                            f"expected {seeds} at each of {', '.join(sorted(expected, key=float))}")
+        elif choose({name: figures})[name]["lr"] != float(choice[name]["lr"]):
+            problems.append(f"{name} chose lr {choice[name]['lr']}, but its validation figures choose "
+                            f"{choose({name: figures})[name]['lr']:g}")
+    if problems:
+        raise ValueError(f"--choice {path} does not fit this protocol: {'; '.join(problems)}. Pass the choice.json "
+                         "that speccond tune wrote for these arms, lrs and --tuning-seeds, or leave out --choice to tune")
+    adopted = choose({name: choice[name]["validation"] for name in arms})
+    existing = out / "choice.json"
+    if existing.is_file() and read_choice(existing) != adopted:
+        raise ValueError(f"{existing} holds another choice than --choice {path}; move one of them aside (the "
+                         "folder's runs were tuned for its own choice)")
+    out.mkdir(parents=True, exist_ok=True)
+    existing.write_text(json.dumps(adopted, indent=2) + "\n")
+    return adopted
 
 
 def validation_leads(choices: list[dict[str, dict]], peers: tuple[str, ...] = PEERS) -> dict[str, list[float]]:
