@@ -3,7 +3,8 @@
 # (speccond tune --jobs 2, one thread each), so each task's protocol finishes before the next starts.
 # Every command resumes where it stopped and skips finished runs, so rerunning this continues the protocol. A
 # fresh clone has no runs/: a task whose choice.json is committed (docs/results/protocol-NAME/) resumes at its
-# final runs from that choice (speccond tune --choice), and one whose committed final table is complete is skipped.
+# final runs from that choice (speccond tune --choice), and one whose committed final table is complete is skipped;
+# `publish` commits the records of finished tuning runs (docs/results/protocol-NAME/kept), which tune restores.
 #   scripts/protocol.sh [tier1]     tier 1 in the background, progress in runs/protocol-tier1.log
 #   scripts/protocol.sh tier2       tier 2: the other CIFAR-10 families, detection with the ViT trunk
 #   scripts/protocol.sh language    tier 2's language task: MLM pre-training, 2 seeds per arm, then each
@@ -30,7 +31,7 @@ peers() {  # sets peer (BEST_PEER, else docs/RESULTS.md's rule over the full-pro
   reduced="--tuning-seeds 1 --arms $reduced_arms"
   reduced_xca="--tuning-seeds 1 --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,$xca_peer"
 }
-published=${PROTOCOL_PUBLISHED:-docs/results}  # protocol-NAME/: what `publish` committed (tests point it elsewhere)
+published=docs/results  # protocol-NAME/: what `publish` committed
 choice_of() {  # the choice.json of task NAME: this machine's, else the committed one (a fresh clone has no runs/)
   if [ -f "runs/tune-$1/choice.json" ]; then echo "runs/tune-$1/choice.json"; else echo "$published/protocol-$1/choice.json"; fi
 }
@@ -80,14 +81,23 @@ each() {  # each TASKS COMMAND...: COMMAND name arguments..., one task at a time
 tune() {
   name=$1; shift
   if finished "$name"; then echo "$name: every final run is in $published/protocol-$name/final; skipped"; return 0; fi
+  kept "$name" restore || return 1
   # shellcheck disable=SC2046  # --choice and its file are two words
   .venv/bin/speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" $(committed_choice "$name") "$@"
+}
+kept() {  # kept NAME keep|restore: task NAME's finished tuning runs, committed in $published/protocol-NAME/kept
+  [ "$2" = keep ] && [ ! -d "runs/tune-$1/tune" ] && return 0
+  [ "$2" = restore ] && [ ! -d "$published/protocol-$1/kept" ] && return 0
+  .venv/bin/python -m speccond.experiments.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept"
 }
 plan() {  # what tune would do with task NAME on this machine, in one line; trains nothing
   name=$1
   if finished "$name"; then echo "$name: skip, every final run is in $published/protocol-$name/final"
   elif [ -n "$(committed_choice "$name")" ]; then echo "$name: final runs from the committed $published/protocol-$name/choice.json"
-  else echo "$name: tuning, then final runs"; fi
+  else
+    count=$(find "$published/protocol-$name/kept/tune" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
+    echo "$name: tuning ($count finished tuning runs kept in $published/protocol-$name/kept), then final runs"
+  fi
 }
 report() {
   name=$1; shift
@@ -105,6 +115,7 @@ publish() {
   for file in holm.md holm.json results.md results.json comparison.png kappa.png detection.png; do
     [ ! -f "runs/tune-$name/final/$file" ] || cp "runs/tune-$name/final/$file" "$target/final/"
   done
+  kept "$name" keep || return 1
   echo "published $target"
 }
 mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arms compare's arguments name

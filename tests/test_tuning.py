@@ -178,24 +178,28 @@ def test_the_reduced_protocol_takes_the_peer_that_leads_the_baseline_most_on_val
     assert "not a choice (KeyError: 'no validation figures at the chosen lr 0.01')" in refused.stderr
 
 
-def _protocol(*arguments: str, published) -> list[str]:
-    """scripts/protocol.sh's output lines, with its committed results read from ``published``."""
+def _protocol(*arguments: str, checkout) -> list[str]:
+    """scripts/protocol.sh's output lines in ``checkout``, a copy of the scripts beside this checkout's virtual
+    environment, with no runs/ and only the docs/results/ the test puts there (a fresh clone's view)."""
+    import shutil
     import subprocess
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    for name in ("fashion-mnist", "cifar10"):
-        if (root / "runs" / f"tune-{name}" / "choice.json").is_file():
-            pytest.skip(f"runs/tune-{name}/choice.json exists in this checkout: it takes precedence over the committed one")
-    environment = {**{k: v for k, v in os.environ.items() if k != "BEST_PEER"}, "PROTOCOL_PUBLISHED": str(published)}
-    return subprocess.run(["sh", str(root / "scripts" / "protocol.sh"), *arguments], capture_output=True, text=True,
-                          check=True, env=environment).stdout.splitlines()
+    (checkout / "scripts").mkdir(parents=True, exist_ok=True)
+    for script in ("protocol.sh", "best_peer.py"):
+        shutil.copy(root / "scripts" / script, checkout / "scripts" / script)
+    if not (checkout / ".venv").exists():
+        (checkout / ".venv").symlink_to(root / ".venv")
+    environment = {k: v for k, v in os.environ.items() if k != "BEST_PEER"}
+    return subprocess.run(["sh", str(checkout / "scripts" / "protocol.sh"), *arguments], capture_output=True,
+                          text=True, check=True, env=environment).stdout.splitlines()
 
 
 def test_before_the_full_protocol_has_chosen_the_reduced_tasks_name_an_arm_speccond_tune_refuses(tmp_path):
     """Without both choice.json files and without BEST_PEER, the reduced tasks' peer is "undecided", so a
     reduced task cannot start with a guessed peer."""
-    lines = _protocol("list", "reduced", published=tmp_path)
+    lines = _protocol("list", "reduced", checkout=tmp_path)
     assert len(lines) == 2 and all(line.endswith(",undecided") for line in lines)
     with pytest.raises(ValueError, match="undecided"):
         tuning.arm_config(TrainConfig(), "undecided")
@@ -209,24 +213,27 @@ def test_a_fresh_clone_resumes_the_protocol_from_its_committed_results(tmp_path)
     from pathlib import Path
 
     docs = Path(__file__).resolve().parents[1] / "docs" / "results"
+    published = tmp_path / "docs" / "results"
     for name in ("fashion-mnist", "cifar10"):
-        (tmp_path / f"protocol-{name}").mkdir()
-        shutil.copy(docs / f"protocol-{name}" / "choice.json", tmp_path / f"protocol-{name}" / "choice.json")
-    (tmp_path / "protocol-fashion-mnist" / "final").mkdir()
+        (published / f"protocol-{name}").mkdir(parents=True)
+        shutil.copy(docs / f"protocol-{name}" / "choice.json", published / f"protocol-{name}" / "choice.json")
+    (published / "protocol-fashion-mnist" / "final").mkdir()
     record = {"owed": 0}
-    (tmp_path / "protocol-fashion-mnist" / "final" / "holm.json").write_text(json.dumps(record))
-    choices = [tuning.read_choice(tmp_path / f"protocol-{name}" / "choice.json") for name in ("fashion-mnist", "cifar10")]
+    (published / "protocol-fashion-mnist" / "final" / "holm.json").write_text(json.dumps(record))
+    (published / "protocol-lra-listops" / "kept" / "tune" / "baseline-lr=0.001" / "seed-0").mkdir(parents=True)
+    choices = [tuning.read_choice(published / f"protocol-{name}" / "choice.json") for name in ("fashion-mnist", "cifar10")]
     peer = tuning.best_peer(choices)
-    assert [line.rsplit(",", 1)[1] for line in _protocol("list", "reduced", published=tmp_path)] == [
+    assert [line.rsplit(",", 1)[1] for line in _protocol("list", "reduced", checkout=tmp_path)] == [
         peer, "sigma-reparam" if peer == "qk-norm" else peer]  # XCiT's XCA takes sigma-reparam for qk-norm
-    assert _protocol("plan", "tier1", published=tmp_path) == [
-        f"fashion-mnist: skip, every final run is in {tmp_path}/protocol-fashion-mnist/final",
-        f"cifar10: final runs from the committed {tmp_path}/protocol-cifar10/choice.json",
-        "lra-listops: tuning, then final runs", "detection: tuning, then final runs"]
+    assert _protocol("plan", "tier1", checkout=tmp_path) == [
+        "fashion-mnist: skip, every final run is in docs/results/protocol-fashion-mnist/final",
+        "cifar10: final runs from the committed docs/results/protocol-cifar10/choice.json",
+        "lra-listops: tuning (1 finished tuning runs kept in docs/results/protocol-lra-listops/kept), then final runs",
+        "detection: tuning (0 finished tuning runs kept in docs/results/protocol-detection/kept), then final runs"]
     record["owed"] = 3  # a final table with runs still owed is resumed, not skipped
-    (tmp_path / "protocol-fashion-mnist" / "final" / "holm.json").write_text(json.dumps(record))
-    assert _protocol("plan", "full", published=tmp_path)[0] == (
-        f"fashion-mnist: final runs from the committed {tmp_path}/protocol-fashion-mnist/choice.json")
+    (published / "protocol-fashion-mnist" / "final" / "holm.json").write_text(json.dumps(record))
+    assert _protocol("plan", "full", checkout=tmp_path)[0] == (
+        "fashion-mnist: final runs from the committed docs/results/protocol-fashion-mnist/choice.json")
 
 
 def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
@@ -292,3 +299,39 @@ def test_a_committed_choice_resumes_the_final_runs_without_the_tuning_runs_and_i
     assert main(["tune", *TWO_EPOCHS, *arms, "--choice", str(committed), "--out", str(fresh)]) == 2
     assert "holds another choice than --choice" in capsys.readouterr().err
     assert (fresh / "choice.json").read_text() == before
+
+
+def test_kept_tuning_runs_restore_on_a_fresh_machine_as_finished_and_nothing_is_overwritten(tmp_path, one_thread):
+    """experiments/kept_runs.py: the records of finished tuning runs (config.json, metrics.jsonl, timing.json)
+    kept in the repository come back as finished runs, so speccond tune trains none of them again and
+    chooses as the machine that trained them did; keeping refuses other records of a run it already keeps,
+    and restoring leaves a run the folder already has alone."""
+    from speccond.experiments import kept_runs
+
+    arms = ["--arms", "baseline,spectral", "--lrs", "1e-3", "--tuning-seeds", "1", "--stage", "tune"]
+    first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
+    assert main(["tune", *TWO_EPOCHS, *arms, "--out", str(first)]) == 0
+    assert [run.relative_to(first) for run in kept_runs.keep(first, kept)] == [
+        tuning.tuning_run(first, name, 1e-3, 0).relative_to(first) for name in ("baseline", "spectral")]
+    assert kept_runs.keep(first, kept) == []  # already kept, with the same contents
+    assert sorted(path.name for path in (kept / "tune" / "baseline-lr=0.001" / "seed-0").iterdir()) == [
+        "config.json", "metrics.jsonl", "timing.json"]  # no checkpoint: megabytes a run
+    assert len(kept_runs.restore(kept, fresh)) == 2
+    assert main(["tune", *TWO_EPOCHS, *arms, "--out", str(fresh)]) == 0
+    assert not list(fresh.glob("tune/*/seed-0/checkpoints"))  # nothing was trained
+    assert (fresh / "choice.json").read_text() == (first / "choice.json").read_text()
+    assert kept_runs.restore(kept, fresh) == []  # the folder has them now
+
+    metrics = kept / "tune" / "spectral-lr=0.001" / "seed-0" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().replace('"kind": "eval"', '"kind": "eval", "edited": 1'))
+    assert main(["tune", *TWO_EPOCHS, "--arms", "baseline,spectral", "--lrs", "1e-3,3e-3", "--tuning-seeds", "1",
+                 "--stage", "tune", "--out", str(first)]) == 0  # two more finished runs to keep
+    with pytest.raises(ValueError, match="keeps other records of tune/spectral-lr=0.001/seed-0 than"):
+        kept_runs.keep(first, kept)
+    assert not (kept / "tune" / "baseline-lr=0.003").exists()  # refused before copying anything
+    ours = fresh / "tune" / "spectral-lr=0.001" / "seed-0" / "metrics.jsonl"
+    before = ours.read_text()
+    kept_runs.restore(kept, fresh)
+    assert ours.read_text() == before
+    (kept / "tune" / "baseline-lr=0.001" / ".seed-1.partial").mkdir()  # a copy cut short is no run
+    assert len(kept_runs.tuning_runs(kept)) == 2
