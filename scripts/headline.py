@@ -8,7 +8,10 @@ runs/tune-<task>) and docs/results/long-budget/holm.json (scripts/long_budget_re
 experiments/final_table.py's records. The language task's row averages its eight glue-* tables (four
 tasks, two pre-training seeds): :func:`language_table`. Per task: each arm's test figure at the lr it chose on validation, its
 difference from the baseline paired by seed, Holm over the task's arms, and the verdict (win or loss: adjusted
-p < 0.05). A task without a committed table is listed as owed, with the command that runs it.
+p < 0.05). A task without a committed table is listed as owed, with the command that runs it. headline.md
+ends with the secondary analysis registered for the goal of issue 17 (:func:`versus_peers`, :func:`ahead`):
+every conditioning arm against every peer of a task, Holm over those pairs, and the tasks on which an arm is
+ahead of the baseline and of every peer.
 
 docs/RESULTS.md opens with the full table and README.md's summary holds the matrix (arm x task), each
 between the markers ``<!-- headline -->`` and ``<!-- /headline -->``; tests/test_headline.py fails when either
@@ -25,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.experiments.final_table import final_table, lr_text, read_final_table  # noqa: E402
-from speccond.experiments.stats import Interval, mean_interval  # noqa: E402
+from speccond.experiments.stats import Interval, family, mean_interval  # noqa: E402
+from speccond.experiments.tuning import PEERS  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "headline.md"
@@ -182,6 +186,52 @@ def matrix(found: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+CONDITIONING = ("spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd")  # the settings of speccond
+
+
+def versus_peers(record: dict) -> list:
+    """The secondary analysis docs/RESULTS.md registers for the goal of issue 17: every conditioning arm
+    of a task against every peer of that task, paired by seed, Holm over those comparisons (one family per
+    task); stats.Comparison each, named "<arm> vs <peer>". Empty when the task has no peer."""
+    figures = {arm: {int(s): v for s, v in entry["figures"].items()} for arm, entry in record["arms"].items()}
+    return family([(f"{arm} vs {peer}", figures[arm], figures[peer])
+                   for arm in CONDITIONING if arm in figures for peer in PEERS if peer in figures])
+
+
+def ahead(record: dict, arm: str) -> bool:
+    """Whether ``arm`` is ahead of the baseline (a win in the task's final table) and of every peer of the
+    task (a win in :func:`versus_peers`), each after its Holm correction: the goal's test on one task."""
+    primary = next((c for c in record["comparisons"] if c["arm"] == arm), None)
+    secondary = [c for c in versus_peers(record) if c.arm.startswith(f"{arm} vs ")]
+    peers = [peer for peer in PEERS if peer in record["arms"]]
+    return (primary is not None and primary["verdict"] == "win" and len(secondary) == len(peers)
+            and all(c.verdict == "win" for c in secondary))
+
+
+def goal(found: dict[str, dict]) -> str:
+    """Each task's conditioning-against-peers table, then per conditioning arm the tasks it is ahead on."""
+    lines = []
+    done = [t for t in TASKS if t.folder in found and versus_peers(found[t.folder])]
+    for task in done:
+        comparisons = versus_peers(found[task.folder])
+        lines += [f"**{task.name}, {task.setting}** (m = {comparisons[0].m}):", "",
+                  "| conditioning arm | peer | difference, points | p | Holm p | verdict |", "|---|---|---|---|---|---|"]
+        for c in comparisons:
+            arm, _, peer = c.arm.partition(" vs ")
+            verdict = {"win": "ahead", "loss": "behind"}.get(c.verdict, "tie")
+            lines.append(f"| {ARMS[arm]} | {ARMS[peer]} | {c.difference.scaled(100)} | {c.p:.3g} | {c.holm:.3g} | {verdict} |")
+        lines.append("")
+    if not done:
+        return "No task with a peer has finished yet."
+    lines += ["Ahead of the baseline and of every peer, after correction (the goal's test), per conditioning arm:", ""]
+    for arm in CONDITIONING:
+        tasks = [t for t in done if arm in found[t.folder]["arms"]]
+        won = [f"{t.name} ({t.family})" for t in tasks if ahead(found[t.folder], arm)]
+        lines.append(f"- {ARMS[arm]}: {len(won)} of {len(tasks)} finished tasks with a peer"
+                     + (f": {', '.join(won)}" if won else ""))
+    return "\n".join(lines)
+
+
 def _command(task: Task) -> str:
     return f"`{task.command}`" if task.command.startswith("scripts/") else task.command
 
@@ -189,7 +239,11 @@ def _command(task: Task) -> str:
 def headline(found: dict[str, dict]) -> str:
     return "\n".join(["# Headline: task x method (issue 17's pre-registered protocol)", "",
                       "Made by `.venv/bin/python scripts/headline.py --write` from the committed final tables "
-                      "(its docstring says which).", "", table(found), "", "## As a matrix", "", matrix(found)]) + "\n"
+                      "(its docstring says which).", "", table(found), "", "## As a matrix", "", matrix(found), "",
+                      "## Conditioning against the peers (the secondary analysis registered for the goal)", "",
+                      "Differences in points, conditioning arm minus peer, paired by seed, 95 % t intervals; "
+                      "Holm over each task's conditioning-peer pairs; ahead or behind: adjusted p < 0.05.", "",
+                      goal(found)]) + "\n"
 
 
 def block(kind: str, found: dict[str, dict]) -> str:

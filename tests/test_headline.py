@@ -67,3 +67,34 @@ def test_the_language_row_averages_the_glue_tasks_and_pairs_by_pre_training_seed
     assert comparison["seeds"] == [0, 1] and comparison["difference"]["mean"] == pytest.approx(-0.1025)
     assert record["arms"]["spectral"]["lr"] == "chosen per task" and record["owed"] == 0
     assert "protocol-language" in headline.tables()
+
+
+def test_the_goals_test_needs_a_win_against_the_baseline_and_against_every_peer_each_after_holm(tmp_path, monkeypatch):
+    """headline.versus_peers: every conditioning arm against every peer of the task, paired by seed, Holm over
+    those pairs; headline.ahead: a win in the final table and a win against every peer."""
+    headline = load_script("headline")
+    monkeypatch.setattr(headline, "RESULTS", tmp_path)
+    seeds = (100, 101, 102, 103, 104)
+    noise = (0.0, 0.004, -0.003, 0.002, -0.001)
+    figures = {"baseline": {s: 0.70 + e for s, e in zip(seeds, noise)},
+               "spectral-target_kappa=2": {s: 0.80 + e for s, e in zip(seeds, noise[::-1])},  # ahead of both
+               "spectral-corrected=q": {s: 0.76 + e for s, e in zip(seeds, noise[::-1])},  # ahead of the baseline only
+               "qk-norm": {s: 0.76 + e for s, e in zip(seeds, noise)},
+               "spectral-norm": {s: 0.75 + e for s, e in zip(seeds, noise)}}
+    text, record = final_table(figures, {arm: 1e-3 for arm in figures}, "baseline", "accuracy", 5, "# t", "Seeds;")
+    comparisons = headline.versus_peers(record)
+    assert [c.arm for c in comparisons] == [f"{arm} vs {peer}" for arm in ("spectral-corrected=q", "spectral-target_kappa=2")
+                                            for peer in ("qk-norm", "spectral-norm")]
+    assert {c.m for c in comparisons} == {4}
+    pairs = [(arm, peer) for arm in ("spectral-corrected=q", "spectral-target_kappa=2") for peer in ("qk-norm", "spectral-norm")]
+    p_values = [paired_p_value([figures[a][s] for s in seeds], [figures[p][s] for s in seeds]) for a, p in pairs]
+    assert [c.holm for c in comparisons] == pytest.approx(holm(p_values))
+    assert headline.ahead(record, "spectral-target_kappa=2") and not headline.ahead(record, "spectral-corrected=q")
+    assert not headline.ahead(record, "spectral")  # not in the task
+    without_peer = {**record, "arms": {k: v for k, v in record["arms"].items() if k not in ("qk-norm", "spectral-norm")}}
+    assert headline.versus_peers(without_peer) == []
+    write_final_table(tmp_path / "protocol-cifar10" / "final", text, record)
+    summary = headline.goal(headline.tables())
+    assert "- lam = auto (kappa <= 2): 1 of 1 finished tasks with a peer: CIFAR-10 (vision)" in summary
+    assert "- lam = 10 on q only: 0 of 1 finished tasks with a peer" in summary
+    assert "| lam = 10 on q only | qk-norm | 0.00 +- 0.20 | 1 | 1 | tie |" in summary  # the same mean, noise reversed
