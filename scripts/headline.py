@@ -1,7 +1,7 @@
 """The headline of issue 17's pre-registered protocol: task x method, from the committed final tables.
 
     .venv/bin/python scripts/headline.py            # print it
-    .venv/bin/python scripts/headline.py --write    # and write docs/results/headline.md and the two blocks
+    .venv/bin/python scripts/headline.py --write    # and write docs/results/headline.md, headline.png and the two blocks
 
 Reads docs/results/protocol-<task>/final/holm.json (``scripts/protocol.sh publish`` copies them from
 runs/tune-<task>) and docs/results/long-budget/holm.json (scripts/long_budget_report.py); both are
@@ -257,14 +257,64 @@ def current_block(path: Path) -> str | None:
     return text[text.index(START): text.index(END) + len(END)]
 
 
+PLOT = RESULTS / "headline.png"
+VERDICT_COLOURS = {"win": "tab:green", "loss": "tab:red", "tie": "tab:grey"}
+
+
+def forest(found: dict[str, dict]) -> list[tuple[str, str, Interval, str]]:
+    """The rows :func:`plot` draws, top to bottom: (task label, arm label, difference from the baseline in
+    points, verdict), every compared arm of every finished task in TASKS order."""
+    rows = []
+    for task in (t for t in TASKS if t.folder in found):
+        for c in found[task.folder]["comparisons"]:
+            rows.append((f"{task.name}, {task.setting}", ARMS.get(c["arm"], c["arm"]),
+                         Interval(**c["difference"]).scaled(100), c["verdict"]))
+    return rows
+
+
+def plot(found: dict[str, dict], path: Path = PLOT) -> None:
+    """headline.png: each arm's paired difference from the baseline with its 95 % t interval, one panel a
+    task, coloured by the Holm verdict."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = forest(found)
+    tasks = list(dict.fromkeys(task for task, *_ in rows))
+    if not tasks:
+        return
+    heights = [sum(1 for t, *_ in rows if t == task) + 1 for task in tasks]
+    figure, axes = plt.subplots(len(tasks), 1, figsize=(8, 0.32 * sum(heights) + 1), squeeze=False,
+                                gridspec_kw={"height_ratios": heights})
+    for axis, task in zip(axes[:, 0], tasks):
+        mine = [(arm, difference, verdict) for t, arm, difference, verdict in rows if t == task]
+        for y, (arm, difference, verdict) in enumerate(reversed(mine)):
+            axis.errorbar(difference.mean, y, xerr=difference.half_width, fmt="o", color=VERDICT_COLOURS[verdict],
+                          capsize=3)
+        axis.set_yticks(range(len(mine)), [arm for arm, *_ in reversed(mine)], fontsize=8)
+        axis.axvline(0, color="black", linewidth=0.8)
+        axis.set_title(task, fontsize=9)
+        axis.set_ylim(-0.7, len(mine) - 0.3)
+    axes[-1, 0].set_xlabel("difference from the baseline, points (paired by seed, 95 % t interval)")
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=colour, label=verdict + " (Holm)" if verdict != "tie"
+                          else "tie") for verdict, colour in VERDICT_COLOURS.items()]
+    axes[0, 0].legend(handles=handles, fontsize=7, loc="lower left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="write docs/results/headline.md and the two blocks")
+    parser.add_argument("--write", action="store_true",
+                        help="write docs/results/headline.md, headline.png and the two blocks")
     found = tables()
     text = headline(found)
     print(text)
     if parser.parse_args().write:
         OUT.write_text(text)
+        plot(found)
         for path, kind in DOCUMENTS.items():
             old = current_block(path)
             if old is None:

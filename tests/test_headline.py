@@ -98,3 +98,20 @@ def test_the_goals_test_needs_a_win_against_the_baseline_and_against_every_peer_
     assert "- lam = auto (kappa <= 2): 1 of 1 finished tasks with a peer: CIFAR-10 (vision)" in summary
     assert "- lam = 10 on q only: 0 of 1 finished tasks with a peer" in summary
     assert "| lam = 10 on q only | qk-norm | 0.00 +- 0.20 | 1 | 1 | tie |" in summary  # the same mean, noise reversed
+
+
+def test_the_headline_plot_draws_every_compared_arm_with_its_interval_and_verdict(tmp_path, monkeypatch):
+    headline = load_script("headline")
+    monkeypatch.setattr(headline, "RESULTS", tmp_path)
+    figures = {"baseline": {100: 0.80, 101: 0.82, 102: 0.81}, "spectral": {100: 0.60, 101: 0.63, 102: 0.61},
+               "qk-norm": {100: 0.81, 101: 0.82, 102: 0.83}}
+    text, record = final_table(figures, {arm: 1e-3 for arm in figures}, "baseline", "accuracy", 3, "# t", "Seeds;")
+    write_final_table(tmp_path / "protocol-cifar10" / "final", text, record)
+    found = headline.tables()
+    rows = headline.forest(found)
+    assert [(task, arm, verdict) for task, arm, _, verdict in rows] == [
+        ("CIFAR-10, ViT, full protocol", "lam = 10 on q, k, v (the paper)", "loss"),
+        ("CIFAR-10, ViT, full protocol", "qk-norm", "tie")]
+    assert str(rows[0][2]) == "-19.7 +- 1.4"  # the table's interval, in points
+    headline.plot(found, tmp_path / "headline.png")
+    assert (tmp_path / "headline.png").stat().st_size > 0
