@@ -111,10 +111,12 @@ def finite_number(value) -> bool:
 
 
 def save_figure(figure, path: Path) -> Path:
-    """Lay out, write (110 dpi) and close ``figure``; return ``path``."""
+    """Lay out (unless the figure was made with a layout engine of its own), write (110 dpi) and close
+    ``figure``; return ``path``."""
     import matplotlib.pyplot as plt
 
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:
+        figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

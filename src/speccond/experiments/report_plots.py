@@ -70,7 +70,9 @@ def write_plots(groups: Sequence, out: Path) -> dict[str, str]:
     if not any(tracked.values()):
         return written
     entropy = any(r["kind"] == "entropy" for found in tracked.values() for r in found)
-    figure, axes = plt.subplots(1, 3 + entropy, figsize=(4.2 * (3 + entropy), 4))
+    # The groups' key goes below the panels, where it covers no curve.
+    figure, axes = plt.subplots(1, 3 + entropy, figsize=(4.2 * (3 + entropy), 4.4 + 0.2 * ((len(groups) + 2) // 3)),
+                                layout="constrained")
     for index, group in enumerate(groups):
         # The baseline dashed and on top: a group with the same curves (lam = 0) no longer hides it.
         style = dict(color=f"C{index % 10}", alpha=0.7, marker="o", markersize=2, linestyle="-", zorder=2)
@@ -91,9 +93,9 @@ def write_plots(groups: Sequence, out: Path) -> dict[str, str]:
         uniform = uniform_reference([r for found in tracked.values() for r in found])
         if uniform is not None:
             axes[3].axhline(uniform, color="grey", linestyle=":", label="uniform attention")
-            axes[3].legend(fontsize="small", loc="best")  # the uniform line only: the groups' key is in (W_q)
+            axes[3].legend(fontsize="small", loc="best")  # the uniform line only: the groups' key is below
         axes[3].set(xlabel="training step", ylabel="attention entropy, nats (mean over layers, heads)")
-    axes[0].legend(fontsize="small")
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize="small")
     save_figure(figure, out / "kappa.png")
     written["kappa.png"] = ("kappa of W_q, W_k, W_v" + (" and attention entropy" if entropy else "")
                             + " over training, mean over layers" + ("" if entropy else
