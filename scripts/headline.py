@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from speccond.diagnostics.plot import save_figure  # noqa: E402
 from speccond.experiments.final_table import final_table, lr_text, read_final_table  # noqa: E402
 from speccond.experiments.stats import Interval, family, mean_interval  # noqa: E402
 from speccond.experiments.tuning import PEERS  # noqa: E402
@@ -198,11 +199,13 @@ def versus_peers(record: dict) -> list:
                    for arm in CONDITIONING if arm in figures for peer in PEERS if peer in figures])
 
 
-def ahead(record: dict, arm: str) -> bool:
+def ahead(record: dict, arm: str, comparisons: list | None = None) -> bool:
     """Whether ``arm`` is ahead of the baseline (a win in the task's final table) and of every peer of the
-    task (a win in :func:`versus_peers`), each after its Holm correction: the goal's test on one task."""
+    task (a win in :func:`versus_peers`, or in ``comparisons`` when the caller has them already), each after
+    its Holm correction: the goal's test on one task."""
     primary = next((c for c in record["comparisons"] if c["arm"] == arm), None)
-    secondary = [c for c in versus_peers(record) if c.arm.startswith(f"{arm} vs ")]
+    comparisons = versus_peers(record) if comparisons is None else comparisons
+    secondary = [c for c in comparisons if c.arm.startswith(f"{arm} vs ")]
     peers = [peer for peer in PEERS if peer in record["arms"]]
     return (primary is not None and primary["verdict"] == "win" and len(secondary) == len(peers)
             and all(c.verdict == "win" for c in secondary))
@@ -211,9 +214,10 @@ def ahead(record: dict, arm: str) -> bool:
 def goal(found: dict[str, dict]) -> str:
     """Each task's conditioning-against-peers table, then per conditioning arm the tasks it is ahead on."""
     lines = []
-    done = [t for t in TASKS if t.folder in found and versus_peers(found[t.folder])]
+    by_task = {t.folder: versus_peers(found[t.folder]) for t in TASKS if t.folder in found}
+    done = [t for t in TASKS if by_task.get(t.folder)]
     for task in done:
-        comparisons = versus_peers(found[task.folder])
+        comparisons = by_task[task.folder]
         lines += [f"**{task.name}, {task.setting}** (m = {comparisons[0].m}):", "",
                   "| conditioning arm | peer | difference, points | p | Holm p | verdict |", "|---|---|---|---|---|---|"]
         for c in comparisons:
@@ -226,7 +230,7 @@ def goal(found: dict[str, dict]) -> str:
     lines += ["Ahead of the baseline and of every peer, after correction (the goal's test), per conditioning arm:", ""]
     for arm in CONDITIONING:
         tasks = [t for t in done if arm in found[t.folder]["arms"]]
-        won = [f"{t.name} ({t.family})" for t in tasks if ahead(found[t.folder], arm)]
+        won = [f"{t.name} ({t.family})" for t in tasks if ahead(found[t.folder], arm, by_task[t.folder])]
         lines.append(f"- {ARMS[arm]}: {len(won)} of {len(tasks)} finished tasks with a peer"
                      + (f": {', '.join(won)}" if won else ""))
     return "\n".join(lines)
@@ -300,9 +304,7 @@ def plot(found: dict[str, dict], path: Path = PLOT) -> None:
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=colour, label=verdict + " (Holm)" if verdict != "tie"
                           else "tie") for verdict, colour in VERDICT_COLOURS.items()]
     axes[0, 0].legend(handles=handles, fontsize=7, loc="lower left")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main() -> None:
