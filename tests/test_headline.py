@@ -115,3 +115,22 @@ def test_the_headline_plot_draws_every_compared_arm_with_its_interval_and_verdic
     assert str(rows[0][2]) == "-19.7 +- 1.4"  # the table's interval, in points
     headline.plot(found, tmp_path / "headline.png")
     assert (tmp_path / "headline.png").stat().st_size > 0
+
+
+def test_a_conditioning_arm_below_a_peer_after_holm_is_written_behind_it(tmp_path, monkeypatch):
+    """The goal's table says "behind" when the peer wins the pair (ListOps' lam = auto vs qk-norm), never "tie"."""
+    headline = load_script("headline")
+    monkeypatch.setattr(headline, "RESULTS", tmp_path)
+    seeds = (100, 101, 102, 103, 104)
+    noise = (0.0, 0.004, -0.003, 0.002, -0.001)
+    figures = {"baseline": {s: 0.70 + e for s, e in zip(seeds, noise)},
+               "spectral-target_kappa=2": {s: 0.60 + e for s, e in zip(seeds, noise[::-1])},
+               "qk-norm": {s: 0.76 + e for s, e in zip(seeds, noise)}}
+    text, record = final_table(figures, {arm: 1e-3 for arm in figures}, "baseline", "accuracy", 5, "# t", "Seeds;")
+    [comparison] = headline.versus_peers(record)
+    assert comparison.verdict == "loss" and comparison.difference.mean < 0
+    write_final_table(tmp_path / "protocol-cifar10" / "final", text, record)
+    row = next(line for line in headline.goal(headline.tables()).splitlines()
+               if line.startswith("| lam = auto (kappa <= 2) | qk-norm |"))
+    assert row.endswith("| behind |") and "| -16." in row
+    assert not headline.ahead(record, "spectral-target_kappa=2")
