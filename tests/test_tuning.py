@@ -94,6 +94,22 @@ def test_the_report_stage_of_an_unfinished_protocol_shows_what_ran_and_chooses_n
         tuning.choose(scores)
 
 
+def test_the_tuning_table_and_plot_name_the_figure_the_task_is_tuned_on(tmp_path, monkeypatch):
+    """A detection task is tuned on box AP: the table and the plot's axis say so, not "accuracy"."""
+    import matplotlib.axes
+
+    scores = {"baseline": {"0.001": [0.40], "0.003": [0.41]}, "spectral": {"0.001": [0.38], "0.003": [0.35]}}
+    labels, original = [], matplotlib.axes.Axes.set
+    monkeypatch.setattr(matplotlib.axes.Axes, "set",
+                        lambda axis, **settings: labels.append(settings.get("ylabel")) or original(axis, **settings))
+    choice = tuning.write_tuning(scores, tmp_path, "box_ap")
+    assert choice["baseline"]["lr"] == 0.003 and choice["spectral"]["lr"] == 0.001
+    assert "Mean final validation box AP, %" in (tmp_path / "tuning.md").read_text()
+    tuning.write_tuning(scores, tmp_path)
+    assert "Mean final validation accuracy, %" in (tmp_path / "tuning.md").read_text()
+    assert labels == ["final validation box AP, %", "final validation accuracy, %"]
+
+
 def test_runs_side_by_side_give_the_figures_of_runs_one_at_a_time_and_say_so(tmp_path, one_thread):
     """--jobs 2 trains in two processes of one thread each: the same final rows, digit for digit, as the
     same runs trained one at a time with one thread; config.json records the parallelism."""

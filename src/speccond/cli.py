@@ -218,6 +218,7 @@ def _tune(args: argparse.Namespace) -> None:
     from speccond.experiments import tuning
     from speccond.experiments.methods import METHODS
     from speccond.experiments.tasks import task as task_of
+    from speccond.experiments.training_tasks import task_class
 
     base = _base_config(args, f"val_size={args.val_size}", "flush_denormal=1")
     arms = {}
@@ -234,10 +235,11 @@ def _tune(args: argparse.Namespace) -> None:
         raise ValueError(f"--lrs takes positive learning rates, got {args.lrs!r}")
     out = Path(args.out)
     adopted = tuning.adopt_choice(Path(args.choice), arms, lrs, args.tuning_seeds, out) if args.choice else None
+    metric = task_class(base).metrics[0]  # the figure the arms are tuned on: accuracy, box AP for detection
     if args.stage == "report":
         scores = ({name: c["validation"] for name, c in adopted.items()} if adopted
                   else tuning.tuning_scores(arms, lrs, args.tuning_seeds, out))
-        choice = tuning.write_tuning(scores, out)
+        choice = tuning.write_tuning(scores, out, metric)
         print((out / "tuning.md").read_text())
         if choice is not None:
             print(tuning.write_final(arms, choice, args.final_seeds, out))
@@ -245,7 +247,7 @@ def _tune(args: argparse.Namespace) -> None:
     data.prepare(task_of(base.task).dataset)
     out.mkdir(parents=True, exist_ok=True)
     choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
-    tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out)  # the scores it chose from
+    tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
     print((out / "tuning.md").read_text())
     if args.stage == "all":
         print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))

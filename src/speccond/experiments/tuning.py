@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from speccond.detection.report import NAMES as METRIC_NAMES
 from speccond.diagnostics.records import read_metrics
 from speccond.experiments.compare import train_timed
 from speccond.experiments.config import TrainConfig
@@ -249,20 +250,22 @@ def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, 
     return choose(tuning_scores(arms, lrs, seeds, out))
 
 
-def write_tuning(scores: dict[str, dict[str, list]], out: Path) -> Optional[dict]:
+def write_tuning(scores: dict[str, dict[str, list]], out: Path, metric: str = "accuracy") -> Optional[dict]:
     """OUT/tuning.md and tuning.png of the tuning runs finished so far, and OUT/choice.json once all have
-    (returned; None before)."""
+    (returned; None before). ``metric`` is the task's first metric, the figure the scores are of: it names
+    the table's figure and the plot's axis ("box_ap" reads "box AP")."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    label = METRIC_NAMES.get(metric, metric)
     complete = all(None not in values for by_lr in scores.values() for values in by_lr.values())
     choice = choose(scores) if complete else None
     if choice is not None:
         (out / "choice.json").write_text(json.dumps(choice, indent=2) + "\n")
     lines = ["# Tuning on the validation split", "",
-             "Mean final validation accuracy (box AP for detection), %, over the tuning seeds; "
+             f"Mean final validation {label}, %, over the tuning seeds; "
              + ("the chosen lr in bold (highest mean, ties to the smaller lr)." if complete else
                 "**not every tuning run has finished: no choice yet**; a cell short of seeds says how many it has."), ""]
     lrs = sorted({lr for by_lr in scores.values() for lr in by_lr}, key=float)
@@ -285,8 +288,8 @@ def write_tuning(scores: dict[str, dict[str, list]], out: Path) -> Optional[dict
             for value in by_lr.get(lr, []):
                 if value is not None:
                     axis.plot(float(lr), 100 * value, ".", color=line.get_color(), alpha=0.5)
-    axis.set(xscale="log", xlabel="peak learning rate", ylabel="final validation accuracy, %",
-             title="validation accuracy against lr (line: mean over tuning seeds, dots: seeds)")
+    axis.set(xscale="log", xlabel="peak learning rate", ylabel=f"final validation {label}, %",
+             title=f"validation {label} against lr (line: mean over tuning seeds, dots: seeds)")
     axis.legend(fontsize=7, loc="best")
     figure.tight_layout()
     figure.savefig(out / "tuning.png", dpi=120)
