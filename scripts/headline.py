@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from speccond.detection.report import NAMES as METRIC_NAMES  # noqa: E402
 from speccond.diagnostics.plot import save_figure  # noqa: E402
 from speccond.experiments.final_table import final_table, lr_text, read_final_table  # noqa: E402
 from speccond.experiments.stats import Interval, family, mean_interval  # noqa: E402
@@ -142,7 +143,7 @@ def table(found: dict[str, dict]) -> str:
             lines.append(f"| {task.family} | {task.name} | {task.setting} | owed: {_command(task)} | | | | | | |")
             continue
         comparisons = {c["arm"]: c for c in record["comparisons"]}
-        figure = "box AP" if record["metric"] == "box_ap" else record["metric"]
+        figure = METRIC_NAMES.get(record["metric"], record["metric"])
         setting = task.setting + (f"; {record['owed']} runs owed" if record["owed"] else "")
         for arm, entry in record["arms"].items():
             figures = list(entry["figures"].values())

@@ -110,6 +110,14 @@ def test_the_tuning_table_and_plot_name_the_figure_the_task_is_tuned_on(tmp_path
     assert labels == ["final validation box AP, %", "final validation accuracy, %"]
 
 
+def test_the_final_table_names_its_figure_box_ap_for_detection():
+    from speccond.experiments.final_table import final_table
+
+    figures = {"baseline": {100: 0.40, 101: 0.41}, "spectral": {100: 0.38, 101: 0.37}}
+    text, record = final_table(figures, {"baseline": 3e-3, "spectral": 1e-3}, "baseline", "box_ap", 2, "# t", "d.")
+    assert "| test box AP, % |" in text and record["metric"] == "box_ap"
+
+
 def test_runs_side_by_side_give_the_figures_of_runs_one_at_a_time_and_say_so(tmp_path, one_thread):
     """--jobs 2 trains in two processes of one thread each: the same final rows, digit for digit, as the
     same runs trained one at a time with one thread; config.json records the parallelism."""

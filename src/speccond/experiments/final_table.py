@@ -13,6 +13,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from speccond.detection.report import NAMES as METRIC_NAMES
 from speccond.experiments.stats import against_reference, mean_interval
 
 KEYS = ("metric", "reference", "seeds", "owed", "arms", "comparisons")
@@ -28,7 +29,7 @@ def final_table(figures: dict[str, dict[int, float]], lrs: dict[str, float], ref
     lines = [title, "",
              f"{described} m = {len(comparisons)} comparisons, Holm over them; win or loss: adjusted p < 0.05"
              + (f"; **{owed} of {len(figures) * seeds} runs still owed**" if owed else "") + ".", "",
-             f"| arm | lr | seeds | test {metric}, % | difference, points | p | Holm p | verdict |",
+             f"| arm | lr | seeds | test {METRIC_NAMES.get(metric, metric)}, % | difference, points | p | Holm p | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     if figures.get(reference):
         lines.append(f"| {reference} | {lr_text(lrs[reference])} | {len(figures[reference])} | "
