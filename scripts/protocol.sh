@@ -4,7 +4,8 @@
 # Every command resumes where it stopped and skips finished runs, so rerunning this continues the protocol. A
 # fresh clone has no runs/: a task whose choice.json is committed (docs/results/protocol-NAME/) resumes at its
 # final runs from that choice (speccond tune --choice), and one whose committed final table is complete is skipped;
-# `publish` commits the records of finished tuning runs (docs/results/protocol-NAME/kept), which tune restores.
+# `publish` commits the records of finished runs, tuning and final (docs/results/protocol-NAME/kept), which tune
+# restores, so a task cut short on one machine resumes on the next without training them again.
 #   scripts/protocol.sh [tier1]     tier 1 in the background, progress in runs/protocol-tier1.log
 #   scripts/protocol.sh tier2       tier 2: the other CIFAR-10 families, detection with the ViT trunk
 #   scripts/protocol.sh language    tier 2's language task: MLM pre-training, 2 seeds per arm, then each
@@ -85,15 +86,17 @@ tune() {
   # shellcheck disable=SC2046  # --choice and its file are two words
   .venv/bin/speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" $(committed_choice "$name") "$@"
 }
-kept() {  # kept NAME keep|restore: task NAME's finished tuning runs, committed in $published/protocol-NAME/kept
-  [ "$2" = keep ] && [ ! -d "runs/tune-$1/tune" ] && return 0
+kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final), committed in $published/protocol-NAME/kept
+  [ "$2" = keep ] && [ ! -d "runs/tune-$1" ] && return 0
   [ "$2" = restore ] && [ ! -d "$published/protocol-$1/kept" ] && return 0
   .venv/bin/python -m speccond.experiments.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept"
 }
 plan() {  # what tune would do with task NAME on this machine, in one line; trains nothing
   name=$1
   if finished "$name"; then echo "$name: skip, every final run is in $published/protocol-$name/final"
-  elif [ -n "$(committed_choice "$name")" ]; then echo "$name: final runs from the committed $published/protocol-$name/choice.json"
+  elif [ -n "$(committed_choice "$name")" ]; then
+    count=$(find "$published/protocol-$name/kept/final" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
+    echo "$name: final runs from the committed $published/protocol-$name/choice.json ($count finished final runs kept)"
   else
     count=$(find "$published/protocol-$name/kept/tune" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
     echo "$name: tuning ($count finished tuning runs kept in $published/protocol-$name/kept), then final runs"

@@ -251,13 +251,14 @@ def test_a_fresh_clone_resumes_the_protocol_from_its_committed_results(tmp_path)
         peer, "sigma-reparam" if peer == "qk-norm" else peer]  # XCiT's XCA takes sigma-reparam for qk-norm
     assert _protocol("plan", "tier1", checkout=tmp_path) == [
         "fashion-mnist: skip, every final run is in docs/results/protocol-fashion-mnist/final",
-        "cifar10: final runs from the committed docs/results/protocol-cifar10/choice.json",
+        "cifar10: final runs from the committed docs/results/protocol-cifar10/choice.json (0 finished final runs kept)",
         "lra-listops: tuning (1 finished tuning runs kept in docs/results/protocol-lra-listops/kept), then final runs",
         "detection: tuning (0 finished tuning runs kept in docs/results/protocol-detection/kept), then final runs"]
     record["owed"] = 3  # a final table with runs still owed is resumed, not skipped
     (published / "protocol-fashion-mnist" / "final" / "holm.json").write_text(json.dumps(record))
     assert _protocol("plan", "full", checkout=tmp_path)[0] == (
-        "fashion-mnist: final runs from the committed docs/results/protocol-fashion-mnist/choice.json")
+        "fashion-mnist: final runs from the committed docs/results/protocol-fashion-mnist/choice.json "
+        "(0 finished final runs kept)")
 
 
 def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
@@ -359,3 +360,45 @@ def test_kept_tuning_runs_restore_on_a_fresh_machine_as_finished_and_nothing_is_
     assert ours.read_text() == before
     (kept / "tune" / "baseline-lr=0.001" / ".seed-1.partial").mkdir()  # a copy cut short is no run
     assert len(kept_runs.tuning_runs(kept)) == 2
+
+
+def test_kept_final_runs_restore_as_finished_and_report_the_same_figures_and_kappa(tmp_path, one_thread):
+    """A final run is kept too (its records and kappa.json, the kappa its report computes from the checkpoint
+    that is not kept): restored on a fresh machine with the committed choice, no run is trained again and
+    the final report gives the same figures, kappa at the end included, as the machine that trained them."""
+    from speccond.experiments import kept_runs
+    from speccond.experiments.runs import read_run
+
+    arms = ["--arms", "baseline,spectral", "--lrs", "1e-3", "--tuning-seeds", "1", "--final-seeds", "2"]
+    first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
+    assert main(["tune", *TWO_EPOCHS, *arms, "--set", "track_every=0", "--out", str(first)]) == 0
+    kept_now = [run.relative_to(first).as_posix() for run in kept_runs.keep(first, kept)]
+    assert kept_now == ["tune/baseline-lr=0.001/seed-0", "tune/spectral-lr=0.001/seed-0",
+                        "final/baseline/seed-100", "final/baseline/seed-101",
+                        "final/spectral/seed-100", "final/spectral/seed-101"]
+    record = kept / "final" / "spectral" / "seed-101"
+    assert sorted(path.name for path in record.iterdir()) == ["config.json", "kappa.json", "metrics.jsonl",
+                                                             "timing.json"]
+    original, copy = read_run(first / "final" / "spectral" / "seed-101"), read_run(record)
+    assert original.kappa_qkv is not None  # untracked: computed from the checkpoint, which is not kept
+    assert (copy.status, copy.accuracy, copy.kappa_qkv, copy.kappa_step) == (
+        original.status, original.accuracy, original.kappa_qkv, original.kappa_step)
+
+    assert len(kept_runs.restore(kept, fresh)) == 6
+    (fresh / "final" / "spectral" / "seed-101" / "metrics.jsonl").unlink()  # one run left to train
+    (fresh / "final" / "spectral" / "seed-101" / "config.json").unlink()
+    (fresh / "final" / "spectral" / "seed-101" / "kappa.json").unlink()
+    (fresh / "final" / "spectral" / "seed-101" / "timing.json").unlink()
+    choice = tmp_path / "choice.json"
+    choice.write_text((first / "choice.json").read_text())
+    assert main(["tune", *TWO_EPOCHS, *arms, "--set", "track_every=0", "--choice", str(choice),
+                 "--out", str(fresh)]) == 0
+    trained = sorted(path.parent.relative_to(fresh).as_posix() for path in fresh.glob("final/*/seed-*/checkpoints"))
+    assert trained == ["final/spectral/seed-101"]  # the five kept runs were not trained again
+    report = [json.loads((out / "final" / "results.json").read_text()) for out in (first, fresh)]
+    figures = [[(run["accuracy"], run["kappa_qkv"], run["kappa_step"]) for run in r["runs"]] for r in report]
+    assert figures[0] == figures[1]
+
+    (kept / "final" / "baseline" / "seed-100" / "kappa.json").write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable kept kappa"):
+        read_run(kept / "final" / "baseline" / "seed-100")

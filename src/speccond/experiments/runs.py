@@ -15,7 +15,9 @@ trained it, timing.json (experiments/timing.py). From those alone a run's outcom
 kappa: the mean condition number of the effective W_q, W_k, W_v blocks (W + C when conditioned) over
 layers, at the step of the latest checkpoint (the final step of a finished run, the last good step of a
 diverged one), from the tracker's "spectra" rows at that step when the run was tracked, otherwise
-computed from the checkpoint itself.
+computed from the checkpoint itself. A run kept without its checkpoints (experiments/kept_runs.py: the
+records of a finished run committed to the repository) carries that figure in kappa.json, written by
+:func:`write_kept_kappa` while the checkpoint was still there.
 """
 from __future__ import annotations
 
@@ -105,17 +107,46 @@ def read_run(run_dir: str | Path) -> RunRecord:
         status, step, last_eval = "unfinished", checkpoint_step, evals[-1] if evals else None
     kappa = kappa_step = None
     entropy = _tracked_entropy(rows, step) if status != "unfinished" else None
-    if status != "unfinished" and latest is not None:
-        kappa_step = checkpoint_step
-        kappa = _tracked_kappa(rows, kappa_step)
-        if kappa is None:
-            kappa = checkpoint_kappa(config, latest)
+    if status != "unfinished":
+        kappa, kappa_step = _final_kappa(run_dir, config, rows)
     return RunRecord(
         path=run_dir, config=config, command=_command(record.get("command")), status=status, step=step,
         total_steps=total_steps, accuracy=accuracy, loss=loss, kappa_qkv=kappa, kappa_step=kappa_step,
         entropy=entropy, seconds=recorded_seconds(run_dir), last_eval=last_eval,
         diverged_loss=None if diverged is None else str(diverged["loss"]),
     )
+
+
+KEPT_KAPPA = "kappa.json"  # {"kappa_qkv": float or null, "step": int}: read_run's kappa of a run kept without checkpoints
+
+
+def write_kept_kappa(run_dir: Path, target: Path) -> None:
+    """TARGET/kappa.json: the kappa that :func:`read_run` gives the finished run in RUN_DIR (which must still
+    have its checkpoints), so that a copy of its records without them reports the same figure."""
+    config = _config(run_dir / "config.json", _read_config(run_dir / "config.json"))
+    kappa, step = _final_kappa(run_dir, config, read_metrics(run_dir / "metrics.jsonl"))
+    (target / KEPT_KAPPA).write_text(json.dumps({"kappa_qkv": kappa, "step": step}) + "\n")
+
+
+def _final_kappa(run_dir: Path, config: TrainConfig, rows: list[dict]) -> tuple[Optional[float], Optional[int]]:
+    """(kappa, its step) of a finished or diverged run: at its latest checkpoint, from the tracker's rows at
+    that step or else from the checkpoint; from kappa.json when only the kept records are here."""
+    latest = checkpoint.latest(run_dir)
+    if latest is None:
+        return _read_kept_kappa(run_dir / KEPT_KAPPA) if (run_dir / KEPT_KAPPA).is_file() else (None, None)
+    step = checkpoint.manifest_step(latest)
+    kappa = _tracked_kappa(rows, step)
+    return (checkpoint_kappa(config, latest) if kappa is None else kappa), step
+
+
+def _read_kept_kappa(path: Path) -> tuple[Optional[float], Optional[int]]:
+    try:
+        record = json.loads(path.read_text())
+        kappa, step = record["kappa_qkv"], record["step"]
+        return (None if kappa is None else float(kappa)), (None if step is None else int(step))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: unreadable kept kappa ({error}); expected JSON with \"kappa_qkv\" and "
+                         "\"step\", as experiments/kept_runs.py writes it") from None
 
 
 def load_model(config: TrainConfig, folder: Path):
