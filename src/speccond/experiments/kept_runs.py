@@ -50,7 +50,8 @@ def keep(out: Path, kept: Path) -> list[Path]:
     """Copy the kept files of every finished run under OUT into KEPT (a final run with its kappa.json);
     returns the runs newly kept. Raises ValueError, before copying anything, when KEPT already holds one of
     them with other contents."""
-    runs = finished_runs(out)
+    finals = final_runs(out)
+    runs = tuning_runs(out) + finals
     new, clashes = [], []
     for run in runs:
         target = kept / run.relative_to(out)
@@ -62,7 +63,7 @@ def keep(out: Path, kept: Path) -> list[Path]:
         raise ValueError(f"{kept} keeps other records of {', '.join(clashes)} than {out} holds; compare the two "
                          "(a run trained twice should give the same figures) before replacing either")
     for run in new:
-        _copy(run, kept / run.relative_to(out), kappa=run.parent.parent.name == "final")
+        _copy(run, kept / run.relative_to(out), kappa=run in finals)
     return new
 
 

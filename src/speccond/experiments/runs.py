@@ -108,7 +108,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     kappa = kappa_step = None
     entropy = _tracked_entropy(rows, step) if status != "unfinished" else None
     if status != "unfinished":
-        kappa, kappa_step = _final_kappa(run_dir, config, rows)
+        kappa, kappa_step = _final_kappa(run_dir, config, rows, latest)
     return RunRecord(
         path=run_dir, config=config, command=_command(record.get("command")), status=status, step=step,
         total_steps=total_steps, accuracy=accuracy, loss=loss, kappa_qkv=kappa, kappa_step=kappa_step,
@@ -124,14 +124,14 @@ def write_kept_kappa(run_dir: Path, target: Path) -> None:
     """TARGET/kappa.json: the kappa that :func:`read_run` gives the finished run in RUN_DIR (which must still
     have its checkpoints), so that a copy of its records without them reports the same figure."""
     config = _config(run_dir / "config.json", _read_config(run_dir / "config.json"))
-    kappa, step = _final_kappa(run_dir, config, read_metrics(run_dir / "metrics.jsonl"))
+    kappa, step = _final_kappa(run_dir, config, read_metrics(run_dir / "metrics.jsonl"), checkpoint.latest(run_dir))
     (target / KEPT_KAPPA).write_text(json.dumps({"kappa_qkv": kappa, "step": step}) + "\n")
 
 
-def _final_kappa(run_dir: Path, config: TrainConfig, rows: list[dict]) -> tuple[Optional[float], Optional[int]]:
-    """(kappa, its step) of a finished or diverged run: at its latest checkpoint, from the tracker's rows at
+def _final_kappa(run_dir: Path, config: TrainConfig, rows: list[dict],
+                 latest: Optional[Path]) -> tuple[Optional[float], Optional[int]]:
+    """(kappa, its step) of a finished or diverged run: at its LATEST checkpoint, from the tracker's rows at
     that step or else from the checkpoint; from kappa.json when only the kept records are here."""
-    latest = checkpoint.latest(run_dir)
     if latest is None:
         return _read_kept_kappa(run_dir / KEPT_KAPPA) if (run_dir / KEPT_KAPPA).is_file() else (None, None)
     step = checkpoint.manifest_step(latest)
