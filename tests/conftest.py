@@ -1,8 +1,16 @@
-"""Shared fixtures: tiny real models built from config, and tolerances set once per dtype."""
+"""Shared fixtures: tiny real models built from config, tolerances set once per dtype, and the session's
+prepared CIFAR-10 (whose raw copy is the bigbench archive the language tests read too)."""
 from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
+
+from speccond.data import cifar10
+from speccond.data.store import Source, prepare
 
 # Tolerances, set once: (rtol, atol) per dtype.
 TOL = {
@@ -37,3 +45,19 @@ def float64_default():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(previous)
+
+
+@pytest.fixture(scope="session")
+def cifar10_home(tmp_path_factory):
+    """A data dir with cifar10 prepared once per session, from $SPECCOND_BIGBENCH, /work/cache/bigbench or PyPI."""
+    home = tmp_path_factory.mktemp("cifar10") / "data"
+    folders = [Path(f) for f in (os.environ.get("SPECCOND_BIGBENCH"), "/work/cache/bigbench") if f]
+    local = tuple(Source(f"archive in {f}", str(f)) for f in folders if (f / cifar10.ARCHIVE).is_file())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(home))
+        try:
+            prepare(cifar10.SPEC, local + cifar10.SPEC.sources[1:])
+        except FileNotFoundError as error:
+            pytest.skip(f"the bigbench 1.0.0 archive could not be had (set SPECCOND_BIGBENCH to a folder holding it): {error}")
+    yield home
+    shutil.rmtree(home / "cifar10" / "raw")  # 358 MB; pytest keeps the last three session folders

@@ -5,7 +5,6 @@ import base64
 import dataclasses
 import gzip
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -161,22 +160,6 @@ def test_a_cache_of_another_format_is_refused_by_load_and_rebuilt_by_prepare(dat
 CIFAR10_TEST_MEAN = (126.0, 123.7, 114.9)
 CIFAR10_TEST_STD = (62.9, 61.9, 66.7)
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-
-
-@pytest.fixture(scope="session")
-def cifar10_home(tmp_path_factory):
-    """A data dir with cifar10 prepared once per session, from $SPECCOND_BIGBENCH, /work/cache/bigbench or PyPI."""
-    home = tmp_path_factory.mktemp("cifar10") / "data"
-    folders = [Path(f) for f in (os.environ.get("SPECCOND_BIGBENCH"), "/work/cache/bigbench") if f]
-    local = tuple(Source(f"archive in {f}", str(f)) for f in folders if (f / cifar10.ARCHIVE).is_file())
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECCOND_DATA", str(home))
-        try:
-            prepare(cifar10.SPEC, local + cifar10.SPEC.sources[1:])
-        except FileNotFoundError as error:
-            pytest.skip(f"the bigbench 1.0.0 archive could not be had (set SPECCOND_BIGBENCH to a folder holding it): {error}")
-    yield home
-    shutil.rmtree(home / "cifar10" / "raw")  # 358 MB; pytest keeps the last three session folders
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from speccond.experiments.tasks import load_task, pixel_tokens, task_shape
 from speccond.experiments.run_model import build_model
 from speccond.experiments.train import train
 
-from tests.test_data import cifar10_home  # noqa: F401  (the session's prepared CIFAR-10)
 
 
 def test_sequences_are_padded_to_a_multiple_of_the_landmarks_and_the_fallback_is_named():
@@ -42,7 +41,7 @@ def test_mean_pooling_ignores_pad_tokens_and_spectral_conditions_every_projectio
     assert model(tokens).shape == (2, 10) and torch.isfinite(model(tokens)).all()
 
 
-def test_a_nystromformer_trains_on_lra_image(cifar10_home, monkeypatch, tmp_path):  # noqa: F811
+def test_a_nystromformer_trains_on_lra_image(cifar10_home, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECCOND_DATA", str(cifar10_home))
     config = TrainConfig(task="lra-image", model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
                          train_size=64, test_size=32, batch_size=32, epochs=1, warmup_steps=1, method="spectral")
