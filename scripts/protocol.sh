@@ -13,7 +13,8 @@
 #   scripts/protocol.sh plan TIER   what running a tier would do with each task here: skip it, resume it, or tune it
 #   scripts/protocol.sh list TIER   the tasks of a tier (tier1 = full + reduced), one per line: its name, then its speccond tune arguments
 #   scripts/protocol.sh report      tables of what has finished (runs/tune-*/tuning.md, final/holm.md); trains nothing
-#   scripts/protocol.sh publish     report, then copy the tables and plots of runs/tune-* into docs/results/protocol-*
+#   scripts/protocol.sh publish     report, then copy the tables and plots of runs/tune-* into docs/results/protocol-*,
+#                                   and keep the finished pre-training runs with their encoders (docs/results/protocol-mlm/kept)
 # Tier 1: the full-protocol tuning (Fashion-MNIST, then CIFAR-10, with the ViT), then the reduced protocol
 # (ListOps, detection with the XCiT trunk) with the best peer of the full protocol: BEST_PEER if set, else
 # scripts/best_peer.py over the two choice.json (validation only). The long budget is scripts/long_budget.sh.
@@ -44,6 +45,7 @@ finished() {  # task NAME's committed final table has every seed of every arm: n
     'import json, sys; sys.exit(json.load(open(sys.argv[1]))["owed"] != 0)' "$published/protocol-$1/final/holm.json"
 }
 pretraining=runs/protocol-mlm  # <arm>/seed-<p>: the encoders the language arms fine-tune
+kept_pretraining=$published/protocol-mlm/kept  # their records and encoders, committed by publish (kept_runs --pretraining)
 
 tasks() {  # the tasks of a tier, one per line: its name (runs/tune-NAME, docs/results/protocol-NAME), then its arguments
   case $1 in
@@ -125,8 +127,11 @@ mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arm
   # shellcheck disable=SC2086
   .venv/bin/speccond compare --task mlm --preset full --seeds 2 --out "$pretraining" --set flush_denormal=1 "$@"
 }
-pretrain() {  # the language arms' encoders, in two chains side by side
+pretrain() {  # the language arms' encoders, in two chains side by side; those kept in the repository are not trained again
   peers
+  if [ -d "$kept_pretraining" ]; then
+    .venv/bin/python -m speccond.experiments.kept_runs restore --pretraining "$pretraining" "$kept_pretraining" || return 1
+  fi
   export SPECCOND_PARALLEL_JOBS=2
   mlm --methods "baseline,spectral,$peer" > "$pretraining-a.log" 2>&1 &
   first=$!
@@ -146,7 +151,9 @@ case "${1:-tier1}" in
   plan) tasks "$2" > /dev/null || { echo "usage: scripts/protocol.sh plan tier1|full|reduced|tier2|language" >&2; exit 2; }
         each "$(tasks "$2")" plan; exit $? ;;
   report) each "$all" report; exit $? ;;
-  publish) each "$all" publish; exit $? ;;
+  publish) each "$all" publish || exit 1
+           [ ! -d "$pretraining" ] || .venv/bin/python -m speccond.experiments.kept_runs keep --pretraining "$pretraining" "$kept_pretraining"
+           exit $? ;;
   *) echo "usage: scripts/protocol.sh [tier1|tier2|language|list TIER|plan TIER|report|publish]" >&2; exit 2 ;;
 esac
 echo "started; progress in runs/protocol-${1:-tier1}.log; tables so far: scripts/protocol.sh report"

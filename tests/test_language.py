@@ -18,17 +18,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from speccond.data import byte_text, cifar10, language, wordpiece
 from speccond.data.store import prepare, sha256
 from speccond.data.wordpiece import CLS, MASK, PAD, SEP, SPECIAL_COUNT
-from speccond.experiments import checkpoint, mlm
+from speccond.experiments import checkpoint, kept_runs, mlm
 from speccond.experiments.bert_model import ENCODER, POOLER
 from speccond.experiments.compare import compare
 from speccond.experiments.glue import glue_table
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.methods import METHODS
-from speccond.experiments.pretrained import load_pretrained
+from speccond.experiments.pretrained import KEPT_ENCODER, load_pretrained
 from speccond.experiments.runs import read_run
 from speccond.experiments.stats import mean_interval, paired_difference
 from speccond.experiments.tasks import load_task, task_shape
@@ -42,14 +43,12 @@ FINETUNE = TrainConfig(task="glue-sentiment", **BERT, train_size=32, test_size=1
 
 
 @pytest.fixture(scope="session")
-def sources():
-    """The six source task.json objects, cut to what TINY reads, from one pass over the archive."""
-    folders = [Path(f) for f in (os.environ.get("SPECCOND_BIGBENCH"), "/work/cache/bigbench") if f]
-    archives = [f / cifar10.ARCHIVE for f in folders if (f / cifar10.ARCHIVE).is_file()]
-    if not archives:
-        pytest.skip("the bigbench 1.0.0 archive is not here (set SPECCOND_BIGBENCH to a folder holding it)")
-    assert sha256(archives[0]) == cifar10.SHA256
-    full = language.read_sources(archives[0])
+def sources(cifar10_home):
+    """The six source task.json objects, cut to what TINY reads, from one pass over the archive (the raw copy
+    of the session's prepared CIFAR-10: conftest.py)."""
+    archive = cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE
+    assert sha256(archive) == cifar10.SHA256
+    full = language.read_sources(archive)
     keep = {"chat": 1200, "wiki": language.WIKI_ENGLISH.stop}  # 30 whole conversations need < 1,200 examples
     return {key: dict(task, examples=task["examples"][: keep.get(key, TINY.examples)]) for key, task in full.items()}
 
@@ -277,6 +276,37 @@ def test_finetuning_refuses_an_unfinished_run_a_classifier_and_a_bad_placeholder
         TrainConfig(init_from="runs/{variant}")
     swept = TrainConfig(method="spectral", lam=2, init_from="r/{method}-lam={lam:g}/seed-{seed}")
     assert swept.init_path() == "r/spectral-lam=2/seed-0"
+
+
+def test_a_pretraining_run_kept_without_checkpoints_fine_tunes_to_the_same_weights_and_is_not_trained_again(
+        prepared, pretrained, tmp_path):
+    kept, restored = tmp_path / "kept", tmp_path / "restored"
+    assert [p.relative_to(pretrained) for p in kept_runs.keep(pretrained, kept, pretraining=True)] == [
+        Path("baseline/seed-0"), Path("spectral/seed-0")]
+    assert kept_runs.keep(pretrained, kept, pretraining=True) == []  # nothing new to keep
+    assert not list(kept.rglob("checkpoints")) and (kept / "spectral/seed-0" / KEPT_ENCODER).is_file()
+    assert len(kept_runs.restore(kept, restored, pretraining=True)) == 2
+    finals = {}
+    for name, root in (("original", pretrained), ("restored", restored)):
+        config = dataclasses.replace(FINETUNE, method="spectral", init_from=str(root / "{method}" / "seed-0"))
+        finals[name] = train(config, tmp_path / f"ft-{name}", progress=False)
+    assert finals["original"] == finals["restored"]
+    weights = [load_file(str(checkpoint.latest(tmp_path / f"ft-{name}") / "model.safetensors")) for name in finals]
+    assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    # Asked again, a restored pre-training run returns its final row and leaves its records as they were.
+    run = restored / "spectral" / "seed-0"
+    records = (run / "metrics.jsonl").read_bytes()
+    assert train(dataclasses.replace(PRETRAIN, method="spectral"), run, progress=False) == read_run(pretrained / "spectral/seed-0").last_eval
+    assert (run / "metrics.jsonl").read_bytes() == records and checkpoint.latest(run) is None
+    config = dataclasses.replace(FINETUNE, method="spectral", init_from=str(run))
+    encoder = bytearray((run / KEPT_ENCODER).read_bytes())
+    encoder[-1] ^= 1
+    (run / KEPT_ENCODER).write_bytes(bytes(encoder))
+    with pytest.raises(ValueError, match="encoder.safetensors: corrupt"):
+        load_pretrained(build_model(config, task_shape(config.task)), config)
+    (run / KEPT_ENCODER).unlink()
+    with pytest.raises(ValueError, match="holds neither a checkpoint nor a kept encoder.*kept_runs restore --pretraining"):
+        load_pretrained(build_model(config, task_shape(config.task)), config)
 
 
 @pytest.mark.parametrize("method", [*METHODS, "auto"])

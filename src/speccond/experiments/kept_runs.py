@@ -11,6 +11,14 @@ and ``speccond tune`` skips them.
     .venv/bin/python -m speccond.experiments.kept_runs keep runs/tune-lra-listops docs/results/protocol-lra-listops/kept
     .venv/bin/python -m speccond.experiments.kept_runs restore runs/tune-lra-listops docs/results/protocol-lra-listops/kept
 
+The language protocol's pre-training runs (``speccond compare`` folders, OUT/<arm>/seed-<k>) are kept the same
+way with ``--pretraining``, and with the one thing of their checkpoint that fine-tuning reads: the encoder's
+tensors (encoder.safetensors, about 6 MB for the language preset's BERT, with encoder.json; written by
+pretrained.write_kept_encoder, read by pretrained.load_pretrained). ``speccond train`` and ``compare`` return a
+restored run's final row without training it again (train.train_run).
+
+    .venv/bin/python -m speccond.experiments.kept_runs keep --pretraining runs/protocol-mlm docs/results/protocol-mlm/kept
+
 A final run's report also reads its kappa at the end, which an untracked run computes from its checkpoint:
 a kept final run carries that figure in kappa.json (runs.write_kept_kappa), written while the checkpoint
 was there, and ``runs.read_run`` reads it. Nothing is overwritten: ``keep`` refuses a run that KEPT holds
@@ -24,7 +32,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from speccond.experiments.runs import KEPT_KAPPA, write_kept_kappa
+from speccond.experiments.pretrained import KEPT_ENCODER, KEPT_ENCODER_RECORD, write_kept_encoder
+from speccond.experiments.runs import KEPT_KAPPA, read_run, write_kept_kappa
 from speccond.experiments.tuning import outcome
 
 FILES = ("config.json", "metrics.jsonl", "timing.json")  # what is kept of a run; the first two are required
@@ -46,12 +55,18 @@ def finished_runs(root: Path) -> list[Path]:
     return tuning_runs(root) + final_runs(root)
 
 
-def keep(out: Path, kept: Path) -> list[Path]:
-    """Copy the kept files of every finished run under OUT into KEPT (a final run with its kappa.json);
-    returns the runs newly kept. Raises ValueError, before copying anything, when KEPT already holds one of
-    them with other contents."""
-    finals = final_runs(out)
-    runs = tuning_runs(out) + finals
+def pretraining_runs(root: Path) -> list[Path]:
+    """The run folders ROOT/<arm>/seed-<k> that hold a finished pre-training run, sorted."""
+    return sorted(run for run in root.glob("*/seed-*")
+                  if (run / "config.json").is_file() and read_run(run).status == "finished")
+
+
+def keep(out: Path, kept: Path, pretraining: bool = False) -> list[Path]:
+    """Copy the kept files of every finished run under OUT into KEPT (a final run with its kappa.json, a
+    pre-training run, with PRETRAINING, with its kappa.json and encoder); returns the runs newly kept. Raises
+    ValueError, before copying anything, when KEPT already holds one of them with other contents."""
+    finals = pretraining_runs(out) if pretraining else final_runs(out)
+    runs = finals if pretraining else tuning_runs(out) + finals
     new, clashes = [], []
     for run in runs:
         target = kept / run.relative_to(out)
@@ -63,14 +78,14 @@ def keep(out: Path, kept: Path) -> list[Path]:
         raise ValueError(f"{kept} keeps other records of {', '.join(clashes)} than {out} holds; compare the two "
                          "(a run trained twice should give the same figures) before replacing either")
     for run in new:
-        _copy(run, kept / run.relative_to(out), kappa=run in finals)
+        _copy(run, kept / run.relative_to(out), kappa=run in finals, encoder=pretraining)
     return new
 
 
-def restore(kept: Path, out: Path) -> list[Path]:
+def restore(kept: Path, out: Path, pretraining: bool = False) -> list[Path]:
     """Copy every run KEPT holds into OUT where OUT does not have it; returns the runs restored."""
     restored = []
-    for record in finished_runs(kept):
+    for record in pretraining_runs(kept) if pretraining else finished_runs(kept):
         target = out / record.relative_to(kept)
         if not target.exists():
             _copy(record, target)
@@ -82,29 +97,37 @@ def _read(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def _copy(source: Path, target: Path, kappa: bool = False) -> None:
-    """The kept files of ``source`` into ``target`` (with KAPPA, its kappa.json: kept from the run's own
-    kappa.json, else computed from its checkpoint), through a temporary folder renamed at the end, so a copy
-    cut short never leaves a folder that reads as a run."""
+def _copy(source: Path, target: Path, kappa: bool = False, encoder: bool = False) -> None:
+    """The kept files of ``source`` into ``target`` (with KAPPA, its kappa.json; with ENCODER, its encoder
+    files: each kept from the run's own copy, else computed from its checkpoint), through a temporary folder
+    renamed at the end, so a copy cut short never leaves a folder that reads as a run."""
     partial = target.with_name(f".{target.name}.partial")  # hidden: no glob of seed-* finds it
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name in FILES + (KEPT_KAPPA,):
+    for name in FILES + (KEPT_KAPPA, KEPT_ENCODER, KEPT_ENCODER_RECORD):
         if (source / name).is_file():
             shutil.copy2(source / name, partial / name)
     if kappa and not (partial / KEPT_KAPPA).is_file():
         write_kept_kappa(source, partial)
+    if encoder and not (partial / KEPT_ENCODER).is_file():
+        write_kept_encoder(source, partial)
     partial.rename(target)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("keep", "restore"))
-    parser.add_argument("out", type=Path, help="the speccond tune folder (runs/tune-NAME)")
+    parser.add_argument("out", type=Path, help="the speccond tune folder (runs/tune-NAME), or with --pretraining "
+                        "the speccond compare folder of pre-training runs")
     parser.add_argument("kept", type=Path, help="where the records are kept (docs/results/protocol-NAME/kept)")
+    parser.add_argument("--pretraining", action="store_true",
+                        help="OUT is a speccond compare folder of pre-training runs (runs/protocol-mlm): keep their encoders too")
     args = parser.parse_args(argv)
     try:
-        runs = keep(args.out, args.kept) if args.action == "keep" else restore(args.kept, args.out)
+        if args.action == "keep":
+            runs = keep(args.out, args.kept, args.pretraining)
+        else:
+            runs = restore(args.kept, args.out, args.pretraining)
     except ValueError as error:
         print(f"kept_runs: {error}", file=sys.stderr)
         return 1

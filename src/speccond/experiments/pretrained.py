@@ -23,6 +23,12 @@ with its checksums verified (checkpoint.load: safetensors weights), and every en
 names and shapes must agree one for one. Parametrized weights, sigma-reparam's gamma and the stored
 corrections (SVD, lam="auto") are encoder tensors and come along. The heads (MLM decoder, pooler,
 classifier) keep their fresh initialisation.
+
+A pre-training run kept in the repository without its checkpoints (kept_runs --pretraining, so that the
+language protocol's fine-tuning resumes on a fresh machine) carries those encoder tensors in
+``encoder.safetensors``, written by :func:`write_kept_encoder` from its final checkpoint, with their step and
+SHA-256 in ``encoder.json``; :func:`load_pretrained` reads them, checksum verified, when the run has no
+checkpoint.
 """
 from __future__ import annotations
 
@@ -39,6 +45,8 @@ from speccond.experiments.methods import REGISTRY
 
 log = logging.getLogger(__name__)
 
+KEPT_ENCODER = "encoder.safetensors"  # a kept pre-training run's encoder tensors (module docstring)
+KEPT_ENCODER_RECORD = "encoder.json"  # {"step": int, "sha256": str} of KEPT_ENCODER
 SAME_ARCHITECTURE = ("model", "embed_dim", "depth", "num_heads")
 SPECTRAL_PARAMETERS = ("lam", "target_kappa", "correction", "corrected", "granularity")
 
@@ -92,12 +100,8 @@ def pretrained_config(config: TrainConfig) -> TrainConfig:
 
 def load_pretrained(model: nn.Module, config: TrainConfig) -> TrainConfig:
     """Copy the encoder of the run ``config.init_from`` names into ``model`` in place; return that run's config."""
-    from speccond.experiments.runs import load_model
-
     pre = pretrained_config(config)
-    folder = checkpoint.latest(init_dir(config))
-    source, manifest = load_model(pre, folder)
-    encoder = {k: v for k, v in source.state_dict().items() if k.startswith(ENCODER)}
+    folder, encoder, step = _encoder(init_dir(config), pre)
     wanted = {k: v for k, v in model.state_dict().items() if k.startswith(ENCODER) and not k.startswith(POOLER)}
     if set(encoder) != set(wanted):
         missing, extra = sorted(set(wanted) - set(encoder)), sorted(set(encoder) - set(wanted))
@@ -109,8 +113,55 @@ def load_pretrained(model: nn.Module, config: TrainConfig) -> TrainConfig:
                          "pre-trained, this model); pre-train with the same sizes and vocabulary")
     result = model.load_state_dict(encoder, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys  # checked above
-    log.info("initialised %d encoder tensors from %s (step %d)", len(encoder), folder, manifest["step"])
+    log.info("initialised %d encoder tensors from %s (step %d)", len(encoder), folder, step)
     return pre
+
+
+def _encoder(run_dir: Path, pre: TrainConfig) -> tuple[Path, dict, int]:
+    """(where they were read, the encoder tensors, their step) of the finished pre-training run in RUN_DIR:
+    from its last checkpoint, else from its kept encoder file (module docstring)."""
+    from speccond.experiments.runs import load_model
+
+    latest = checkpoint.latest(run_dir)
+    if latest is not None:
+        source, manifest = load_model(pre, latest)
+        return latest, {k: v for k, v in source.state_dict().items() if k.startswith(ENCODER)}, manifest["step"]
+    from safetensors.torch import load_file
+
+    from speccond.data.store import sha256
+
+    path, record_path = run_dir / KEPT_ENCODER, run_dir / KEPT_ENCODER_RECORD
+    if not path.is_file():
+        raise ValueError(f"init_from: {run_dir} holds neither a checkpoint nor a kept encoder ({KEPT_ENCODER}); "
+                         f"train the pre-training run again there, or restore its kept records with `python -m "
+                         f"speccond.experiments.kept_runs restore --pretraining {run_dir.parent.parent} KEPT`")
+    try:
+        record = json.loads(record_path.read_text())
+        expected, step = record["sha256"], int(record["step"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{record_path}: unreadable ({error}); expected the JSON object "
+                         f'{{"step": ..., "sha256": ...}} that write_kept_encoder writes beside {KEPT_ENCODER}') from None
+    if sha256(path) != expected:
+        raise ValueError(f"{path}: corrupt (its SHA-256 differs from {record_path}); refusing to fine-tune from it")
+    return path, load_file(str(path)), step
+
+
+def write_kept_encoder(run_dir: Path, target: Path) -> None:
+    """TARGET/encoder.safetensors and encoder.json: the encoder tensors of the finished pre-training run in
+    RUN_DIR (which must still have its checkpoints), so that a copy of its records without them can be
+    fine-tuned from (:func:`load_pretrained` reads them)."""
+    from safetensors.torch import save_file
+
+    from speccond.data.store import sha256
+    from speccond.experiments.runs import read_run
+
+    record = read_run(run_dir)
+    if record.status != "finished" or checkpoint.latest(run_dir) is None:
+        raise ValueError(f"{run_dir}: only a finished pre-training run with its checkpoints can have its encoder "
+                         f"kept (it is {record.status}, checkpoint: {checkpoint.latest(run_dir)})")
+    _, encoder, step = _encoder(Path(run_dir), record.config)
+    save_file({k: v.detach().clone().contiguous() for k, v in encoder.items()}, str(target / KEPT_ENCODER))
+    (target / KEPT_ENCODER_RECORD).write_text(json.dumps({"step": step, "sha256": sha256(target / KEPT_ENCODER)}) + "\n")
 
 
 def _fields(values: dict) -> str:

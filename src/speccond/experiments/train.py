@@ -69,7 +69,9 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     The final row is the test evaluation ({"kind": "eval", ...} with the task's figures), or {"kind":
     "diverged", ...} when the training loss became NaN or inf: the run stops before that step's update,
     keeps its last good checkpoint, records the row in metrics.jsonl, and is not trained again when
-    resumed. Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
+    resumed. A run whose metrics.jsonl holds its final row but which has no checkpoint (a finished run kept
+    without them: kept_runs) returns that row and trains nothing, rather than starting again over its records.
+    Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
     ``stop_after``: stop right after that global step, as a kill would (for tests of resumption).
     ``on_checkpoint(step)``: called on the main process after each checkpoint is on disk (timing.py's
     record of the wall time).
@@ -92,12 +94,14 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     step = resume(run_dir, model, optimizer)
+    finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
+    if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
+        return finished[-1]
     if step == 0 and config.init_from:
         load_pretrained(model, config)  # in place: the optimiser holds the same parameters
     if context.is_main:
         drop_rows_after(metrics, step)
-    finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
-    if finished:  # resumed after the last epoch had finished
+    if finished and step == total_steps:  # resumed after the last epoch had finished
         return finished[-1]
     trained = context.wrap(model)
     tracker = _tracker(config, model, task, metrics) if context.is_main else None
