@@ -41,8 +41,10 @@ committed_choice() {  # --choice FILE when task NAME's choice is committed: its 
   [ ! -f "$published/protocol-$1/choice.json" ] || echo "--choice $published/protocol-$1/choice.json"
 }
 finished() {  # task NAME's committed final table has every seed of every arm: nothing is left to train
-  [ -f "$published/protocol-$1/final/holm.json" ] && .venv/bin/python -c \
-    'import json, sys; sys.exit(json.load(open(sys.argv[1]))["owed"] != 0)' "$published/protocol-$1/final/holm.json"
+  complete "$published/protocol-$1/final/holm.json"
+}
+complete() {  # the final table FILE (holm.json) owes no run
+  [ -f "$1" ] && .venv/bin/python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["owed"] != 0)' "$1"
 }
 pretraining=runs/protocol-mlm  # <arm>/seed-<p>: the encoders the language arms fine-tune
 kept_pretraining=$published/protocol-mlm/kept  # their records and encoders, committed by publish (kept_runs --pretraining)
@@ -114,12 +116,17 @@ publish() {
   report "$name" "$@" || return 1
   [ -f "runs/tune-$name/tuning.md" ] || return 0
   target="docs/results/protocol-$name"
-  mkdir -p "$target/final"
+  mkdir -p "$target"
   cp runs/tune-"$name"/tuning.md runs/tune-"$name"/tuning.png "$target/"
   [ ! -f "runs/tune-$name/choice.json" ] || cp "runs/tune-$name/choice.json" "$target/"
-  for file in holm.md holm.json results.md results.json comparison.png kappa.png detection.png; do
-    [ ! -f "runs/tune-$name/final/$file" ] || cp "runs/tune-$name/final/$file" "$target/final/"
-  done
+  # A task's final tables are committed once every final run has finished (the headline reads them), so a
+  # partial table never reads as a result; until then its finished final runs are kept (below).
+  if complete "runs/tune-$name/final/holm.json"; then
+    mkdir -p "$target/final"
+    for file in holm.md holm.json results.md results.json comparison.png kappa.png detection.png; do
+      [ ! -f "runs/tune-$name/final/$file" ] || cp "runs/tune-$name/final/$file" "$target/final/"
+    done
+  fi
   kept "$name" keep || return 1
   echo "published $target"
 }
