@@ -278,6 +278,13 @@ def test_a_tracked_qk_norm_arm_trains_and_reports_without_the_spectra_its_weight
     assert [r for r in read_metrics(out / "final" / "baseline" / "seed-100" / "metrics.jsonl") if r["kind"] == "spectra"]
     groups = {g["label"]: g for g in json.loads((out / "final" / "results.json").read_text())["groups"]}
     assert groups["qk-norm"]["kappa_qkv"] is None and groups["baseline"]["kappa_qkv"] > 1
+    # A report says which split its runs scored: test for the final runs, validation for the tuning runs.
+    final = (out / "final" / "results.md").read_text()
+    assert "Accuracy: final test accuracy" in final and "final test loss" in final and "validation accuracy, mean" not in final
+    assert main(["report", str(out / "tune"), "--out", str(tmp_path / "tuning-report")]) == 0
+    tuned = (tmp_path / "tuning-report" / "results.md").read_text()
+    assert "Accuracy: final validation accuracy" in tuned and "final validation loss" in tuned and "test accuracy" not in tuned
+    assert "held out of the training data (tuning runs: test not scored)" in tuned
 
 
 def test_a_committed_choice_resumes_the_final_runs_without_the_tuning_runs_and_is_checked_first(tmp_path, one_thread,

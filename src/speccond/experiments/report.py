@@ -80,7 +80,7 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     reference = next((g for g in tabled if g.method == "baseline"), tabled[0] if tabled else None)
     summaries = [summarize(g, reference) for g in tabled]
     out.mkdir(parents=True, exist_ok=True)
-    described = report_plots.write_plots(tabled, out) if tabled else {}
+    described = report_plots.write_plots(tabled, out, scored_split(groups)) if tabled else {}
     plots = list(described)
     sweep = report_sweep.write_sweep_plot(tabled, reference, out)
     plots += [sweep] if sweep else []
@@ -146,16 +146,25 @@ def _reads_scenes(run_dir: Path) -> bool:
         return False
 
 
+def scored_split(groups: Sequence) -> str:
+    """The split the runs' final rows score, in words: "test", or "validation" for tuning runs (speccond tune's
+    tuning stage: their final row has split "val" and test is never scored), or both when the runs differ."""
+    splits = {"validation" if (run.last_eval or {}).get("split") == "val" else "test"
+              for group in groups for run in group.runs if run.status != "unfinished"}
+    return " or ".join(sorted(splits, reverse=True)) if splits else "test"
+
+
 def _markdown(report: Report) -> str:
     runs = [r for g in report.groups for r in g.runs]
     shared = _shared([r.config.to_dict() for r in runs])
+    split = scored_split(report.groups)
     lines = [f"# speccond report: {_title(shared)}", "",
              f"Regenerate this report from the run directories (no training): `{report.command}`", ""]
-    lines += [f"- {line}" for line in _settings(shared, report.reference)]
+    lines += [f"- {line}" for line in _settings(shared, report.reference, split)]
     lines.append("")
     if report.summaries:
         lines += [
-            f"| method | seeds | diverged | accuracy, % | difference vs {report.reference}, % | final test loss | "
+            f"| method | seeds | diverged | accuracy, % | difference vs {report.reference}, % | final {split} loss | "
             "kappa(W_q,k,v) at end | attention entropy at end, nats | wall time per run |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -163,7 +172,7 @@ def _markdown(report: Report) -> str:
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
     lines += ["", _plots_line(report.plots, report.plot_notes), "", "## Runs", "",
-              "| method | seed | status | accuracy, % | test loss | kappa (at step) | wall time | run directory |",
+              f"| method | seed | status | accuracy, % | {split} loss | kappa (at step) | wall time | run directory |",
               "|---|---|---|---|---|---|---|---|"]
     lines += [_run_row(g, r, report.out) for g in report.groups for r in g.runs if r.status != "unfinished"]
     unfinished = [(g, r) for g in report.groups for r in g.runs if r.status == "unfinished"]
@@ -216,19 +225,25 @@ def _example_noun(shared: dict) -> str:
     return "images" if "task" not in shared or task_shape(shared["task"]).kind == "image" else "examples"
 
 
-def _settings(shared: dict, reference: Optional[str]) -> list[str]:
+def _settings(shared: dict, reference: Optional[str], split: str = "test") -> list[str]:
     fields = ("epochs", "train_size", "batch_size", "lr", "weight_decay", "warmup_steps", "grad_clip", "test_size")
     value = {f: show_value(shared[f]) if f in shared else VARIES for f in fields}
     unit = _example_noun(shared)
     train = f"all training {unit}" if value["train_size"] == "0" else f"{value['train_size']} training {unit}" + (
         " (a seeded subset)" if value["train_size"] != VARIES else "")
+    if value["train_size"] == "0" and shared.get("val_size"):  # the validation split is held out of them
+        train = f"the training {unit} left after the {show_value(shared['val_size'])} held out for validation"
     test = f"all test {unit}" if value["test_size"] == "0" else f"the first {value['test_size']} test {unit}"
+    if split != "test":  # tuning runs score the validation split they hold out, and never the test split
+        held_out = show_value(shared["val_size"]) if "val_size" in shared else VARIES
+        test = (f"the {held_out} validation {unit} held out of the training data (tuning runs: test not scored)"
+                if split == "validation" else f"{test} for final runs; the held-out validation {unit} for tuning runs")
     note = f" {VARIES}: differs between the groups, given in their labels." if VARIES in value.values() else ""
     return [
         f"Training: {value['epochs']} epoch(s) on {train}, batch {value['batch_size']}, AdamW lr "
         f"{value['lr']}, weight decay {value['weight_decay']}, {value['warmup_steps']} warm-up steps then cosine "
         f"decay, gradient clip {value['grad_clip']} (0 = off). Evaluation: {test}.{note}",
-        "Accuracy: final test accuracy, mean +- 95 % t interval over seeds (Student t, n - 1 degrees of freedom). "
+        f"Accuracy: final {split} accuracy, mean +- 95 % t interval over seeds (Student t, n - 1 degrees of freedom). "
         f"Difference: paired by seed against `{reference}` (over the seeds both groups ran), mean +- 95 % t interval.",
         "Diverged runs (training loss NaN or inf: training stopped, the last good checkpoint kept) stay in the "
         "table and count with chance accuracy (1 / number of classes) in the accuracy and difference columns, "

@@ -19,9 +19,10 @@ from speccond.diagnostics.records import read_metrics
 ROLES = ("q", "k", "v")
 
 
-def write_plots(groups: Sequence, out: Path) -> dict[str, str]:
+def write_plots(groups: Sequence, out: Path, scored: str = "test") -> dict[str, str]:
     """Write comparison.png (and kappa.png when tracked) for report groups; return {file name: what its
-    panels show}, in the words the report's "Plots:" line uses."""
+    panels show}, in the words the report's "Plots:" line uses. ``scored``: the split the runs' final rows
+    score (report.scored_split)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,7 +60,7 @@ def write_plots(groups: Sequence, out: Path) -> dict[str, str]:
         epoch_axis.set(xlabel="epoch", ylabel=f"{split} accuracy, %", title=f"(b) {split} accuracy after each epoch")
         epoch_axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     seed_axis.set_xticks(range(len(groups)), [g.label for g in groups], rotation=20, ha="right")
-    seed_axis.set(ylabel="final test accuracy, %",
+    seed_axis.set(ylabel=f"final {scored} accuracy, %",
                   title=f"({'c' if epoch_axis is not None else 'b'}) one dot per seed (x: diverged, at chance)")
     loss_axis.legend(fontsize="small")
     save_figure(figure, out / "comparison.png")
