@@ -134,3 +134,17 @@ def test_a_conditioning_arm_below_a_peer_after_holm_is_written_behind_it(tmp_pat
                if line.startswith("| lam = auto (kappa <= 2) | qk-norm |"))
     assert row.endswith("| behind |") and "| -16." in row
     assert not headline.ahead(record, "spectral-target_kappa=2")
+
+
+def test_the_committed_xca_correction_table_is_what_its_script_makes_of_the_kept_runs(tmp_path):
+    """docs/results/xca-v-correction/holm.md and holm.json (RESULTS' post hoc check of which correction costs
+    XCiT without class attention) regenerate from the kept runs beside them, scored on validation."""
+    import shutil
+
+    script = load_script("xca_v_correction")
+    shutil.copytree(script.FOLDER / "kept", tmp_path / "kept")
+    assert script.main(tmp_path) == 0
+    for name in ("holm.md", "holm.json"):
+        assert (tmp_path / name).read_text() == (script.FOLDER / name).read_text(), f"stale: scripts/xca_v_correction.py"
+    assert "| validation accuracy, % |" in (tmp_path / "holm.md").read_text()
+    assert read_final_table(tmp_path / "holm.json")["owed"] == 0

@@ -20,16 +20,16 @@ KEYS = ("metric", "reference", "seeds", "owed", "arms", "comparisons")
 
 
 def final_table(figures: dict[str, dict[int, float]], lrs: dict[str, float], reference: str, metric: str,
-                seeds: int, title: str, described: str) -> tuple[str, dict]:
+                seeds: int, title: str, described: str, split: str = "test") -> tuple[str, dict]:
     """(holm.md's text, holm.json's record) of ``figures`` ({arm: {seed: figure}}, the finished runs) with
     each arm's lr; ``title`` is the heading line ("# ..."), ``described`` the sentence under it (seeds,
-    how test was scored)."""
+    how test was scored); ``split`` names the split the figures score in the table's header."""
     comparisons = against_reference({n: f for n, f in figures.items() if n != reference}, figures.get(reference, {}))
     owed = len(figures) * seeds - sum(len(f) for f in figures.values())
     lines = [title, "",
              f"{described} m = {len(comparisons)} comparisons, Holm over them; win or loss: adjusted p < 0.05"
              + (f"; **{owed} of {len(figures) * seeds} runs still owed**" if owed else "") + ".", "",
-             f"| arm | lr | seeds | test {METRIC_NAMES.get(metric, metric)}, % | difference, points | p | Holm p | verdict |",
+             f"| arm | lr | seeds | {split} {METRIC_NAMES.get(metric, metric)}, % | difference, points | p | Holm p | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     if figures.get(reference):
         lines.append(f"| {reference} | {lr_text(lrs[reference])} | {len(figures[reference])} | "
