@@ -155,10 +155,10 @@ def write_kept_encoder(run_dir: Path, target: Path) -> None:
     from speccond.data.store import sha256
     from speccond.experiments.runs import read_run
 
-    record = read_run(run_dir)
-    if record.status != "finished" or checkpoint.latest(run_dir) is None:
+    record, latest = read_run(run_dir), checkpoint.latest(run_dir)
+    if record.status != "finished" or latest is None:
         raise ValueError(f"{run_dir}: only a finished pre-training run with its checkpoints can have its encoder "
-                         f"kept (it is {record.status}, checkpoint: {checkpoint.latest(run_dir)})")
+                         f"kept (it is {record.status}, checkpoint: {latest})")
     _, encoder, step = _encoder(Path(run_dir), record.config)
     save_file({k: v.detach().clone().contiguous() for k, v in encoder.items()}, str(target / KEPT_ENCODER))
     (target / KEPT_ENCODER_RECORD).write_text(json.dumps({"step": step, "sha256": sha256(target / KEPT_ENCODER)}) + "\n")

@@ -88,15 +88,15 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
         return diverged
     samples = task.samples
     _check_shards(samples, config.batch_size, context)
-    model = model_for(config)
-    model.to(context.device)  # the task stays on the CPU; each batch is moved
-    optimizer = task.make_optimizer(model)
     steps_per_epoch = math.ceil(samples / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
-    step = resume(run_dir, model, optimizer)
     finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
     if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
         return finished[-1]
+    model = model_for(config)
+    model.to(context.device)  # the task stays on the CPU; each batch is moved
+    optimizer = task.make_optimizer(model)
+    step = resume(run_dir, model, optimizer)
     if step == 0 and config.init_from:
         load_pretrained(model, config)  # in place: the optimiser holds the same parameters
     if context.is_main:
