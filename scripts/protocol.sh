@@ -106,6 +106,12 @@ plan() {  # what tune would do with task NAME on this machine, in one line; trai
     echo "$name: tuning ($count finished tuning runs kept in $published/protocol-$name/kept), then final runs"
   fi
 }
+plan_pretraining() {  # the language stage's first step, in one line: how many of the 10 encoders are kept or here
+  kept_count=$(find "$kept_pretraining" -mindepth 3 -maxdepth 3 -name encoder.safetensors 2>/dev/null | wc -l)
+  here_count=$(.venv/bin/python -c 'import sys; from pathlib import Path; from speccond.experiments.kept_runs import pretraining_runs
+print(len(pretraining_runs(Path(sys.argv[1]))))' "$pretraining")
+  echo "pre-training: $kept_count of 10 encoders kept in $kept_pretraining, $here_count finished in $pretraining; the rest are trained first"
+}
 report() {
   name=$1; shift
   # shellcheck disable=SC2046
@@ -156,6 +162,7 @@ case "${1:-tier1}" in
   language) mkdir -p "$pretraining"; { pretrain && each "$(tasks language)" tune; } > runs/protocol-language.log 2>&1 & ;;
   list) tasks "$2" || { echo "usage: scripts/protocol.sh list tier1|full|reduced|tier2|language" >&2; exit 2; }; exit 0 ;;
   plan) tasks "$2" > /dev/null || { echo "usage: scripts/protocol.sh plan tier1|full|reduced|tier2|language" >&2; exit 2; }
+        [ "$2" != language ] || plan_pretraining
         each "$(tasks "$2")" plan; exit $? ;;
   report) each "$all" report; exit $? ;;
   publish) each "$all" publish || exit 1

@@ -259,6 +259,12 @@ def test_a_fresh_clone_resumes_the_protocol_from_its_committed_results(tmp_path)
     assert _protocol("plan", "full", checkout=tmp_path)[0] == (
         "fashion-mnist: final runs from the committed docs/results/protocol-fashion-mnist/choice.json "
         "(0 finished final runs kept)")
+    encoder = published / "protocol-mlm" / "kept" / "baseline" / "seed-1" / "encoder.safetensors"
+    encoder.parent.mkdir(parents=True)
+    encoder.write_bytes(b"")  # plan counts the kept encoders; restoring them is tests/test_language.py's
+    assert _protocol("plan", "language", checkout=tmp_path)[0] == (
+        "pre-training: 1 of 10 encoders kept in docs/results/protocol-mlm/kept, 0 finished in runs/protocol-mlm; "
+        "the rest are trained first")
 
 
 def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
