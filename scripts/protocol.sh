@@ -9,9 +9,10 @@
 #   scripts/protocol.sh [tier1]     tier 1 in the background, progress in runs/protocol-tier1.log
 #   scripts/protocol.sh tier2       tier 2: the other CIFAR-10 families, detection with the ViT trunk
 #   scripts/protocol.sh language    tier 2's language task: MLM pre-training, 2 seeds per arm, then each
-#                                   glue-* task tuned and scored from each pre-training seed
+#                                   glue-* task tuned from pre-training seed 0 and scored from each seed
 #   scripts/protocol.sh plan TIER   what running a tier would do with each task here: skip it, resume it, or tune it
-#   scripts/protocol.sh list TIER   the tasks of a tier (tier1 = full + reduced), one per line: its name, then its speccond tune arguments
+#   scripts/protocol.sh list TIER   the tasks of a tier (tier1 = full + reduced), one per line: its name, then its speccond tune
+#                                   arguments, after --choice-of OTHER for a task that takes task OTHER's choice instead of tuning
 #   scripts/protocol.sh report      tables of what has finished (runs/tune-*/tuning.md, final/holm.md); trains nothing
 #   scripts/protocol.sh publish     report, then copy the tables and plots of runs/tune-* into docs/results/protocol-*,
 #                                   and keep the finished pre-training runs with their encoders (docs/results/protocol-mlm/kept)
@@ -39,6 +40,14 @@ choice_of() {  # the choice.json of task NAME: this machine's, else the committe
 }
 committed_choice() {  # --choice FILE when task NAME's choice is committed: its final runs resume without the tuning runs
   [ ! -f "$published/protocol-$1/choice.json" ] || echo "--choice $published/protocol-$1/choice.json"
+}
+choice_args() {  # choice_args NAME [--choice-of OTHER]: the --choice speccond tune takes for task NAME, if any;
+  # a task listed with --choice-of OTHER is not tuned: it takes OTHER's choice (this machine's, else the committed one)
+  own=$(committed_choice "$1")
+  if [ -n "$own" ] || [ "$2" != --choice-of ]; then echo "$own"; return 0; fi
+  other=$(choice_of "$3")
+  [ -f "$other" ] || { echo "$1 takes the lrs chosen by $3, which has not chosen yet: run $3 first" >&2; return 1; }
+  echo "--choice $other"
 }
 finished() {  # task NAME's committed final table has every seed of every arm: nothing is left to train
   complete "$published/protocol-$1/final/holm.json"
@@ -70,7 +79,9 @@ detection-vit --task fashion-scenes --model vit-maskrcnn --val-size 200 $reduced
         arms="$arms,spectral:target_kappa=2+init_from=$pretraining/spectral-target_kappa=2/seed-$p"
         arms="$arms,$peer:init_from=$pretraining/$peer/seed-$p"
         for task in sentiment:4579 fact:4373 pairs:3982 hyperbaton:4000; do
-          echo "glue-${task%%:*}-pre$p --task glue-${task%%:*} --val-size ${task##*:} --tuning-seeds 1 --arms $arms"
+          # pre-training seed 1 takes the lrs chosen on seed 0's validation (RESULTS' protocol: a tuning cut)
+          shared=""; [ "$p" = 0 ] || shared="--choice-of glue-${task%%:*}-pre0 "
+          echo "glue-${task%%:*}-pre$p $shared--task glue-${task%%:*} --val-size ${task##*:} --tuning-seeds 1 --arms $arms"
         done
       done ;;
     *) return 2 ;;
@@ -87,8 +98,10 @@ tune() {
   name=$1; shift
   if finished "$name"; then echo "$name: every final run is in $published/protocol-$name/final; skipped"; return 0; fi
   kept "$name" restore || return 1
-  # shellcheck disable=SC2046  # --choice and its file are two words
-  .venv/bin/speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" $(committed_choice "$name") "$@"
+  choice=$(choice_args "$name" "$@") || return 1
+  [ "$1" != --choice-of ] || shift 2
+  # shellcheck disable=SC2086  # --choice and its file are two words
+  .venv/bin/speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" $choice "$@"
 }
 kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final), committed in $published/protocol-NAME/kept
   [ "$2" = keep ] && [ ! -d "runs/tune-$1" ] && return 0
@@ -101,6 +114,9 @@ plan() {  # what tune would do with task NAME on this machine, in one line; trai
   elif [ -n "$(committed_choice "$name")" ]; then
     count=$(find "$published/protocol-$name/kept/final" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
     echo "$name: final runs from the committed $published/protocol-$name/choice.json ($count finished final runs kept)"
+  elif [ "$2" = --choice-of ]; then
+    count=$(find "$published/protocol-$name/kept/final" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
+    echo "$name: no tuning; final runs at the lrs $3 chooses ($count finished final runs kept)"
   else
     count=$(find "$published/protocol-$name/kept/tune" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
     echo "$name: tuning ($count finished tuning runs kept in $published/protocol-$name/kept), then final runs"
@@ -114,8 +130,11 @@ print(len(pretraining_runs(Path(sys.argv[1]))))' "$pretraining")
 }
 report() {
   name=$1; shift
-  # shellcheck disable=SC2046
-  [ ! -d "runs/tune-$name" ] || .venv/bin/speccond tune --out "runs/tune-$name" $(committed_choice "$name") "$@" --stage report
+  [ -d "runs/tune-$name" ] || return 0
+  choice=$(choice_args "$name" "$@") || return 0  # a task waiting for another's choice has nothing to report yet
+  [ "$1" != --choice-of ] || shift 2
+  # shellcheck disable=SC2086
+  .venv/bin/speccond tune --out "runs/tune-$name" $choice "$@" --stage report
 }
 publish() {
   name=$1; shift

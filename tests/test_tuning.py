@@ -156,6 +156,9 @@ def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_a
         assert len(lines.splitlines()) == count
         for line in lines.splitlines():
             name, *arguments = line.split()
+            if arguments[0] == "--choice-of":  # protocol.sh's own: take that task's choice (tune --choice FILE)
+                shared, arguments = arguments[1], arguments[2:]
+                assert tier == "language" and name.endswith("-pre1") and shared == name.replace("-pre1", "-pre0")
             args = build_parser().parse_args(["tune", "--out", f"runs/tune-{name}", *arguments])
             arms = [tuning.arm_config(TrainConfig(), arm) for arm in args.arms.split(",")]
             assert all(arm.partition(":")[0] in METHODS for arm in args.arms.split(","))
@@ -337,6 +340,23 @@ def test_a_committed_choice_resumes_the_final_runs_without_the_tuning_runs_and_i
     assert main(["tune", *TWO_EPOCHS, *arms, "--choice", str(committed), "--out", str(fresh)]) == 2
     assert "holds another choice than --choice" in capsys.readouterr().err
     assert (fresh / "choice.json").read_text() == before
+
+
+def test_the_language_tasks_of_pre_training_seed_1_take_the_choice_made_from_seed_0(tmp_path):
+    """protocol.sh lists glue-*-pre1 with --choice-of glue-*-pre0 (RESULTS' protocol: a tuning cut): the arms
+    differ only in the encoder they start from (init_from, in the config, not in the name), so seed 0's
+    choice.json fits seed 1's protocol and adopt_choice takes it as it is."""
+    def arms(seed):
+        return dict(tuning.arm_config(TrainConfig(), f"{method}:init_from=runs/protocol-mlm/{name}/seed-{seed}")
+                    for method, name in (("baseline", "baseline"), ("spectral", "spectral")))
+
+    seed_0 = {"baseline": {"lr": 0.003, "validation": {"0.001": [0.70], "0.003": [0.72]}},
+              "spectral": {"lr": 0.001, "validation": {"0.001": [0.61], "0.003": [0.60]}}}
+    path = tmp_path / "pre0.json"
+    path.write_text(json.dumps(seed_0))
+    adopted = tuning.adopt_choice(path, arms(1), [1e-3, 3e-3], 1, tmp_path / "pre1")
+    assert {name: choice["lr"] for name, choice in adopted.items()} == {"baseline": 0.003, "spectral": 0.001}
+    assert all(config.init_from.endswith("seed-1") for config in arms(1).values())
 
 
 def test_kept_tuning_runs_restore_on_a_fresh_machine_as_finished_and_nothing_is_overwritten(tmp_path, one_thread):
