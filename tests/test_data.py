@@ -59,6 +59,27 @@ def test_a_corrupt_source_file_is_refused_and_the_next_source_tried(data_home, t
     assert data.load("fashion-mnist")["test_labels"].shape == (10000,)
 
 
+def test_obtaining_a_file_leaves_another_process_partial_download_alone(tmp_path):
+    """Two processes preparing one dataset at once (the language protocol's two pre-training chains) once
+    shared a single NAME.partial: one renamed it away under the other, which then failed. Each process
+    now writes its own partial file, so another's is neither read, overwritten nor moved."""
+    import os
+
+    from speccond.data.store import _obtain, sha256
+
+    source, raw = tmp_path / "mirror", tmp_path / "raw"
+    source.mkdir()
+    raw.mkdir()
+    (source / "file.bin").write_bytes(b"the real bytes")
+    others = raw / f"file.bin.{os.getpid() + 1}.partial"  # another process, half-way through its download
+    others.write_bytes(b"the real by")
+    spec = fashion_mnist.SPEC
+    obtained = _obtain(spec, "file.bin", sha256(source / "file.bin"), raw, (Source("a mirror", str(source)),))
+    assert obtained.read_bytes() == b"the real bytes"
+    assert others.read_bytes() == b"the real by"
+    assert sorted(path.name for path in raw.iterdir()) == sorted(["file.bin", others.name])
+
+
 def test_missing_dataset_names_the_command(data_home):
     with pytest.raises(FileNotFoundError, match="speccond data prepare fashion-mnist"):
         data.load("fashion-mnist")

@@ -106,7 +106,7 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
             assert tensors[key].shape[1:] == spec.image_shape, (key, tensors[key].shape, spec.image_shape)
     from safetensors.torch import save_file
 
-    partial = arrays.with_suffix(".partial")
+    partial = arrays.with_name(f"{arrays.name}.{os.getpid()}.partial")  # this process's own, as in _obtain
     save_file(tensors, str(partial), metadata={"dataset": spec.name, "format": str(spec.format_version)})
     os.replace(partial, arrays)
     log.info("prepared %s: %s", spec.name, {k: tuple(v.shape) for k, v in tensors.items()})
@@ -151,7 +151,9 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
         if location is None:
             problems.append(f"{source.description}: {source.location} is not set")
             continue
-        partial = destination.with_suffix(destination.suffix + ".partial")
+        # this process's own partial file: two processes preparing the same dataset at once (the language
+        # protocol's two pre-training chains) each download to their own and replace the destination atomically
+        partial = destination.with_name(f"{name}.{os.getpid()}.partial")
         try:
             if location.startswith(("http://", "https://")):
                 with urllib.request.urlopen(f"{location}/{name}", timeout=60) as response, partial.open("wb") as out:
