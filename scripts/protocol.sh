@@ -111,12 +111,11 @@ kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final)
 plan() {  # what tune would do with task NAME on this machine, in one line; trains nothing
   name=$1
   if finished "$name"; then echo "$name: skip, every final run is in $published/protocol-$name/final"
-  elif [ -n "$(committed_choice "$name")" ]; then
+  elif [ -n "$(committed_choice "$name")" ] || [ "$2" = --choice-of ]; then
     count=$(find "$published/protocol-$name/kept/final" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
-    echo "$name: final runs from the committed $published/protocol-$name/choice.json ($count finished final runs kept)"
-  elif [ "$2" = --choice-of ]; then
-    count=$(find "$published/protocol-$name/kept/final" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
-    echo "$name: no tuning; final runs at the lrs $3 chooses ($count finished final runs kept)"
+    if [ -n "$(committed_choice "$name")" ]; then from="the committed $published/protocol-$name/choice.json"
+    else from="the lrs $3 chooses (no tuning)"; fi
+    echo "$name: final runs from $from ($count finished final runs kept)"
   else
     count=$(find "$published/protocol-$name/kept/tune" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
     echo "$name: tuning ($count finished tuning runs kept in $published/protocol-$name/kept), then final runs"

@@ -265,9 +265,13 @@ def test_a_fresh_clone_resumes_the_protocol_from_its_committed_results(tmp_path)
     encoder = published / "protocol-mlm" / "kept" / "baseline" / "seed-1" / "encoder.safetensors"
     encoder.parent.mkdir(parents=True)
     encoder.write_bytes(b"")  # plan counts the kept encoders; restoring them is tests/test_language.py's
-    assert _protocol("plan", "language", checkout=tmp_path)[0] == (
+    language = _protocol("plan", "language", checkout=tmp_path)
+    assert language[0] == (
         "pre-training: 1 of 10 encoders kept in docs/results/protocol-mlm/kept, 0 finished in runs/protocol-mlm; "
         "the rest are trained first")
+    assert language[1].startswith("glue-sentiment-pre0: tuning (0 finished tuning runs kept")
+    assert language[5] == ("glue-sentiment-pre1: final runs from the lrs glue-sentiment-pre0 chooses (no tuning) "
+                           "(0 finished final runs kept)")  # RESULTS' tuning cut: seed 1 is not tuned
 
 
 def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
@@ -356,7 +360,7 @@ def test_the_language_tasks_of_pre_training_seed_1_take_the_choice_made_from_see
     path.write_text(json.dumps(seed_0))
     adopted = tuning.adopt_choice(path, arms(1), [1e-3, 3e-3], 1, tmp_path / "pre1")
     assert {name: choice["lr"] for name, choice in adopted.items()} == {"baseline": 0.003, "spectral": 0.001}
-    assert all(config.init_from.endswith("seed-1") for config in arms(1).values())
+    assert tuning.read_choice(tmp_path / "pre1" / "choice.json") == adopted  # seed 1's final runs read this file
 
 
 def test_kept_tuning_runs_restore_on_a_fresh_machine_as_finished_and_nothing_is_overwritten(tmp_path, one_thread):
