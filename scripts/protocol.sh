@@ -121,11 +121,15 @@ plan() {  # what tune would do with task NAME on this machine, in one line; trai
     echo "$name: tuning ($count finished tuning runs kept in $published/protocol-$name/kept), then final runs"
   fi
 }
+pretraining_count() {  # how many finished pre-training runs are in $pretraining
+  .venv/bin/python -c 'import sys; from pathlib import Path; from speccond.experiments.kept_runs import pretraining_runs
+print(len(pretraining_runs(Path(sys.argv[1]))))' "$pretraining"
+}
 plan_pretraining() {  # the language stage's first step, in one line: how many of the 10 encoders are kept or here
   kept_count=$(find "$kept_pretraining" -mindepth 3 -maxdepth 3 -name encoder.safetensors 2>/dev/null | wc -l)
-  here_count=$(.venv/bin/python -c 'import sys; from pathlib import Path; from speccond.experiments.kept_runs import pretraining_runs
-print(len(pretraining_runs(Path(sys.argv[1]))))' "$pretraining")
-  echo "pre-training: $kept_count of 10 encoders kept in $kept_pretraining, $here_count finished in $pretraining; the rest are trained first"
+  here_count=$(pretraining_count)
+  rest="the rest are trained first"; [ "$kept_count" != 10 ] || rest="none to train"
+  echo "pre-training: $kept_count of 10 encoders kept in $kept_pretraining, $here_count finished in $pretraining; $rest"
 }
 report() {
   name=$1; shift
@@ -153,6 +157,13 @@ publish() {
   fi
   kept "$name" keep || return 1
   echo "published $target"
+}
+publish_pretraining() {  # keep the finished encoders; once all 10 are here, commit their report too
+  .venv/bin/python -m speccond.experiments.kept_runs keep --pretraining "$pretraining" "$kept_pretraining" || return 1
+  [ "$(pretraining_count)" = 10 ] || return 0
+  .venv/bin/speccond report "$pretraining" > /dev/null || return 1
+  for file in results.md results.json comparison.png kappa.png; do cp "$pretraining/$file" "$published/protocol-mlm/"; done
+  echo "published $published/protocol-mlm (the pre-training report)"
 }
 mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arms compare's arguments name
   # shellcheck disable=SC2086
@@ -184,8 +195,7 @@ case "${1:-tier1}" in
         each "$(tasks "$2")" plan; exit $? ;;
   report) each "$all" report; exit $? ;;
   publish) each "$all" publish || exit 1
-           [ ! -d "$pretraining" ] || .venv/bin/python -m speccond.experiments.kept_runs keep --pretraining "$pretraining" "$kept_pretraining"
-           exit $? ;;
+           [ ! -d "$pretraining" ] || publish_pretraining; exit $? ;;
   *) echo "usage: scripts/protocol.sh [tier1|tier2|language|list TIER|plan TIER|report|publish]" >&2; exit 2 ;;
 esac
 echo "started; progress in runs/protocol-${1:-tier1}.log; tables so far: scripts/protocol.sh report"

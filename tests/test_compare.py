@@ -190,6 +190,16 @@ def test_a_diverged_run_is_reported_not_dropped(comparison, tmp_path):
     assert "count with chance accuracy (1 / number of classes)" in text
     runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["finished", "finished", "diverged", "diverged"]
+    # run_status, the cheap count that opens no checkpoint, agrees with the report's reading of each run
+    from speccond.experiments.runs import read_run, run_status
+
+    paths = [folder / "baseline" / "seed-0", folder / "baseline" / "seed-1", tmp_path / "hot" / "seed-0", tmp_path / "hot" / "seed-1"]
+    assert [run_status(path) for path in paths] == [r["status"] for r in runs]
+    cut = tmp_path / "cut"
+    shutil.copytree(folder / "baseline" / "seed-0", cut)
+    rows = (cut / "metrics.jsonl").read_text().splitlines()
+    (cut / "metrics.jsonl").write_text("\n".join(r for r in rows if '"eval"' not in r) + "\n")  # no final evaluation
+    assert run_status(cut) == read_run(cut).status == "unfinished"
 
 
 def test_bad_input_is_a_clear_error(tmp_path, capsys):

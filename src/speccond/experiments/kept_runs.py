@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from speccond.experiments.pretrained import KEPT_ENCODER, KEPT_ENCODER_RECORD, write_kept_encoder
-from speccond.experiments.runs import KEPT_KAPPA, read_run, write_kept_kappa
+from speccond.experiments.runs import KEPT_KAPPA, run_status, write_kept_kappa
 from speccond.experiments.tuning import outcome
 
 FILES = ("config.json", "metrics.jsonl", "timing.json")  # what is kept of a run; the first two are required
@@ -58,7 +58,7 @@ def finished_runs(root: Path) -> list[Path]:
 def pretraining_runs(root: Path) -> list[Path]:
     """The run folders ROOT/<arm>/seed-<k> that hold a finished pre-training run, sorted."""
     return sorted(run for run in root.glob("*/seed-*")
-                  if (run / "config.json").is_file() and read_run(run).status == "finished")
+                  if (run / "config.json").is_file() and run_status(run) == "finished")
 
 
 def keep(out: Path, kept: Path, pretraining: bool = False) -> list[Path]:

@@ -92,8 +92,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
     total_steps = next((int(r["total_steps"]) for r in reversed(rows) if r.get("total_steps") is not None), None)
     if total_steps is None and config.train_size:
         total_steps = math.ceil(config.train_size / config.batch_size) * config.epochs
-    diverged = _diverged(rows)
-    final = next((r for r in reversed(evals) if _is_final(r, config)), None)
+    diverged, final = _diverged(rows), _final_eval(evals, config)
     latest = checkpoint.latest(run_dir)
     checkpoint_step = checkpoint.manifest_step(latest) if latest is not None else 0
     accuracy = loss = None
@@ -115,6 +114,18 @@ def read_run(run_dir: str | Path) -> RunRecord:
         entropy=entropy, seconds=recorded_seconds(run_dir), last_eval=last_eval,
         diverged_loss=None if diverged is None else str(diverged["loss"]),
     )
+
+
+def run_status(run_dir: str | Path) -> str:
+    """:func:`read_run`'s status ("finished", "diverged" or "unfinished") from the config and metrics
+    alone: no checkpoint is opened and no kappa computed, so counting runs stays cheap."""
+    run_dir = Path(run_dir)
+    config = _config(run_dir / "config.json", _read_config(run_dir / "config.json"))
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    if _diverged(rows) is not None:
+        return "diverged"
+    evals = [r for r in rows if r.get("kind") == "eval"]
+    return "finished" if _final_eval(evals, config) is not None else "unfinished"
 
 
 KEPT_KAPPA = "kappa.json"  # {"kappa_qkv": float or null, "step": int}: read_run's kappa of a run kept without checkpoints
@@ -204,6 +215,10 @@ def _diverged(rows: list[dict]) -> Optional[dict]:
             log.info("no diverged row; loss %s at step %s counts as divergence", row["loss"], row["step"])
             return {"step": row["step"], "loss": str(row["loss"])}
     return None
+
+
+def _final_eval(evals: list[dict], config: TrainConfig) -> Optional[dict]:
+    return next((r for r in reversed(evals) if _is_final(r, config)), None)
 
 
 def _is_final(row: dict, config: TrainConfig) -> bool:
