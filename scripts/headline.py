@@ -126,6 +126,39 @@ def language_table() -> dict | None:
     return record
 
 
+def language_breakdown() -> str:
+    """The language row task by task: for each glue-* task and pre-training seed with a committed final
+    table, each arm's test accuracy (the baseline) or paired difference and verdict over its fine-tuning
+    seeds (Holm over that table's arms); the tables not committed yet are listed as owed."""
+    paths = {(task, p): RESULTS / f"protocol-glue-{task}-pre{p}" / "final" / "holm.json"
+             for task in GLUE for p in PRE_TRAINING_SEEDS}
+    records = {key: read_final_table(path) for key, path in paths.items() if path.is_file()}
+    if not records:
+        return "No glue-* final table is committed yet: `scripts/protocol.sh language`."
+    keys = [key for key in paths if key in records]
+    lines = ["| arm | " + " | ".join(f"{task}, pre-training {p}" for task, p in keys) + " |",
+             "|---|" + "---|" * len(keys)]
+    arms = list(dict.fromkeys(arm for key in keys for arm in records[key]["arms"]))
+    for arm in arms:
+        cells = []
+        for key in keys:
+            record = records[key]
+            c = next((c for c in record["comparisons"] if c["arm"] == arm), None)
+            if arm == record["reference"]:
+                cells.append(_percent(list(record["arms"][arm]["figures"].values())) + " (reference)")
+            else:
+                cells.append("" if c is None else f"{_difference(c)}, {c['verdict']}")
+        lines.append(f"| {ARMS.get(arm, arm)} | " + " | ".join(cells) + " |")
+    lines += ["", "Each column is one final table (docs/results/protocol-glue-TASK-preP/final/holm.md): 5 "
+              "fine-tuning seeds from one pre-trained encoder per arm, differences in points paired by "
+              "fine-tuning seed, Holm over the table's arms. Its intervals carry fine-tuning noise only; "
+              "the headline's language row pairs by pre-training seed."]
+    owed = [f"glue-{task}-pre{p}" for task, p in paths if (task, p) not in records]
+    if owed:
+        lines += ["", f"Owed ({len(owed)} of {len(paths)} tables): {', '.join(owed)}; `scripts/protocol.sh language`."]
+    return "\n".join(lines)
+
+
 def _percent(values: list[float]) -> str:
     return str(mean_interval([100 * v for v in values]))
 
@@ -245,6 +278,7 @@ def headline(found: dict[str, dict]) -> str:
     return "\n".join(["# Headline: task x method (issue 17's pre-registered protocol)", "",
                       "Made by `.venv/bin/python scripts/headline.py --write` from the committed final tables "
                       "(its docstring says which).", "", table(found), "", "## As a matrix", "", matrix(found), "",
+                      "## The language row, task by task", "", language_breakdown(), "",
                       "## Conditioning against the peers (the secondary analysis registered for the goal)", "",
                       "Differences in points, conditioning arm minus peer, paired by seed, 95 % t intervals; "
                       "Holm over each task's conditioning-peer pairs; ahead or behind: adjusted p < 0.05.", "",

@@ -5,7 +5,9 @@
 
 A family is the set of arms compared with one baseline: each report folder is one, except the
 quick-preset ablations (docs/results/ablate-*), whose six folders share one baseline (the same config and
-seeds) and are one family of every distinct arm. Per arm: the mean difference against the baseline,
+seeds) and are one family of every distinct arm. The pre-registered protocol's folders (docs/results/protocol-*)
+are left out: each of its tasks has its own Holm table (final/holm.md), and its MLM pre-training is a step
+of the language task, not a scored comparison. Per arm: the mean difference against the baseline,
 paired by seed (accuracy; box AP for detection), its 95 % t interval, the two-sided paired t-test p, and
 the p adjusted by Holm over the family's arms. An arm wins or loses when its adjusted p < 0.05.
 """
@@ -60,7 +62,7 @@ def rows() -> list[dict]:
     families = dict(POOLED)
     pooled = {folder for folders in POOLED.values() for folder in folders}
     families.update({p.parent.name: [p.parent.name] for p in sorted(RESULTS.glob("*/results.json"))
-                     if p.parent.name not in pooled})
+                     if p.parent.name not in pooled and not p.parent.name.startswith("protocol-")})
     table = []
     for name, folders in families.items():
         figure, arms = family_arms(folders)

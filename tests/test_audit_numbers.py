@@ -25,6 +25,11 @@ def test_the_committed_multiple_comparisons_table_is_what_the_script_makes_of_th
     comparisons = load_script("multiple_comparisons")
     assert comparisons.OUT.read_text() == comparisons.markdown(comparisons.rows()), (
         "docs/results/multiple-comparisons.md is stale: .venv/bin/python scripts/multiple_comparisons.py --write")
+    # RESULTS' correction across all families names how many arms the file holds
+    import re
+
+    quoted = re.findall(r"the (\d+) arms of the file", (comparisons.ROOT / "docs" / "RESULTS.md").read_text())
+    assert quoted == [str(len(comparisons.rows()))], "RESULTS' count of the arms in multiple-comparisons.md is stale"
 
 
 def test_quoted_p_values_are_found_in_their_forms_and_checked_by_rounding():

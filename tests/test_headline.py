@@ -54,12 +54,21 @@ def test_the_language_row_averages_the_glue_tasks_and_pairs_by_pre_training_seed
     headline = load_script("headline")
     monkeypatch.setattr(headline, "RESULTS", tmp_path)
     assert headline.language_table() is None  # nothing committed yet
+    assert headline.language_breakdown().startswith("No glue-* final table is committed yet")
     for t, task in enumerate(headline.GLUE):
         for p in headline.PRE_TRAINING_SEEDS:
             base = 0.70 + 0.05 * t + 0.01 * p
             figures = {"baseline": {100: base, 101: base + 0.02}, "spectral": {100: base - 0.10, 101: base - 0.08 - 0.01 * p}}
             text, record = final_table(figures, {"baseline": 1e-3, "spectral": 3e-4}, "baseline", "accuracy", 2, "# t", "")
             write_final_table(tmp_path / f"protocol-glue-{task}-pre{p}" / "final", text, record)
+            if (t, p) == (0, 0):  # one table of eight: the breakdown shows it and lists the other seven as owed
+                breakdown = headline.language_breakdown().splitlines()
+                assert breakdown[:4] == ["| arm | sentiment, pre-training 0 |", "|---|---|",
+                                         "| baseline | 71 +- 13 (reference) |",
+                                         "| lam = 10 on q, k, v (the paper) | -10 +- 0, loss |"]
+                assert breakdown[-1].startswith("Owed (7 of 8 tables): glue-sentiment-pre1, glue-fact-pre0,")
+    breakdown = headline.language_breakdown()
+    assert breakdown.count("pre-training") == 8 + 1 and "Owed" not in breakdown  # 8 columns, and the note's word
     record = headline.language_table()
     baseline = record["arms"]["baseline"]["figures"]
     assert baseline == pytest.approx({"0": 0.70 + 0.075 + 0.01, "1": 0.70 + 0.075 + 0.02})  # tasks and seeds averaged
