@@ -101,6 +101,12 @@ GLUE = ("sentiment", "fact", "pairs", "hyperbaton")
 PRE_TRAINING_SEEDS = (0, 1)
 
 
+def glue_tables() -> dict[tuple[str, int], Path]:
+    """{(task, pre-training seed): its final table's path}, in the order the tables are shown."""
+    return {(task, p): RESULTS / f"protocol-glue-{task}-pre{p}" / "final" / "holm.json"
+            for task in GLUE for p in PRE_TRAINING_SEEDS}
+
+
 def language_table() -> dict | None:
     """The GLUE-like average as a final table whose seeds are the pre-training seeds: per arm and
     pre-training seed, the mean over the four glue-* tasks of the mean test accuracy over that task's final
@@ -108,8 +114,7 @@ def language_table() -> dict | None:
     the pre-training seeds, so the interval carries pre-training noise, not fine-tuning noise alone. None
     until the tables of every task and pre-training seed are committed
     (docs/results/protocol-glue-<task>-pre<p>/final/holm.json)."""
-    paths = {(task, p): RESULTS / f"protocol-glue-{task}-pre{p}" / "final" / "holm.json"
-             for task in GLUE for p in PRE_TRAINING_SEEDS}
+    paths = glue_tables()
     if not all(path.is_file() for path in paths.values()):
         return None
     records = {key: read_final_table(path) for key, path in paths.items()}
@@ -130,8 +135,7 @@ def language_breakdown() -> str:
     """The language row task by task: for each glue-* task and pre-training seed with a committed final
     table, each arm's test accuracy (the baseline) or paired difference and verdict over its fine-tuning
     seeds (Holm over that table's arms); the tables not committed yet are listed as owed."""
-    paths = {(task, p): RESULTS / f"protocol-glue-{task}-pre{p}" / "final" / "holm.json"
-             for task in GLUE for p in PRE_TRAINING_SEEDS}
+    paths = glue_tables()
     records = {key: read_final_table(path) for key, path in paths.items() if path.is_file()}
     if not records:
         return "No glue-* final table is committed yet: `scripts/protocol.sh language`."
@@ -140,15 +144,7 @@ def language_breakdown() -> str:
              "|---|" + "---|" * len(keys)]
     arms = list(dict.fromkeys(arm for key in keys for arm in records[key]["arms"]))
     for arm in arms:
-        cells = []
-        for key in keys:
-            record = records[key]
-            c = next((c for c in record["comparisons"] if c["arm"] == arm), None)
-            if arm == record["reference"]:
-                cells.append(_percent(list(record["arms"][arm]["figures"].values())) + " (reference)")
-            else:
-                cells.append("" if c is None else f"{_difference(c)}, {c['verdict']}")
-        lines.append(f"| {ARMS.get(arm, arm)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {ARMS.get(arm, arm)} | " + " | ".join(_cell(records[key], arm) for key in keys) + " |")
     lines += ["", "Each column is one final table (docs/results/protocol-glue-TASK-preP/final/holm.md): 5 "
               "fine-tuning seeds from one pre-trained encoder per arm, differences in points paired by "
               "fine-tuning seed, Holm over the table's arms. Its intervals carry fine-tuning noise only; "
@@ -157,6 +153,14 @@ def language_breakdown() -> str:
     if owed:
         lines += ["", f"Owed ({len(owed)} of {len(paths)} tables): {', '.join(owed)}; `scripts/protocol.sh language`."]
     return "\n".join(lines)
+
+
+def _cell(record: dict, arm: str) -> str:
+    """One arm's cell of a final table: the reference's test figure, else its difference and verdict."""
+    if arm == record["reference"]:
+        return _percent(list(record["arms"][arm]["figures"].values())) + " (reference)"
+    c = next((c for c in record["comparisons"] if c["arm"] == arm), None)
+    return "" if c is None else f"{_difference(c)}, {c['verdict']}"
 
 
 def _percent(values: list[float]) -> str:
@@ -201,15 +205,7 @@ def matrix(found: dict[str, dict]) -> str:
                   "|---|" + "---|" * len(done)]
         arms = [a for a in ARMS if any(a in found[t.folder]["arms"] for t in done)]
         for arm in arms:
-            cells = []
-            for t in done:
-                record = found[t.folder]
-                c = next((c for c in record["comparisons"] if c["arm"] == arm), None)
-                if arm == record["reference"]:
-                    cells.append(_percent(list(record["arms"][arm]["figures"].values())) + " (reference)")
-                else:
-                    cells.append("" if c is None else f"{_difference(c)}, {c['verdict']}")
-            lines.append(f"| {ARMS[arm]} | " + " | ".join(cells) + " |")
+            lines.append(f"| {ARMS[arm]} | " + " | ".join(_cell(found[t.folder], arm) for t in done) + " |")
         lines.append("")
         lines.append("Differences in points from the baseline, paired by seed, 95 % t intervals; win or loss: "
                      "Holm-adjusted p < 0.05 over the task's arms.")

@@ -1,6 +1,8 @@
 """Every interval README.md and docs/RESULTS.md quote comes from a committed results file (issue 17)."""
 from __future__ import annotations
 
+import re
+
 from tests.scripts import load_script
 
 
@@ -26,8 +28,6 @@ def test_the_committed_multiple_comparisons_table_is_what_the_script_makes_of_th
     assert comparisons.OUT.read_text() == comparisons.markdown(comparisons.rows()), (
         "docs/results/multiple-comparisons.md is stale: .venv/bin/python scripts/multiple_comparisons.py --write")
     # RESULTS' correction across all families names how many arms the file holds
-    import re
-
     quoted = re.findall(r"the (\d+) arms of the file", (comparisons.ROOT / "docs" / "RESULTS.md").read_text())
     assert quoted == [str(len(comparisons.rows()))], "RESULTS' count of the arms in multiple-comparisons.md is stale"
 
