@@ -149,6 +149,17 @@ def language_breakdown() -> str:
               "fine-tuning seeds from one pre-trained encoder per arm, differences in points paired by "
               "fine-tuning seed, Holm over the table's arms. Its intervals carry fine-tuning noise only; "
               "the headline's language row pairs by pre-training seed."]
+    average = language_table()
+    if average is not None:
+        differences = {c["arm"]: f"{_difference(c)}, {c['verdict']}" for c in average["comparisons"]}
+        lines += ["", "The headline's language row per pre-training seed: the GLUE-like average (mean over the four "
+                  "tasks of each task's mean test accuracy over its fine-tuning seeds), %, and the difference paired "
+                  "over the pre-training seeds (t with 1 degree of freedom, Holm over the arms):", "",
+                  "| arm | " + " | ".join(f"pre-training {p}" for p in PRE_TRAINING_SEEDS) + " | difference, points |",
+                  "|---|" + "---|" * (len(PRE_TRAINING_SEEDS) + 1)]
+        for arm, entry in average["arms"].items():
+            cells = [f"{100 * entry['figures'][str(p)]:.2f}" if str(p) in entry["figures"] else "-" for p in PRE_TRAINING_SEEDS]
+            lines.append(f"| {ARMS.get(arm, arm)} | " + " | ".join(cells) + f" | {differences.get(arm, 'reference')} |")
     owed = [f"glue-{task}-pre{p}" for task, p in paths if (task, p) not in records]
     if owed:
         lines += ["", f"Owed ({len(owed)} of {len(paths)} tables): {', '.join(owed)}; `scripts/protocol.sh language`."]
