@@ -31,25 +31,12 @@ from speccond.detection.report import NAMES as METRIC_NAMES  # noqa: E402
 from speccond.diagnostics.plot import save_figure  # noqa: E402
 from speccond.experiments.final_table import final_table, lr_text, read_final_table  # noqa: E402
 from speccond.experiments.stats import Interval, family, mean_interval  # noqa: E402
-from speccond.experiments.tuning import PEERS  # noqa: E402
+from speccond.experiments.tuning import ARM_NAMES as ARMS, PEERS  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "headline.md"
 DOCUMENTS = {ROOT / "docs" / "RESULTS.md": "table", ROOT / "README.md": "matrix"}
 START, END = "<!-- headline -->", "<!-- /headline -->"
-
-ARMS = {  # the harness's arm names, as people read them
-    "baseline": "baseline",
-    "spectral": "lam = 10 on q, k, v (the paper)",
-    "spectral-corrected=q": "lam = 10 on q only",
-    "spectral-target_kappa=2": "lam = auto (kappa <= 2)",
-    "spectral-svd": "SVD per head",
-    "qk-norm": "qk-norm",
-    "sigma-reparam": "sigmaReparam on q, k, v",
-    "sigma-reparam-all": "sigmaReparam on every layer",
-    "spectral-norm": "spectral norm",
-}
-
 
 @dataclass(frozen=True)
 class Task:

@@ -28,18 +28,19 @@ sys.path.insert(0, str(ROOT / "src"))
 from speccond.diagnostics.plot import save_figure  # noqa: E402
 from speccond.experiments.final_table import read_final_table  # noqa: E402
 from speccond.experiments.stats import Interval, mean_interval  # noqa: E402
+from speccond.experiments.tuning import ARM_NAMES  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "mechanism.md"
 PLOT = RESULTS / "mechanism.png"
-ARMS = {  # the arms plotted, each with its colour; every other arm is listed in the table only
-    "spectral": ("lam = 10 on q, k, v (the paper)", "tab:red"),
-    "spectral-corrected=q": ("lam = 10 on q only", "tab:orange"),
-    "spectral-target_kappa=2": ("lam = auto (kappa <= 2)", "tab:blue"),
-    "spectral-svd": ("SVD per head", "tab:purple"),
-    "sigma-reparam": ("sigmaReparam on q, k, v", "tab:olive"),
-    "sigma-reparam-all": ("sigmaReparam on every layer", "tab:brown"),
-    "spectral-norm": ("spectral norm", "tab:cyan"),
+COLOURS = {  # the arms plotted, each with its colour; every other arm is listed in the table only
+    "spectral": "tab:red",
+    "spectral-corrected=q": "tab:orange",
+    "spectral-target_kappa=2": "tab:blue",
+    "spectral-svd": "tab:purple",
+    "sigma-reparam": "tab:olive",
+    "sigma-reparam-all": "tab:brown",
+    "spectral-norm": "tab:cyan",
 }
 
 
@@ -132,7 +133,7 @@ def report(measured: list[Row], unmeasured: dict[str, list[str]]) -> str:
              "| task | arm | entropy, nats | baseline's, nats | fraction of the baseline's | difference, points | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in sorted(measured, key=lambda r: r.fraction.mean):
-        lines.append(f"| {r.task} | {ARMS.get(r.arm, (r.arm,))[0]} | {r.entropy:.3g} | {r.baseline_entropy:.3g} | "
+        lines.append(f"| {r.task} | {ARM_NAMES.get(r.arm, r.arm)} | {r.entropy:.3g} | {r.baseline_entropy:.3g} | "
                      f"{r.fraction} | {r.difference} | {r.verdict} |")
     lines += ["", "Rows sorted by the fraction. Over the rows:"]
     if len(measured) >= 3:
@@ -160,13 +161,13 @@ def plot(measured: list[Row], path: Path = PLOT) -> None:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7.5, 5))
-    for arm, (label, colour) in ARMS.items():
+    for arm, colour in COLOURS.items():
         mine = [r for r in measured if r.arm == arm]
         for r in mine:
             axis.errorbar(r.fraction.mean, r.difference.mean, yerr=r.difference.half_width, fmt="o", capsize=2,
                           color=colour, markerfacecolor=colour if r.verdict == "loss" else "white")
         if mine:
-            axis.plot([], [], "o", color=colour, label=label)
+            axis.plot([], [], "o", color=colour, label=ARM_NAMES[arm])
     axis.axhline(0, color="black", linewidth=0.8)
     axis.axvline(1, color="grey", linewidth=0.8, linestyle=":")
     axis.set(xscale="log", xlabel="attention entropy at the end, fraction of the baseline's (log scale)",

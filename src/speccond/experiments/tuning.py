@@ -172,6 +172,18 @@ def choose(scores: dict[str, dict[str, list]]) -> dict[str, dict]:
 
 PEERS = ("qk-norm", "sigma-reparam", "sigma-reparam-all", "spectral-norm")  # issue 17's peers, registered order
 
+ARM_NAMES = {  # the arms' names, as the headline, the mechanism page and people read them
+    "baseline": "baseline",
+    "spectral": "lam = 10 on q, k, v (the paper)",
+    "spectral-corrected=q": "lam = 10 on q only",
+    "spectral-target_kappa=2": "lam = auto (kappa <= 2)",
+    "spectral-svd": "SVD per head",
+    "qk-norm": "qk-norm",
+    "sigma-reparam": "sigmaReparam on q, k, v",
+    "sigma-reparam-all": "sigmaReparam on every layer",
+    "spectral-norm": "spectral norm",
+}
+
 
 def read_choice(path: Path) -> dict[str, dict]:
     """choice.json as :func:`choose` wrote it, or a ValueError naming what is wrong with the file."""
