@@ -1,0 +1,65 @@
+#!/bin/sh
+# The head-width-64 protocol, as pre-registered in docs/RESULTS.md ("Pre-registered protocol at head width 64").
+# Every command resumes where it stopped and skips finished runs; finished runs are kept in
+# docs/results/protocol64-NAME/kept by `publish`, and restored from there on a fresh clone.
+#   scripts/protocol64.sh pilot           the plateau pilot: the baseline at lr 1e-3 for 10 epochs, on validation
+#   scripts/protocol64.sh fashion-mnist   tuning, then the final runs (speccond tune --jobs ${JOBS:-2})
+#   scripts/protocol64.sh cifar10         the same on the offline CIFAR-10 split
+#   scripts/protocol64.sh publish         tables of what has finished, and keep every finished run
+#   scripts/protocol64.sh plan            what is finished and what is left, per task; trains nothing
+# SPECCOND_SRC runs another checkout's sources (a pinned copy, while this one is edited).
+cd "$(dirname "$0")/.." || exit 1
+export OMP_NUM_THREADS=1
+[ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
+py=${SPECCOND_PYTHON:-.venv/bin/python}
+arms=baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm
+model="--set embed_dim=192 --set num_heads=3 --set depth=4 --set patch_size=4 --set batch_size=128 --set warmup_steps=200"
+kept=docs/results
+
+args() {  # the speccond tune arguments of task NAME
+  case $1 in
+    fashion-mnist) echo "--task fashion-mnist --val-size 6000 $model --set epochs=5 --set track_every=422" ;;
+    cifar10) echo "--task cifar10 --val-size 800 $model --set epochs=30 --set track_every=57" ;;
+    *) echo "unknown task $1: fashion-mnist or cifar10" >&2; return 2 ;;
+  esac
+}
+keep() {  # keep|restore NAME
+  [ "$1" = keep ] && [ ! -d "runs/tune64-$2" ] && return 0
+  [ "$1" = restore ] && [ ! -d "$kept/protocol64-$2/kept" ] && return 0
+  "$py" -m speccond.experiments.kept_runs "$1" "runs/tune64-$2" "$kept/protocol64-$2/kept"
+}
+tune() {  # tune NAME [--stage S]
+  name=$1; shift
+  a=$(args "$name") || exit 2
+  keep restore "$name" || exit 1
+  # shellcheck disable=SC2086  # the task's arguments are words
+  "$py" -m speccond tune --jobs "${JOBS:-2}" --out "runs/tune64-$name" --arms "$arms" $a "$@"
+}
+case "${1:-plan}" in
+  pilot)
+    # shellcheck disable=SC2086
+    "$py" -m speccond compare --task fashion-mnist --methods baseline --seeds 1 --out runs/tune64-pilot $model \
+      --set epochs=10 --set lr=1e-3 --set val_size=6000 --set tuning=1 --set flush_denormal=1 --set track_every=422 ;;
+  fashion-mnist|cifar10) tune "$1" ;;
+  publish)
+    for name in fashion-mnist cifar10; do
+      [ -d "runs/tune64-$name" ] || continue
+      tune "$name" --stage report || exit 1
+      mkdir -p "$kept/protocol64-$name"
+      for f in tuning.md tuning.png choice.json; do
+        [ ! -f "runs/tune64-$name/$f" ] || cp "runs/tune64-$name/$f" "$kept/protocol64-$name/"
+      done
+      keep keep "$name" || exit 1
+    done
+    if [ -d runs/tune64-pilot ]; then
+      mkdir -p "$kept/protocol64-pilot"
+      cp -r runs/tune64-pilot/baseline "$kept/protocol64-pilot/" 2>/dev/null
+      find "$kept/protocol64-pilot" -name checkpoints -type d -prune -exec rm -rf {} +
+    fi ;;
+  plan)
+    for name in fashion-mnist cifar10; do
+      n=$(find "$kept/protocol64-$name/kept" runs/tune64-$name -name metrics.jsonl 2>/dev/null | wc -l)
+      echo "$name: $n run records here or kept; scripts/protocol64.sh $name resumes it"
+    done ;;
+  *) echo "usage: scripts/protocol64.sh pilot|fashion-mnist|cifar10|publish|plan" >&2; exit 2 ;;
+esac
