@@ -38,7 +38,7 @@ tune() {  # tune NAME [--stage S]
 case "${1:-plan}" in
   pilot)
     # shellcheck disable=SC2086
-    "$py" -m speccond compare --task fashion-mnist --methods baseline --seeds 1 --out runs/tune64-pilot $model \
+    "$py" -m speccond compare --task fashion-mnist --methods baseline --seeds 1 --preset full --out runs/tune64-pilot $model \
       --set epochs=10 --set lr=1e-3 --set val_size=6000 --set tuning=1 --set flush_denormal=1 --set track_every=422 ;;
   fashion-mnist|cifar10) tune "$1" ;;
   publish)
