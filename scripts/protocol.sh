@@ -105,19 +105,26 @@ tune() {
 }
 kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final), committed in $published/protocol-NAME/kept
   [ "$2" = keep ] && [ ! -d "runs/tune-$1" ] && return 0
-  [ "$2" = restore ] && [ ! -d "$published/protocol-$1/kept" ] && return 0
-  .venv/bin/python -m speccond.experiments.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept"
+  [ "$2" = restore ] && [ ! -d "$published/protocol-$1/kept" ] && [ ! -f "$published/protocol-$1/kept.tar.xz" ] && return 0
+  .venv/bin/python -m speccond.experiments.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept" || return 1
+  pack "$published/protocol-$1/kept"
+}
+pack() {  # a kept folder is committed packed (kept.tar.xz and its manifest; experiments/kept_runs.py)
+  [ ! -d "$1" ] || .venv/bin/python -m speccond.experiments.kept_runs pack "$1"
+}
+kept_count() {  # kept_count KEPT STAGE: how many finished runs of STAGE (tune or final) KEPT holds, packed or not
+  .venv/bin/python -m speccond.experiments.kept_runs list "$1" 2>/dev/null | grep -c "^$2/"
 }
 plan() {  # what tune would do with task NAME on this machine, in one line; trains nothing
   name=$1
   if finished "$name"; then echo "$name: skip, every final run is in $published/protocol-$name/final"
   elif [ -n "$(committed_choice "$name")" ] || [ "$2" = --choice-of ]; then
-    count=$(find "$published/protocol-$name/kept/final" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
+    count=$(kept_count "$published/protocol-$name/kept" final)
     if [ -n "$(committed_choice "$name")" ]; then from="the committed $published/protocol-$name/choice.json"
     else from="the lrs $3 chooses (no tuning)"; fi
     echo "$name: final runs from $from ($count finished final runs kept)"
   else
-    count=$(find "$published/protocol-$name/kept/tune" -mindepth 2 -maxdepth 2 -name 'seed-*' 2>/dev/null | wc -l)
+    count=$(kept_count "$published/protocol-$name/kept" tune)
     echo "$name: tuning ($count finished tuning runs kept in $published/protocol-$name/kept), then final runs"
   fi
 }
@@ -126,7 +133,7 @@ pretraining_count() {  # how many finished pre-training runs are in $pretraining
 print(len(pretraining_runs(Path(sys.argv[1]))))' "$pretraining"
 }
 plan_pretraining() {  # the language stage's first step, in one line: how many of the 10 encoders are kept or here
-  kept_count=$(find "$kept_pretraining" -mindepth 3 -maxdepth 3 -name encoder.safetensors 2>/dev/null | wc -l)
+  kept_count=$(.venv/bin/python -m speccond.experiments.kept_runs list --pretraining "$kept_pretraining" 2>/dev/null | wc -l)
   here_count=$(pretraining_count)
   rest="the rest are trained first"; [ "$kept_count" != 10 ] || rest="none to train"
   echo "pre-training: $kept_count of 10 encoders kept in $kept_pretraining, $here_count finished in $pretraining; $rest"
@@ -160,6 +167,7 @@ publish() {
 }
 publish_pretraining() {  # keep the finished encoders; once all 10 are here, commit their report too
   .venv/bin/python -m speccond.experiments.kept_runs keep --pretraining "$pretraining" "$kept_pretraining" || return 1
+  pack "$kept_pretraining" || return 1
   [ "$(pretraining_count)" = 10 ] || return 0
   .venv/bin/speccond report "$pretraining" > /dev/null || return 1
   for file in results.md results.json comparison.png kappa.png; do cp "$pretraining/$file" "$published/protocol-mlm/"; done
@@ -171,7 +179,7 @@ mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arm
 }
 pretrain() {  # the language arms' encoders, in two chains side by side; those kept in the repository are not trained again
   peers
-  if [ -d "$kept_pretraining" ]; then
+  if [ -d "$kept_pretraining" ] || [ -f "$kept_pretraining.tar.xz" ]; then
     .venv/bin/python -m speccond.experiments.kept_runs restore --pretraining "$pretraining" "$kept_pretraining" || return 1
   fi
   export SPECCOND_PARALLEL_JOBS=2

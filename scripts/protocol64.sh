@@ -25,7 +25,7 @@ args() {  # the speccond tune arguments of task NAME
 }
 keep() {  # keep|restore NAME
   [ "$1" = keep ] && [ ! -d "runs/tune64-$2" ] && return 0
-  [ "$1" = restore ] && [ ! -d "$kept/protocol64-$2/kept" ] && return 0
+  [ "$1" = restore ] && [ ! -d "$kept/protocol64-$2/kept" ] && [ ! -f "$kept/protocol64-$2/kept.tar.xz" ] && return 0
   "$py" -m speccond.experiments.kept_runs "$1" "runs/tune64-$2" "$kept/protocol64-$2/kept"
 }
 tune() {  # tune NAME [--stage S]
@@ -50,6 +50,7 @@ case "${1:-plan}" in
         [ ! -f "runs/tune64-$name/$f" ] || cp "runs/tune64-$name/$f" "$kept/protocol64-$name/"
       done
       keep keep "$name" || exit 1
+      [ ! -d "$kept/protocol64-$name/kept" ] || "$py" -m speccond.experiments.kept_runs pack "$kept/protocol64-$name/kept" || exit 1
     done
     if [ -d runs/tune64-pilot ]; then
       mkdir -p "$kept/protocol64-pilot"
@@ -58,8 +59,8 @@ case "${1:-plan}" in
     fi ;;
   plan)
     for name in fashion-mnist cifar10; do
-      n=$(find "$kept/protocol64-$name/kept" runs/tune64-$name -name metrics.jsonl 2>/dev/null | wc -l)
-      echo "$name: $n run records here or kept; scripts/protocol64.sh $name resumes it"
+      n=$("$py" -m speccond.experiments.kept_runs list "$kept/protocol64-$name/kept" 2>/dev/null | wc -l)
+      echo "$name: $n finished runs kept; scripts/protocol64.sh $name resumes it"
     done ;;
   *) echo "usage: scripts/protocol64.sh pilot|fashion-mnist|cifar10|publish|plan" >&2; exit 2 ;;
 esac

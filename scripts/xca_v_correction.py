@@ -4,7 +4,8 @@ check, issue 17; docs/RESULTS.md). Reads the 20 validation-scored runs of
     speccond tune --task cifar10 --model xcit-noca --val-size 800 --lrs 3e-3 --tuning-seeds 5 --stage tune \\
         --jobs 1 --arms baseline,spectral,spectral:corrected=v,spectral:corrected=qk --out runs/xca-v-correction
 
-kept in docs/results/xca-v-correction/kept (or any folder of the same layout) and writes holm.md and holm.json
+kept in docs/results/xca-v-correction/kept (packed: kept.tar.xz, read through kept_runs.opened; or any folder of
+the same layout) and writes holm.md and holm.json
 there (experiments/final_table.py): each arm against the baseline, paired by seed, Holm over the 3 arms.
 
     .venv/bin/python scripts/xca_v_correction.py [FOLDER]
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from speccond.experiments.final_table import final_table, write_final_table
+from speccond.experiments.kept_runs import opened
 from speccond.experiments.tuning import outcome
 
 FOLDER = Path(__file__).resolve().parents[1] / "docs" / "results" / "xca-v-correction"
@@ -23,11 +25,12 @@ LR = 3e-3
 
 def main(folder: Path = FOLDER) -> int:
     figures: dict[str, dict[int, float]] = {}
-    for run in sorted((folder / "kept" / "tune").glob("*/seed-*")):
-        arm = run.parent.name.removesuffix(f"-lr={LR:g}")
-        figure = outcome(run, "val")
-        if figure is not None:
-            figures.setdefault(arm, {})[int(run.name.removeprefix("seed-"))] = figure
+    with opened(folder / "kept") as kept:
+        for run in sorted((kept / "tune").glob("*/seed-*")):
+            arm = run.parent.name.removesuffix(f"-lr={LR:g}")
+            figure = outcome(run, "val")
+            if figure is not None:
+                figures.setdefault(arm, {})[int(run.name.removeprefix("seed-"))] = figure
     if "baseline" not in figures:
         print(f"{folder}/kept/tune holds no finished baseline run; run the command in this script's docstring",
               file=sys.stderr)

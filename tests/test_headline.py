@@ -153,7 +153,8 @@ def test_the_committed_xca_correction_table_is_what_its_script_makes_of_the_kept
     import shutil
 
     script = load_script("xca_v_correction")
-    shutil.copytree(script.FOLDER / "kept", tmp_path / "kept")
+    for name in ("kept.tar.xz", "kept.manifest.json"):
+        shutil.copy(script.FOLDER / name, tmp_path / name)
     assert script.main(tmp_path) == 0
     for name in ("holm.md", "holm.json"):
         assert (tmp_path / name).read_text() == (script.FOLDER / name).read_text(), f"stale: scripts/xca_v_correction.py"

@@ -24,18 +24,34 @@ a kept final run carries that figure in kappa.json (runs.write_kept_kappa), writ
 was there, and ``runs.read_run`` reads it. Nothing is overwritten: ``keep`` refuses a run that KEPT holds
 with other contents, and ``restore`` leaves alone a run that OUT already has (finished, or under way from
 its own checkpoint).
+
+In the repository KEPT is packed: KEPT.tar.xz beside KEPT.manifest.json (the archive's size and sha256, and
+every member's), so the tree holds two files a protocol instead of hundreds. ``pack`` makes them from a KEPT
+folder (deterministically: the same records give the same bytes) and removes the folder; ``keep`` and
+``restore`` read a packed KEPT through :func:`opened`, which checks the archive and every member against the
+manifest before anything is read, and ``keep`` packs again what it added to.
+
+    .venv/bin/python -m speccond.experiments.kept_runs pack docs/results/protocol-lra-listops/kept
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import io
+import json
 import shutil
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from speccond.experiments.pretrained import KEPT_ENCODER, KEPT_ENCODER_RECORD, write_kept_encoder
 from speccond.experiments.runs import KEPT_KAPPA, run_status, write_kept_kappa
 from speccond.experiments.tuning import outcome
 
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: its docs/results hold the committed archives
 FILES = ("config.json", "metrics.jsonl", "timing.json")  # what is kept of a run; the first two are required
 
 
@@ -61,6 +77,89 @@ def pretraining_runs(root: Path) -> list[Path]:
                   if (run / "config.json").is_file() and run_status(run) == "finished")
 
 
+def archive_of(kept: Path) -> Path:
+    """Where KEPT is packed: KEPT.tar.xz."""
+    return kept.with_name(kept.name + ".tar.xz")
+
+
+def manifest_of(kept: Path) -> Path:
+    """KEPT.manifest.json: {"archive": {"size", "sha256"}, "files": {member: {"size", "sha256"}}}."""
+    return kept.with_name(kept.name + ".manifest.json")
+
+
+def _digest(data: bytes) -> dict:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def pack(kept: Path) -> Path:
+    """Pack the folder KEPT into KEPT.tar.xz and KEPT.manifest.json, check the archive against the folder, then
+    remove the folder; returns the archive. Members are sorted and carry no time, owner or mode of this
+    machine, so the same records always give the same bytes."""
+    if not kept.is_dir():
+        raise ValueError(f"{kept} is not a folder of kept runs; nothing to pack")
+    files = sorted(path for path in kept.rglob("*") if path.is_file())
+    members = {path.relative_to(kept).as_posix(): path.read_bytes() for path in files}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz", format=tarfile.PAX_FORMAT) as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            archive.addfile(info, io.BytesIO(data))
+    packed = buffer.getvalue()
+    manifest = {"archive": _digest(packed), "files": {name: _digest(data) for name, data in members.items()}}
+    _write_atomic(archive_of(kept), packed)
+    _write_atomic(manifest_of(kept), (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    with tempfile.TemporaryDirectory() as scratch:  # read back before the only other copy goes
+        _unpack_checked(kept, Path(scratch) / kept.name)
+    shutil.rmtree(kept)
+    return archive_of(kept)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+def _unpack_checked(kept: Path, target: Path) -> None:
+    """Unpack KEPT.tar.xz into TARGET after checking the archive, then every member, against the manifest."""
+    archive, manifest_path = archive_of(kept), manifest_of(kept)
+    advice = f"restore the committed copies (git checkout -- {archive} {manifest_path})"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        expected_archive, expected_files = manifest["archive"], manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{manifest_path}: unreadable manifest of kept runs ({error}); {advice}") from None
+    packed = archive.read_bytes()
+    if _digest(packed) != expected_archive:
+        raise ValueError(f"{archive} does not match its manifest ({manifest_path}: size or sha256 differ); {advice}")
+    found = {}
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:xz") as members:
+        for info in members.getmembers():
+            if not info.isfile() or info.name.startswith("/") or ".." in Path(info.name).parts:
+                raise ValueError(f"{archive}: member {info.name!r} is not a plain relative file; {advice}")
+            found[info.name] = members.extractfile(info).read()
+    if {name: _digest(data) for name, data in found.items()} != expected_files:
+        raise ValueError(f"{archive}: its members differ from {manifest_path}; {advice}")
+    for name, data in found.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_bytes(data)
+
+
+@contextlib.contextmanager
+def opened(kept: Path) -> Iterator[Path]:
+    """KEPT as a folder to read: itself when it is one, else its checked archive unpacked into a temporary
+    folder (removed on exit); a KEPT that is neither reads as an empty folder."""
+    if kept.is_dir() or not archive_of(kept).is_file():
+        yield kept
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch) / kept.name
+        folder.mkdir()
+        _unpack_checked(kept, folder)
+        yield folder
+
+
 def keep(out: Path, kept: Path, pretraining: bool = False) -> list[Path]:
     """Copy the kept files of every finished run under OUT into KEPT (a final run with its kappa.json, a
     pre-training run, with PRETRAINING, with its kappa.json and encoder); returns the runs newly kept. Raises
@@ -79,6 +178,19 @@ def keep(out: Path, kept: Path, pretraining: bool = False) -> list[Path]:
                          "(a run trained twice should give the same figures) before replacing either")
     for run in new:
         _copy(run, kept / run.relative_to(out), kappa=run in finals, encoder=pretraining)
+    return new
+
+
+def keep_packed(out: Path, kept: Path, pretraining: bool = False) -> list[Path]:
+    """:func:`keep` into KEPT whether it is a folder or packed; a packed KEPT is unpacked (checked), added to
+    and packed again."""
+    if kept.is_dir() or not archive_of(kept).is_file():
+        return keep(out, kept, pretraining)
+    with opened(kept) as folder:
+        new = keep(out, folder, pretraining)
+        if new:
+            shutil.copytree(folder, kept)
+            pack(kept)
     return new
 
 
@@ -116,18 +228,31 @@ def _copy(source: Path, target: Path, kappa: bool = False, encoder: bool = False
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("keep", "restore"))
-    parser.add_argument("out", type=Path, help="the speccond tune folder (runs/tune-NAME), or with --pretraining "
+    parser.add_argument("action", choices=("keep", "restore", "pack", "list"))
+    parser.add_argument("out", type=Path, nargs="?", help="the speccond tune folder (runs/tune-NAME), or with --pretraining "
                         "the speccond compare folder of pre-training runs")
-    parser.add_argument("kept", type=Path, help="where the records are kept (docs/results/protocol-NAME/kept)")
+    parser.add_argument("kept", type=Path, nargs="?", help="where the records are kept (docs/results/protocol-NAME/kept)")
     parser.add_argument("--pretraining", action="store_true",
                         help="OUT is a speccond compare folder of pre-training runs (runs/protocol-mlm): keep their encoders too")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # a flag may stand between the paths
+    if args.action in ("pack", "list"):  # one path: KEPT
+        args.kept = args.kept or args.out
+    elif args.kept is None:
+        parser.error(f"{args.action} takes OUT and KEPT")
     try:
+        if args.action == "pack":
+            print(f"packed into {pack(args.kept)} and {manifest_of(args.kept)}")
+            return 0
+        if args.action == "list":  # every kept run, as <stage>/<arm>/seed-<k> (or <arm>/seed-<k>)
+            with opened(args.kept) as folder:
+                runs = pretraining_runs(folder) if args.pretraining else finished_runs(folder)
+                print("".join(f"{run.relative_to(folder).as_posix()}\n" for run in runs), end="")
+            return 0
         if args.action == "keep":
-            runs = keep(args.out, args.kept, args.pretraining)
+            runs = keep_packed(args.out, args.kept, args.pretraining)
         else:
-            runs = restore(args.kept, args.out, args.pretraining)
+            with opened(args.kept) as folder:
+                runs = restore(folder, args.out, args.pretraining)
     except ValueError as error:
         print(f"kept_runs: {error}", file=sys.stderr)
         return 1
