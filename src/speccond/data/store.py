@@ -16,7 +16,6 @@ checksums were recorded) from the raw files it already holds.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+
+from speccond.checksum import file_sha256, tensors_sha256
 
 log = logging.getLogger(__name__)
 ARRAYS = "arrays.safetensors"
@@ -68,22 +69,8 @@ def data_dir() -> Path:
     return Path(os.environ.get("SPECCOND_DATA") or Path.home() / ".cache" / "speccond" / "data")
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def arrays_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over the arrays in key order: each key, dtype, shape and raw bytes."""
-    digest = hashlib.sha256()
-    for key in sorted(tensors):
-        tensor = tensors[key].contiguous()
-        digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
+sha256 = file_sha256  # of a raw file
+arrays_sha256 = tensors_sha256  # of a dataset's arrays: each key, dtype, shape and raw bytes, in key order
 
 
 def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Path:
