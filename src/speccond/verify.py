@@ -109,6 +109,7 @@ def verify(model: nn.Module, *example_args: Any, **example_kwargs: Any) -> list[
             f"speccond.verify probes by writing rows of W, but {sharded[0]} is sharded (a DTensor: FSDP2); "
             "verify the model before fully_shard (speccond.apply(model, config, verify_with=inputs) does)"
         )
+    check_example_input(example_args, example_kwargs)
     groups = _group_by_attention(model, found)
     _check_no_filled_cache(example_args, example_kwargs)
     captured = _capture_inputs(model, list(groups), example_args, example_kwargs)
@@ -218,6 +219,42 @@ def _caches(value: Any) -> Iterator[Any]:
     elif isinstance(value, dict):
         for v in value.values():
             yield from _caches(v)
+
+
+def check_example_input(args: tuple, kwargs: dict) -> None:
+    """Refuse an example input on which no probe can show anything, naming it: a tensor with no elements
+    (an empty batch or sequence), or one holding NaN or +inf (-inf is allowed: it is how an additive mask
+    says "never attend"). The inputs are then at fault, not the model or its layout."""
+    for where, tensor in _named_tensors(args, kwargs):
+        if tensor.numel() == 0:
+            raise ValueError(
+                f"speccond.verify: the example input {where} is empty (shape {tuple(tensor.shape)}); the probe "
+                "needs at least one example with at least one token: pass a small real batch"
+            )
+        if tensor.is_floating_point() and bool((torch.isnan(tensor) | torch.isposinf(tensor)).any()):
+            bad = int((torch.isnan(tensor) | torch.isposinf(tensor)).sum())
+            raise ValueError(
+                f"speccond.verify: the example input {where} holds NaN or +inf ({bad} of {tensor.numel()} "
+                "entries), so no output can be compared on it; pass finite inputs (a real batch)"
+            )
+
+
+def _named_tensors(args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every tensor in the inputs: "argument 0", "mask", "argument 1[2]", ..."""
+    def walk(value: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+        if isinstance(value, torch.Tensor):
+            yield name, value
+        elif isinstance(value, (tuple, list)):
+            for index, item in enumerate(value):
+                yield from walk(item, f"{name}[{index}]")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                yield from walk(item, f"{name}[{key!r}]")
+
+    for index, value in enumerate(args):
+        yield from walk(value, f"argument {index}")
+    for key, value in kwargs.items():
+        yield from walk(value, repr(key))
 
 
 def _check_no_filled_cache(args: tuple, kwargs: dict) -> None:
@@ -332,6 +369,11 @@ class _Context:
 def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str], run, result: VerifiedAttention) -> None:
     for item in found:
         reference = run()
+        if not bool(torch.isfinite(reference).any()):
+            raise VerificationError(
+                f"{result.attention}: the attention output is not finite anywhere on the example input; check "
+                "that input (and the weights, for inf or NaN) before verifying"
+            )
         with _correction_zeroed(item):
             without = run()
         if _same(reference, without):
