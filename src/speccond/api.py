@@ -22,12 +22,13 @@ from speccond.adapters import (
 from speccond.adapters.base import is_conv1d
 from speccond.backends import Undo, attach, attachments, detach, merged_weight, restore
 from speccond.checkpoint_files import refuse_partly_loaded
+from speccond.checks import check_example_input, received, require_bool, require_module
 from speccond.config import SpectralConfig
 from speccond.correction import SpectralCorrection
 from speccond.peft_layers import is_tuner_layer, rescaling_reason
 from speccond.report import SpectralReport, rows_for
 from speccond.sharded import is_sharded
-from speccond.verify import check_example_input, verify
+from speccond.verify import verify
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,12 @@ def apply(
 def _condition(model: nn.Module, config: Optional[SpectralConfig], verify_with: object) -> SpectralReport:
     """The body of :func:`apply` (warnings point at apply's caller: stacklevel 3)."""
     config = SpectralConfig() if config is None else config
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"speccond.apply expects a torch.nn.Module, got {type(model).__name__}")
+    require_module(model, "speccond.apply")
     if not isinstance(config, SpectralConfig):
-        raise TypeError(f"speccond.apply expects a speccond.SpectralConfig, got {type(config).__name__}")
+        raise TypeError(
+            f"speccond.apply expects a speccond.SpectralConfig, got {received(config)}; e.g. "
+            "speccond.SpectralConfig(lam=10.0)"
+        )
     _refuse_wrapped(model)
     example = None if verify_with is None else _example_call(verify_with)
     if example is not None:
@@ -215,6 +218,7 @@ def _measured_collapse(model: nn.Module, inputs: object, predicted: list) -> lis
 
 def describe(model: nn.Module) -> SpectralReport:
     """The report of a conditioned model as it stands now (kappa of W and W + C recomputed)."""
+    require_module(model, "speccond.describe")
     return SpectralReport(rows=[row for found in attachments(model) for row in rows_for(found)])
 
 
@@ -232,6 +236,7 @@ def refresh(model: nn.Module) -> int:
     All or nothing: every new correction is computed before any is stored (an all-zero block under "auto"
     raises there), and if storing one fails, those already stored get their old buffers back, bit for bit.
     """
+    require_module(model, "speccond.refresh")
     found = [item for item in attachments(model) if item.correction.follows_weights]
     fresh = []
     for item in found:
@@ -267,6 +272,8 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
     Parameters bit for bit and object for object. (The activation backend's merge writes W + C in place,
     so until ``remove`` returns it keeps a copy of each W.)
     """
+    require_module(model, "speccond.remove")
+    require_bool(merge, "speccond.remove: merge")
     found = list(attachments(model))
     if not found:
         raise ValueError("this model is not spectrally conditioned; nothing to remove")
@@ -293,6 +300,7 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
 
 def is_conditioned(model: nn.Module) -> bool:
     """True when any module of ``model`` carries a spectral correction."""
+    require_module(model, "speccond.is_conditioned")
     return next(attachments(model), None) is not None
 
 

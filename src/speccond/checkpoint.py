@@ -47,6 +47,7 @@ from speccond.checkpoint_files import (
     LOADED, TENSORS_SHA256, WEIGHTS, WEIGHTS_INDEX, check_files, checkpoint_files, files_sha256,
     holds_conditioned_keys, marker_site, read_verified,
 )
+from speccond.checks import received, require_module
 from speccond.checksum import tensors_sha256
 from speccond.layout import ProjectionLayout
 from speccond.sharded import is_sharded
@@ -101,8 +102,7 @@ def save_conditioned(model: nn.Module, path: Union[str, os.PathLike]) -> Path:
     """
     from safetensors.torch import save_file
 
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"speccond.save_conditioned expects a torch.nn.Module, got {type(model).__name__}")
+    require_module(model, "speccond.save_conditioned")
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(
             f"speccond.save_conditioned: path must be a path (str or os.PathLike) to a .safetensors file, got "
@@ -183,6 +183,9 @@ def load_conditioned(model: nn.Module, source: Source, *, config: Optional[Spect
             with ``model.load_state_dict``); it does not match ``model``; no SpectralConfig reproduces its
             conditioning (pass ``config``). A plain ``model`` conditioned here is plain again afterwards.
     """
+    require_module(model, "speccond.load_conditioned")
+    if config is not None and not isinstance(config, SpectralConfig):
+        raise TypeError(f"speccond.load_conditioned: config must be a speccond.SpectralConfig or None, got {received(config)}")
     state, folder = _read(source)
     recorded = conditioning(state)
     where = _name(source)

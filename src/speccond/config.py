@@ -128,7 +128,7 @@ class SpectralConfig:
         if not isinstance(self.layouts, Mapping):
             raise TypeError(
                 f"SpectralConfig.layouts must map a parameter-name regex to a ProjectionLayout, "
-                f"got {type(self.layouts).__name__}"
+                f"got {type(self.layouts).__name__} {self.layouts!r:.80}"
             )
         for pattern, layout in self.layouts.items():
             _compile_patterns("layouts key", pattern)
@@ -221,6 +221,11 @@ def _compile_patterns(name: str, patterns: Patterns) -> Optional[tuple[re.Patter
         return (patterns,)
     if isinstance(patterns, str):
         patterns = [patterns]
+    if not isinstance(patterns, (list, tuple, set, frozenset)):
+        raise TypeError(
+            f"SpectralConfig.{name} must be a regular expression (str) or a list of them, got "
+            f"{type(patterns).__name__} {patterns!r:.80}"
+        )
     compiled = []
     for pattern in patterns:
         if isinstance(pattern, re.Pattern):

@@ -42,6 +42,7 @@ from torch import nn
 
 from speccond.adapters import attention_modules
 from speccond.backends import Attachment, attachments
+from speccond.checks import check_example_input, require_module
 from speccond.layers import projection_bias
 from speccond.sharded import is_sharded
 
@@ -100,6 +101,7 @@ def verify(model: nn.Module, *example_args: Any, **example_kwargs: Any) -> list[
         VerificationError: a conditioned attention module was not called by the input, or a projection's
             declared layout does not match what its module computes.
     """
+    require_module(model, "speccond.verify")
     found = list(attachments(model))
     if not found:
         raise ValueError("speccond.verify: this model is not spectrally conditioned; call speccond.apply first")
@@ -219,42 +221,6 @@ def _caches(value: Any) -> Iterator[Any]:
     elif isinstance(value, dict):
         for v in value.values():
             yield from _caches(v)
-
-
-def check_example_input(args: tuple, kwargs: dict) -> None:
-    """Refuse an example input on which no probe can show anything, naming it: a tensor with no elements
-    (an empty batch or sequence), or one holding NaN or +inf (-inf is allowed: it is how an additive mask
-    says "never attend"). The inputs are then at fault, not the model or its layout."""
-    for where, tensor in _named_tensors(args, kwargs):
-        if tensor.numel() == 0:
-            raise ValueError(
-                f"speccond.verify: the example input {where} is empty (shape {tuple(tensor.shape)}); the probe "
-                "needs at least one example with at least one token: pass a small real batch"
-            )
-        if tensor.is_floating_point() and bool((torch.isnan(tensor) | torch.isposinf(tensor)).any()):
-            bad = int((torch.isnan(tensor) | torch.isposinf(tensor)).sum())
-            raise ValueError(
-                f"speccond.verify: the example input {where} holds NaN or +inf ({bad} of {tensor.numel()} "
-                "entries), so no output can be compared on it; pass finite inputs (a real batch)"
-            )
-
-
-def _named_tensors(args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) of every tensor in the inputs: "argument 0", "mask", "argument 1[2]", ..."""
-    def walk(value: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
-        if isinstance(value, torch.Tensor):
-            yield name, value
-        elif isinstance(value, (tuple, list)):
-            for index, item in enumerate(value):
-                yield from walk(item, f"{name}[{index}]")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                yield from walk(item, f"{name}[{key!r}]")
-
-    for index, value in enumerate(args):
-        yield from walk(value, f"argument {index}")
-    for key, value in kwargs.items():
-        yield from walk(value, repr(key))
 
 
 def _check_no_filled_cache(args: tuple, kwargs: dict) -> None:
