@@ -137,3 +137,15 @@ def test_numpy_scalars_are_accepted_like_python_numbers(scalar):
 def test_bad_numpy_scalars_are_refused_like_python_ones(value):
     with pytest.raises((ValueError, TypeError), match=re.escape(repr(value)) + "|" + re.escape(str(value))):
         speccond.SpectralConfig(lam=value)
+
+
+def test_numpy_integers_are_accepted_by_the_diagnostics():
+    from speccond import diagnostics as dx
+
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+    probe = (torch.randn(2, 5, 16),)
+    assert dx.Tracker(model, probe, every=np.int64(10)).every == 10
+    rows = dx.theorem_bound(model, probe, layer=np.int64(0), head=np.int64(1), method="exact")
+    assert rows.rows[0]["layer"] == 0 and rows.rows[0]["head"] == 1

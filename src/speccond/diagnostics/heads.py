@@ -17,6 +17,7 @@ a layout) is refused with the adapter's reason.
 from __future__ import annotations
 
 import copy
+import numbers
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -38,10 +39,11 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     require_module(model, "speccond.diagnostics")
     check_example_input(*_split(inputs), where="speccond.diagnostics: the probe input")
     layers = attention_layers(model)
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(layers):
+    if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < len(layers):
         raise ValueError(
             f"layer must be an int in [0, {len(layers)}): the model has {len(layers)} attention layers, got {layer!r}"
         )
+    layer = int(layer)
     target = layers[layer]
     _check_rebuildable(target)
     args, kwargs = capture_input(model, target.module, inputs)

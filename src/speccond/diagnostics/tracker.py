@@ -12,6 +12,7 @@ Each measurement appends one JSON line per row, tagged with ``step`` and ``kind`
 from __future__ import annotations
 
 import logging
+import numbers
 from pathlib import Path
 from typing import Optional
 
@@ -53,8 +54,9 @@ class Tracker:
         spectra: bool = True,
     ) -> None:
         require_module(model, "speccond.diagnostics.Tracker")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
             raise ValueError(f"Tracker.every must be an int >= 1 (measure every that many steps), got {received(every)}")
+        every = int(every)  # a numpy integer too
         self.model = model
         self.probe = probe if isinstance(probe, tuple) else (probe,)
         self.every = every
