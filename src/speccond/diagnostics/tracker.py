@@ -55,7 +55,7 @@ class Tracker:
     ) -> None:
         require_module(model, "speccond.diagnostics.Tracker")
         if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
-            raise ValueError(f"Tracker.every must be an int >= 1 (measure every that many steps), got {received(every)}")
+            raise ValueError(f"Tracker.every must be >= 1, an int (measure every that many steps), got {received(every)}")
         every = int(every)  # a numpy integer too
         self.model = model
         self.probe = probe if isinstance(probe, tuple) else (probe,)
