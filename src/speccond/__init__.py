@@ -9,7 +9,7 @@
     speccond.peers.sigma_reparam(model)   # the peer methods it is compared with
 """
 from speccond.api import apply, describe, is_conditioned, refresh, remove
-from speccond.checkpoint import from_pretrained, load_conditioned, save_pretrained
+from speccond.checkpoint import from_pretrained, load_conditioned, save_conditioned, save_pretrained
 from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
 from speccond.report import ReportRow, SpectralReport
@@ -33,6 +33,7 @@ __all__ = [
     "peers",
     "refresh",
     "remove",
+    "save_conditioned",
     "save_pretrained",
     "verify",
 ]

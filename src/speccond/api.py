@@ -8,6 +8,7 @@ import logging
 import warnings
 from typing import Optional
 
+import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -21,11 +22,13 @@ from speccond.adapters import (
 from speccond.adapters.base import is_conv1d
 from speccond.backends import Undo, attach, attachments, detach, merged_weight, restore
 from speccond.checkpoint_files import refuse_partly_loaded
+from speccond.checks import check_example_input, received, require_bool, require_module
 from speccond.config import SpectralConfig
 from speccond.correction import SpectralCorrection
 from speccond.peft_layers import is_tuner_layer, rescaling_reason
 from speccond.report import SpectralReport, rows_for
 from speccond.sharded import is_sharded
+from speccond.verify import verify
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +64,28 @@ def apply(
     the collapse measurement), every module is put back as it was before the call: outputs, stored W
     (with ``init="preserve"`` too: W itself, not (W - C) + C), state_dict, classes, forward hooks and the
     very Parameter objects, bit for bit; then the error is raised.
+
+    Order and mode: call it on the bare model, before DistributedDataParallel (or FSDP) wraps it (a
+    wrapped model is refused); under ``torch.inference_mode`` it still makes normal tensors, so the model
+    trains afterwards.
     """
+    with torch.inference_mode(False):  # buffers made here must serve autograd later, even under inference_mode
+        return _condition(model, config, verify_with)
+
+
+def _condition(model: nn.Module, config: Optional[SpectralConfig], verify_with: object) -> SpectralReport:
+    """The body of :func:`apply` (warnings point at apply's caller: stacklevel 3)."""
     config = SpectralConfig() if config is None else config
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"speccond.apply expects a torch.nn.Module, got {type(model).__name__}")
+    require_module(model, "speccond.apply")
     if not isinstance(config, SpectralConfig):
-        raise TypeError(f"speccond.apply expects a speccond.SpectralConfig, got {type(config).__name__}")
+        raise TypeError(
+            f"speccond.apply expects a speccond.SpectralConfig, got {received(config)}; e.g. "
+            "speccond.SpectralConfig(lam=10.0)"
+        )
+    _refuse_wrapped(model)
+    example = None if verify_with is None else _example_call(verify_with)
+    if example is not None:
+        check_example_input(*example)  # the inputs, not the model, are at fault: said before anything changes
     refuse_partly_loaded(model)  # transformers' from_pretrained of a conditioned save: q, k, v were dropped
     if is_conditioned(model):
         raise ValueError(
@@ -105,16 +124,16 @@ def apply(
     try:
         for site, correction in built:
             for note in site.notes:
-                warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=2)
+                warnings.warn(f"{site.qualified_name}: {note}", UserWarning, stacklevel=4)
             weight = getattr(site.module, site.param_name)
             undos.append(Undo(site.module, weight, config.backend, writes=config.init == "preserve"))
             attach(site.module, site.param_name, correction, config.backend, config.init, *_placement(model, site))
-        if verify_with is not None:
-            _verify(model, verify_with)
+        if example is not None:
+            verify(model, *example[0], **example[1])
             risks = _measured_collapse(model, verify_with, risks)
         for risk in risks:
             if risk.collapses:
-                warnings.warn(risk.message(_collapse_advice(config)), UserWarning, stacklevel=2)
+                warnings.warn(risk.message(_collapse_advice(config)), UserWarning, stacklevel=4)
         report.rows = describe(model).rows
     except BaseException:
         restore(undos)  # W itself comes back (with "preserve" too, not (W - C) + C), bit for bit
@@ -123,12 +142,10 @@ def apply(
     return report
 
 
-def _verify(model: nn.Module, example_inputs: object) -> None:
-    """Run :func:`speccond.verify` on ``example_inputs`` (a mapping: keyword arguments; a tuple or list:
-    positional arguments; anything else: the one positional argument)."""
+def _example_call(example_inputs: object) -> tuple[tuple, dict]:
+    """(positional, keyword arguments) of ``verify_with``: a mapping gives keyword arguments, a tuple or list
+    positional arguments, anything else the one positional argument."""
     from collections.abc import Mapping
-
-    from speccond.verify import verify
 
     if isinstance(example_inputs, Mapping):
         bad = [key for key in example_inputs if not isinstance(key, str)]
@@ -137,11 +154,25 @@ def _verify(model: nn.Module, example_inputs: object) -> None:
                 f"speccond.apply: verify_with as a mapping holds keyword arguments, so its keys must be "
                 f"str; got {bad[:3]!r}. Pass positional inputs as a tuple instead"
             )
-        verify(model, **example_inputs)
-    elif isinstance(example_inputs, (tuple, list)):
-        verify(model, *example_inputs)
-    else:
-        verify(model, example_inputs)
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    return (example_inputs,), {}
+
+
+def _refuse_wrapped(model: nn.Module) -> None:
+    """Refuse a model that DistributedDataParallel (or FSDP1) already wraps: it recorded the parameters and
+    hooked their gradients when it was built, so it would not see q, k, v once they move under a correction."""
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        if isinstance(module, nn.parallel.DistributedDataParallel) or kind == "FullyShardedDataParallel":
+            where = f"its submodule {name!r}" if name else "the model"
+            raise ValueError(
+                f"speccond.apply: {where} is wrapped in {kind}, which recorded the parameters and hooked their "
+                "gradients when it was built: q, k, v conditioned now would escape it (their gradients not "
+                f"all-reduced, or its forward failing). Condition the bare model before wrapping: "
+                f"speccond.apply(model, config), then {kind}(model)"
+            )
 
 
 def _predicted_collapse(model: nn.Module, sites: list[ProjectionSite], built: list) -> list:
@@ -187,6 +218,7 @@ def _measured_collapse(model: nn.Module, inputs: object, predicted: list) -> lis
 
 def describe(model: nn.Module) -> SpectralReport:
     """The report of a conditioned model as it stands now (kappa of W and W + C recomputed)."""
+    require_module(model, "speccond.describe")
     return SpectralReport(rows=[row for found in attachments(model) for row in rows_for(found)])
 
 
@@ -204,6 +236,7 @@ def refresh(model: nn.Module) -> int:
     All or nothing: every new correction is computed before any is stored (an all-zero block under "auto"
     raises there), and if storing one fails, those already stored get their old buffers back, bit for bit.
     """
+    require_module(model, "speccond.refresh")
     found = [item for item in attachments(model) if item.correction.follows_weights]
     fresh = []
     for item in found:
@@ -239,6 +272,8 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
     Parameters bit for bit and object for object. (The activation backend's merge writes W + C in place,
     so until ``remove`` returns it keeps a copy of each W.)
     """
+    require_module(model, "speccond.remove")
+    require_bool(merge, "speccond.remove: merge")
     found = list(attachments(model))
     if not found:
         raise ValueError("this model is not spectrally conditioned; nothing to remove")
@@ -265,6 +300,7 @@ def remove(model: nn.Module, merge: bool = True) -> nn.Module:
 
 def is_conditioned(model: nn.Module) -> bool:
     """True when any module of ``model`` carries a spectral correction."""
+    require_module(model, "speccond.is_conditioned")
     return next(attachments(model), None) is not None
 
 

@@ -8,6 +8,7 @@ rebuilds the conditioning and loads every tensor exactly:
 
     speccond.save_pretrained(model, directory)                  # model.save_pretrained + speccond.json
     model = speccond.from_pretrained(BertForSequenceClassification, directory)
+    speccond.save_conditioned(model, "model.safetensors")        # any nn.Module: one file, checksummed
     speccond.load_conditioned(plain_model, "model.safetensors")  # any nn.Module: condition as saved, load
 
 Loading conditions the plain model with a SpectralConfig (given, or speccond.json's, or inferred from the
@@ -43,9 +44,13 @@ from speccond.backends import attachments
 from speccond.config import AUTO, SpectralConfig
 from speccond.correction import decode_marker, describe_marker, essentials
 from speccond.checkpoint_files import (
-    LOADED, WEIGHTS, WEIGHTS_INDEX, checkpoint_files, holds_conditioned_keys, marker_site,
+    LOADED, TENSORS_SHA256, WEIGHTS, WEIGHTS_INDEX, check_files, checkpoint_files, files_sha256,
+    holds_conditioned_keys, marker_site, read_verified,
 )
+from speccond.checks import received, require_module
+from speccond.checksum import tensors_sha256
 from speccond.layout import ProjectionLayout
+from speccond.sharded import is_sharded
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +84,58 @@ def save_pretrained(model: nn.Module, directory: Union[str, os.PathLike], **kwar
     directory = Path(directory)
     if kwargs.get("is_main_process", True):
         record = {"format": FORMAT, "speccond_version": _version(), "config": config.to_dict()}
+        record["sha256"] = files_sha256(checkpoint_files(str(directory)))  # verified by load_conditioned
         partial = directory / f".{CONFIG_FILE}.partial"
         partial.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(partial, directory / CONFIG_FILE)
     return directory
+
+
+def save_conditioned(model: nn.Module, path: Union[str, os.PathLike]) -> Path:
+    """Save any conditioned nn.Module's state dict to one ``.safetensors`` file, atomically (a temporary
+    file, then a rename), with the SHA-256 of its tensors in the file's metadata; returns the path.
+    :func:`load_conditioned` verifies that checksum, so a damaged file is refused, not loaded.
+
+    Every tensor is written with its own storage (a tied weight is saved under each of its names).
+    Raises TypeError / ValueError, before anything is written, for a path that is not a .safetensors file in
+    an existing folder, a model that is not conditioned, or a sharded (FSDP2) one.
+    """
+    from safetensors.torch import save_file
+
+    require_module(model, "speccond.save_conditioned")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"speccond.save_conditioned: path must be a path (str or os.PathLike) to a .safetensors file, got "
+            f"{type(path).__name__} {path!r}"
+        )
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(
+            f"speccond.save_conditioned: {str(path)!r} must end in .safetensors, the file load_conditioned reads; "
+            f"e.g. {str(path.with_suffix('.safetensors'))!r}"
+        )
+    if not path.parent.is_dir():
+        raise ValueError(f"speccond.save_conditioned: the folder {str(path.parent)!r} does not exist; create it first")
+    if not is_conditioned(model):
+        raise ValueError(
+            "speccond.save_conditioned: this model is not spectrally conditioned; save a plain model with "
+            "safetensors' save_file(model.state_dict(), path)"
+        )
+    own = model.state_dict()
+    sharded = [key for key, tensor in own.items() if is_sharded(tensor)]
+    if sharded:
+        raise ValueError(
+            f"speccond.save_conditioned: {sharded[0]} is sharded (FSDP2); gather a full state dict "
+            "(get_model_state_dict with StateDictOptions(full_state_dict=True)) and save that"
+        )
+    state = {key: tensor.detach().cpu().clone() for key, tensor in own.items()}  # (safetensors refuses shared storage)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        save_file(state, str(partial), metadata={TENSORS_SHA256: tensors_sha256(state)})
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
 
 
 def from_pretrained(
@@ -130,6 +183,9 @@ def load_conditioned(model: nn.Module, source: Source, *, config: Optional[Spect
             with ``model.load_state_dict``); it does not match ``model``; no SpectralConfig reproduces its
             conditioning (pass ``config``). A plain ``model`` conditioned here is plain again afterwards.
     """
+    require_module(model, "speccond.load_conditioned")
+    if config is not None and not isinstance(config, SpectralConfig):
+        raise TypeError(f"speccond.load_conditioned: config must be a speccond.SpectralConfig or None, got {received(config)}")
     state, folder = _read(source)
     recorded = conditioning(state)
     where = _name(source)
@@ -332,20 +388,36 @@ def _read(source: Source) -> tuple[dict[str, torch.Tensor], Optional[Path]]:
     """(state dict, the checkpoint folder or None) of a folder, a .safetensors file or a state dict."""
     if isinstance(source, Mapping):
         return dict(source), None
-    from safetensors.torch import load_file
-
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(
+            f"expected a checkpoint folder, a .safetensors file (str or os.PathLike) or a state dict, got "
+            f"{type(source).__name__} {source!r:.60}"
+        )
     path = Path(source)
     if path.is_dir():
         files = checkpoint_files(str(path))
         if not files:
             raise ValueError(f"{path}: no {WEIGHTS} or {WEIGHTS_INDEX}; expected a folder written by save_pretrained")
+        check_files(files, _recorded_checksums(path), path / CONFIG_FILE)
         state = {}
         for file in files:
-            state.update(load_file(str(file)))
+            state.update(read_verified(file))
         return state, path
     if path.is_file() and path.suffix == ".safetensors":
-        return load_file(str(path)), None
+        return read_verified(path), None
     raise ValueError(f"{str(path)!r}: expected a checkpoint folder, a .safetensors file or a state dict")
+
+
+def _recorded_checksums(folder: Path) -> Optional[dict]:
+    """The SHA-256 per weight file that ``folder``'s speccond.json records; None when it records none."""
+    path = folder / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        recorded = json.loads(path.read_text()).get("sha256")
+    except (OSError, json.JSONDecodeError, AttributeError) as error:
+        raise ValueError(f"{path}: unreadable ({error}); expected the JSON speccond.save_pretrained writes") from None
+    return recorded if isinstance(recorded, dict) else None
 
 
 def _saved_config(folder: Optional[Path]) -> Optional[SpectralConfig]:

@@ -7,6 +7,7 @@ and imports nothing of the conditioning itself, so speccond.apply can call it.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Mapping, Optional
@@ -15,7 +16,10 @@ import torch
 from torch import nn
 
 from speccond.backends import CHILD_NAME
+from speccond.checksum import file_sha256, tensors_sha256
 from speccond.correction import MARKER
+
+log = logging.getLogger(__name__)
 
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -23,6 +27,8 @@ LOADED = "_speccond_loaded"  # True on a model whose every weight load_condition
 WEIGHT_MARKER = re.compile(rf"^(?:(.*)\.)?parametrizations\.([^.]+)\.\d+\.{MARKER}$")
 ACTIVATION_MARKER = re.compile(rf"^(?:(.*)\.)?{CHILD_NAME}\.{MARKER}$")
 MOVED_WEIGHT = re.compile(r"^(?:(.*)\.)?parametrizations\.([^.]+)\.original$")
+TENSORS_SHA256 = "speccond_sha256"  # a .safetensors file's metadata key: checksum.tensors_sha256 of its tensors
+RESTORE = "restore it from a copy or save the model again"  # what to do with a damaged checkpoint file
 
 
 def refuse_partly_loaded(model: nn.Module) -> None:
@@ -155,3 +161,53 @@ def holds_weights_of(model, own, files: list[Path], keys: list[str], rename) -> 
                     return False
                 return torch.equal(saved.to(mine.dtype), mine.detach().cpu())
     return False
+
+
+# -- checksums ------------------------------------------------------------------------------------------
+def read_verified(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of one .safetensors file, checked against the SHA-256 its metadata records
+    (:data:`TENSORS_SHA256`, written by speccond.save_conditioned). A file without one (written before, or
+    by another saver) is read with a logged note that it is unverified. Raises ValueError, naming the file
+    and what to do, when it cannot be read or its tensors differ from the recorded checksum."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            recorded = (handle.metadata() or {}).get(TENSORS_SHA256)
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"{path} is damaged: unreadable as safetensors ({error}); {RESTORE}") from None
+    if recorded is None:
+        log.warning("%s records no checksum (written before speccond saved one, or by another saver): loaded unverified", path)
+        return tensors
+    actual = tensors_sha256(tensors)
+    if actual != recorded:
+        raise ValueError(
+            f"{path} is damaged: its tensors' SHA-256 is {actual[:16]}..., the file recorded {recorded[:16]}... "
+            f"when it was saved; {RESTORE}"
+        )
+    return tensors
+
+
+def files_sha256(files: list[Path]) -> dict[str, str]:
+    """SHA-256 of each weight file of a checkpoint folder, by file name: what speccond.json records."""
+    return {file.name: file_sha256(file) for file in files}
+
+
+def check_files(files: list[Path], recorded: Optional[Mapping[str, str]], record: Path) -> None:
+    """Compare each weight file with the SHA-256 ``record`` (a speccond.json) holds for it; None: the folder
+    was saved without checksums, and is read with a logged note. Raises ValueError naming a file that differs."""
+    if recorded is None:
+        log.warning("%s records no checksums of the weight files (saved before speccond did): loaded unverified", record)
+        return
+    for file in files:
+        expected = recorded.get(file.name)
+        if expected is None:
+            raise ValueError(f"{file} is not among the weight files {record} lists; {RESTORE}")
+        actual = file_sha256(file)
+        if actual != expected:
+            raise ValueError(
+                f"{file} is damaged: its SHA-256 is {actual[:16]}..., {record.name} recorded {expected[:16]}... "
+                f"when it was saved; {RESTORE}"
+            )

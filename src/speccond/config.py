@@ -14,6 +14,7 @@ lam = sigma_max(W_block) (t + 1) / (t - 1) (see ``speccond.spectral.auto_lam``).
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -88,9 +89,9 @@ class SpectralConfig:
     def __post_init__(self) -> None:
         for name in ("lam", "lam_q", "lam_k", "lam_v"):
             value = getattr(self, name)
-            if (value is None and name != "lam") or value == AUTO:
+            if (value is None and name != "lam") or (isinstance(value, str) and value == AUTO):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not is_number(value):
                 raise TypeError(
                     f"SpectralConfig.{name} must be a number or 'auto', got {type(value).__name__} {value!r}"
                 )
@@ -99,11 +100,13 @@ class SpectralConfig:
                     f"SpectralConfig.{name} must be finite and >= 0 (0 leaves the projection untouched), "
                     f"got {value!r}"
                 )
-        if isinstance(self.target_kappa, bool) or not isinstance(self.target_kappa, (int, float)):
+            object.__setattr__(self, name, plain_number(value))
+        if not is_number(self.target_kappa):
             raise TypeError(
                 f"SpectralConfig.target_kappa must be a number > 1, got {type(self.target_kappa).__name__} "
                 f"{self.target_kappa!r}"
             )
+        object.__setattr__(self, "target_kappa", plain_number(self.target_kappa))
         if not math.isfinite(self.target_kappa) or self.target_kappa <= 1:
             raise ValueError(
                 f"SpectralConfig.target_kappa must be finite and > 1 (kappa >= 1 always; lam='auto' needs "
@@ -125,7 +128,7 @@ class SpectralConfig:
         if not isinstance(self.layouts, Mapping):
             raise TypeError(
                 f"SpectralConfig.layouts must map a parameter-name regex to a ProjectionLayout, "
-                f"got {type(self.layouts).__name__}"
+                f"got {type(self.layouts).__name__} {self.layouts!r:.80}"
             )
         for pattern, layout in self.layouts.items():
             _compile_patterns("layouts key", pattern)
@@ -195,6 +198,17 @@ class SpectralConfig:
         }
 
 
+def is_number(value: object) -> bool:
+    """A real number: int, float or a numpy scalar of either (numbers.Real), never a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def plain_number(value: numbers.Real) -> Union[int, float]:
+    """``value`` as a Python int or float (a numpy scalar is not JSON-serialisable, and np.float32 would
+    round every lam it meets)."""
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"SpectralConfig.{name} must be one of {choices}, got {value!r}")
@@ -207,6 +221,11 @@ def _compile_patterns(name: str, patterns: Patterns) -> Optional[tuple[re.Patter
         return (patterns,)
     if isinstance(patterns, str):
         patterns = [patterns]
+    if not isinstance(patterns, (list, tuple, set, frozenset)):
+        raise TypeError(
+            f"SpectralConfig.{name} must be a regular expression (str) or a list of them, got "
+            f"{type(patterns).__name__} {patterns!r:.80}"
+        )
     compiled = []
     for pattern in patterns:
         if isinstance(pattern, re.Pattern):

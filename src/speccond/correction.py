@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +37,7 @@ from speccond.config import AUTO
 from speccond.effective_weight import EffectiveWeight
 from speccond.layout import ProjectionLayout
 from speccond.sharded import gathered, is_sharded, shaped_like
-from speccond.spectral import auto_lam, svd_correction
+from speccond.spectral import auto_lam, rounded_auto_bound, svd_correction
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ class SpectralCorrection(nn.Module):
         self.block_widths = {role: layout.block_width(role, self.out_features) for role in layout.roles}
         if self.auto_roles:
             self._check_auto(weight)
+        if kind == "identity" and weight is not None:
+            self._check_lams_fit(weight)
         if kind == "identity":
             out_index, in_index = self._identity_indices()
             values = self._identity_values(weight, torch.float64 if weight is None else weight.dtype)
@@ -126,6 +129,17 @@ class SpectralCorrection(nn.Module):
             raise ValueError("lam='auto' needs the weight its lam is chosen from")
         if not self.target_kappa > 1:
             raise ValueError(f"lam='auto' needs target_kappa > 1, got {self.target_kappa}")
+        if weight.is_floating_point():
+            eps = torch.finfo(weight.dtype).eps
+            guaranteed = rounded_auto_bound(self.target_kappa, eps)
+            if guaranteed - 1.0 > 2.0 * (self.target_kappa - 1.0):
+                dtype = str(weight.dtype).removeprefix("torch.")
+                raise ValueError(
+                    f"lam='auto' with target_kappa={self.target_kappa!r} asks for a kappa closer to 1 than {dtype} "
+                    f"weights can hold: storing lam and W + lam I rounds by up to eps/2 (eps = {eps:.3g}), which "
+                    f"moves kappa by about eps, so only kappa <= {guaranteed:.10g} is guaranteed; use "
+                    f"target_kappa >= {1.0 + 4.0 * eps:.10g}, or condition float64 weights"
+                )
         too_tall = [r for r in self.auto_roles if self.layout.heads(r) > 1 and self.block_widths[r] > self.in_features]
         if self.granularity == "head" and too_tall:
             role = too_tall[0]
@@ -138,6 +152,40 @@ class SpectralCorrection(nn.Module):
                 "SpectralConfig(granularity='projection') (one lam per q/k/v block, which bounds the block's "
                 "kappa)"
             )
+
+    def _check_lams_fit(self, weight: torch.Tensor) -> None:
+        """Refuse a numeric lam that the weight's dtype cannot hold next to W: lam^2 (the attention logits
+        hold lam^2 x_i.x_j) beyond the dtype's largest value, or lam so large that W + lam I rounds every
+        diagonal entry of W to lam (the model's own weights there lost). The message gives the largest lam
+        that keeps both: below 2 max|W_ii| / eps, lam's spacing stays under twice the largest |W_ii|."""
+        if not weight.is_floating_point():
+            return
+        info = torch.finfo(weight.dtype)
+        w = self.layout.out_in(gathered(weight.detach()))  # (out, in), the weight's own dtype
+        for role in self._corrected_roles():
+            lam = self.scales[role]
+            if lam == AUTO:
+                continue
+            rows = self.layout.block_rows(role, self.out_features).to(w.device)[: self._diagonal(role)]
+            diagonal = w[rows, torch.arange(rows.numel(), device=w.device)]  # (diagonal,) W_ii of the block
+            largest_w = float(diagonal.abs().max()) if diagonal.numel() else 0.0
+            keeps_w = 2.0 * largest_w / info.eps if largest_w > 0 and math.isfinite(largest_w) else math.inf
+            limit = min(math.sqrt(info.max), keeps_w)
+            dtype = str(weight.dtype).removeprefix("torch.")
+            if lam >= math.sqrt(info.max):
+                raise ValueError(
+                    f"lam_{role}={lam:g} is too large for {dtype} weights: lam^2 = {lam * lam:.3g} is beyond the "
+                    f"largest {dtype} ({info.max:.3g}), so attention logits overflow and outputs turn inf/NaN; use "
+                    f"lam below {limit:.3g} for these weights in {dtype}, or condition in float64"
+                )
+            rounded = diagonal + torch.tensor(lam, dtype=weight.dtype, device=w.device)
+            if largest_w > 0 and bool((rounded == torch.tensor(lam, dtype=weight.dtype)).all()):
+                raise ValueError(
+                    f"lam_{role}={lam:g}: W + lam I rounds every diagonal entry of the {role} block to lam in "
+                    f"{dtype} (|W_ii| <= {largest_w:.3g}, below half the spacing of {dtype} numbers near lam), "
+                    f"so the model's own weights there would be lost; use lam below {limit:.3g} for these "
+                    f"weights in {dtype}, or condition in float64"
+                )
 
     def _diagonal(self, role: str) -> int:
         """Entries on the diagonal of ``role``'s rectangular identity: min(width, in)."""
@@ -214,6 +262,14 @@ class SpectralCorrection(nn.Module):
             if lam == 0:
                 continue
             rows = self.layout.block_rows(role, self.out_features).to(w.device)  # (width,)
+            bad = (~torch.isfinite(w[rows])).nonzero()
+            if bad.numel():
+                row, col = (int(i) for i in bad[0])
+                raise ValueError(
+                    f"the svd correction follows sigma_max U V^T of the weight, but the {role} block holds "
+                    f"non-finite values ({int(bad.shape[0])}, the first at row {row}, column {col} of the block): "
+                    "repair the weights (or reload them from a checkpoint) first; C was left as it was"
+                )
             if self.granularity == "projection":
                 matrix[rows] = svd_correction(w[rows])
                 continue

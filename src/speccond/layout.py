@@ -22,6 +22,7 @@ role's output features, heads in order. Corrections are defined on logical block
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -65,13 +66,13 @@ class ProjectionLayout:
                 f"ProjectionLayout.roles must be distinct letters from 'qkv' in block order (e.g. 'qkv', 'q', "
                 f"'kv'), got {self.roles!r}"
             )
-        _check_count("num_heads", self.num_heads)
+        _check_count(self, "num_heads")
         if self.storage not in ("out_in", "in_out"):
             raise ValueError(f"ProjectionLayout.storage must be 'out_in' or 'in_out', got {self.storage!r}")
         if self.arrangement not in _ARRANGEMENTS:
             raise ValueError(f"ProjectionLayout.arrangement must be one of {_ARRANGEMENTS}, got {self.arrangement!r}")
         if self.num_kv_heads is not None:
-            _check_count("num_kv_heads", self.num_kv_heads)
+            _check_count(self, "num_kv_heads")
             if "q" not in self.roles or self.roles == "q":
                 raise ValueError(
                     f"ProjectionLayout.num_kv_heads applies to a fused weight holding q and k or v; roles "
@@ -198,6 +199,9 @@ class ProjectionLayout:
         return w[self.block_rows(role, w.shape[0]).to(w.device)]
 
 
-def _check_count(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def _check_count(layout: "ProjectionLayout", name: str) -> None:
+    """A positive int (a numpy integer is accepted and stored as int)."""
+    value = getattr(layout, name)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"ProjectionLayout.{name} must be a positive int, got {value!r}")
+    object.__setattr__(layout, name, int(value))

@@ -99,3 +99,15 @@ def auto_lam(sigma_max: float | torch.Tensor, target_kappa: float) -> float | to
     if not target_kappa > 1.0:
         raise ValueError(f"auto_lam needs target_kappa > 1 (kappa >= 1 always), got {target_kappa}")
     return sigma_max * (target_kappa + 1.0) / (target_kappa - 1.0)
+
+
+def rounded_auto_bound(target_kappa: float, eps: float) -> float:
+    """The kappa that lam = :func:`auto_lam` still guarantees once lam and W + lam I are stored in a dtype of
+    machine epsilon ``eps``: storing lam, then each W_ii + lam, rounds by at most eps / 2 relative each, a
+    diagonal perturbation of norm <= g lam with g = eps (1 + r) (first order, r = (t - 1) / (t + 1) =
+    sigma_max / lam), so Weyl's inequality gives kappa <= (1 + r + g) / (1 - r - g); inf when g + r >= 1.
+    For t near 1 this is about t + eps: a target closer to 1 than a few eps cannot be held in that dtype.
+    """
+    r = (target_kappa - 1.0) / (target_kappa + 1.0)
+    g = eps * (1.0 + r) * (1.0 + eps)
+    return float("inf") if r + g >= 1.0 else (1.0 + r + g) / (1.0 - r - g)

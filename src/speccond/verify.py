@@ -42,6 +42,7 @@ from torch import nn
 
 from speccond.adapters import attention_modules
 from speccond.backends import Attachment, attachments
+from speccond.checks import check_example_input, require_module
 from speccond.layers import projection_bias
 from speccond.sharded import is_sharded
 
@@ -100,6 +101,7 @@ def verify(model: nn.Module, *example_args: Any, **example_kwargs: Any) -> list[
         VerificationError: a conditioned attention module was not called by the input, or a projection's
             declared layout does not match what its module computes.
     """
+    require_module(model, "speccond.verify")
     found = list(attachments(model))
     if not found:
         raise ValueError("speccond.verify: this model is not spectrally conditioned; call speccond.apply first")
@@ -109,6 +111,7 @@ def verify(model: nn.Module, *example_args: Any, **example_kwargs: Any) -> list[
             f"speccond.verify probes by writing rows of W, but {sharded[0]} is sharded (a DTensor: FSDP2); "
             "verify the model before fully_shard (speccond.apply(model, config, verify_with=inputs) does)"
         )
+    check_example_input(example_args, example_kwargs)
     groups = _group_by_attention(model, found)
     _check_no_filled_cache(example_args, example_kwargs)
     captured = _capture_inputs(model, list(groups), example_args, example_kwargs)
@@ -332,6 +335,11 @@ class _Context:
 def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str], run, result: VerifiedAttention) -> None:
     for item in found:
         reference = run()
+        if not bool(torch.isfinite(reference).any()):
+            raise VerificationError(
+                f"{result.attention}: the attention output is not finite anywhere on the example input; check "
+                "that input (and the weights, for inf or NaN) before verifying"
+            )
         with _correction_zeroed(item):
             without = run()
         if _same(reference, without):

@@ -8,12 +8,14 @@ then a rename), so an interrupted run never leaves a half-written cache. The dat
 ``~/.cache/speccond/data``.
 
 The arrays file records the dataset's ``format`` (``DatasetSpec.format_version``, bumped whenever its
-parse changes what is stored). ``load`` refuses a cache of another format, naming the command that
-rebuilds it; ``prepare`` rebuilds such a cache from the raw files it already holds.
+parse changes what is stored) and the SHA-256 of its arrays (``arrays_sha256``: keys, dtypes, shapes and
+bytes). ``load`` refuses a cache of another format, and a damaged one (truncated, unreadable, or arrays
+whose SHA-256 differs from the recorded one), naming the file and the command that rebuilds it;
+``prepare`` verifies a cache the same way and rebuilds a stale or damaged one (or one written before
+checksums were recorded) from the raw files it already holds.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+
+from speccond.checksum import file_sha256, tensors_sha256
 
 log = logging.getLogger(__name__)
 ARRAYS = "arrays.safetensors"
@@ -65,22 +69,8 @@ def data_dir() -> Path:
     return Path(os.environ.get("SPECCOND_DATA") or Path.home() / ".cache" / "speccond" / "data")
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def arrays_sha256(tensors: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over the arrays in key order: each key, dtype, shape and raw bytes."""
-    digest = hashlib.sha256()
-    for key in sorted(tensors):
-        tensor = tensors[key].contiguous()
-        digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
+sha256 = file_sha256  # of a raw file
+arrays_sha256 = tensors_sha256  # of a dataset's arrays: each key, dtype, shape and raw bytes, in key order
 
 
 def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Path:
@@ -88,10 +78,17 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
     target = data_dir() / spec.name
     arrays = target / ARRAYS
     if arrays.is_file():
-        found = _format(arrays)
-        if found == spec.format_version:
-            return arrays
-        log.info("rebuilding %s: the cache has format %s, this version writes %s", arrays, found, spec.format_version)
+        try:
+            found = _format(arrays)
+            if found == spec.format_version and _verified(spec, arrays) is not None:
+                return arrays
+            if found == spec.format_version:
+                log.info("rebuilding %s: written before caches recorded a checksum", arrays)
+            else:
+                log.info("rebuilding %s: the cache has format %s, this version writes %s", arrays, found, spec.format_version)
+        except DamagedCache as damage:
+            log.warning("rebuilding %s: %s", arrays, damage.reason)
+        arrays.unlink()
     raw = target / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     files = {key: _obtain(spec, name, digest, raw, sources or spec.sources) for key, (name, digest) in spec.files.items()}
@@ -107,7 +104,8 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
     from safetensors.torch import save_file
 
     partial = arrays.with_name(f"{arrays.name}.{os.getpid()}.partial")  # this process's own, as in _obtain
-    save_file(tensors, str(partial), metadata={"dataset": spec.name, "format": str(spec.format_version)})
+    metadata = {"dataset": spec.name, "format": str(spec.format_version), "sha256": arrays_sha256(tensors)}
+    save_file(tensors, str(partial), metadata=metadata)
     os.replace(partial, arrays)
     log.info("prepared %s: %s", spec.name, {k: tuple(v.shape) for k, v in tensors.items()})
     return arrays
@@ -121,24 +119,72 @@ def load(spec: DatasetSpec) -> dict[str, torch.Tensor]:
             f"dataset {spec.name!r} is not prepared in {data_dir()}; run `speccond data prepare {spec.name}` "
             f"(set SPECCOND_DATA to use another folder)"
         )
-    found = _format(arrays)
-    if found != spec.format_version:
+    try:
+        found = _format(arrays)
+        if found != spec.format_version:
+            raise ValueError(
+                f"the cached dataset {spec.name!r} in {arrays} has format {found}, but this version of speccond reads "
+                f"format {spec.format_version} (the cache was written by another version); run "
+                f"`speccond data prepare {spec.name}` to rebuild it"
+            )
+        tensors = _verified(spec, arrays)
+    except DamagedCache as damage:
         raise ValueError(
-            f"the cached dataset {spec.name!r} in {arrays} has format {found}, but this version of speccond reads "
-            f"format {spec.format_version} (the cache was written by another version); run "
-            f"`speccond data prepare {spec.name}` to rebuild it"
+            f"the cached dataset {spec.name!r} in {arrays} is damaged ({damage.reason}); run "
+            f"`speccond data prepare {spec.name}`, which deletes and rebuilds it"
+        ) from None
+    if tensors is None:
+        log.warning(
+            "the cached dataset %r in %s was written before caches recorded a checksum, so it is unverified; "
+            "`speccond data prepare %s` rebuilds it with one", spec.name, arrays, spec.name,
         )
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(arrays))
+    return tensors
+
+
+class DamagedCache(Exception):
+    """An arrays file that cannot be read, or whose arrays differ from the checksum it records."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _verified(spec: DatasetSpec, arrays: Path) -> dict[str, torch.Tensor] | None:
+    """The arrays of a cache whose recorded SHA-256 they match; None for a cache that records none (written
+    before checksums). Raises DamagedCache when the file cannot be read or its arrays differ."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    return load_file(str(arrays))
+    try:
+        recorded = _metadata(arrays).get("sha256")
+        if recorded is None:
+            return None
+        tensors = load_file(str(arrays))
+    except (SafetensorError, OSError) as error:
+        raise DamagedCache(f"unreadable: {error}") from None
+    actual = arrays_sha256(tensors)
+    if actual != recorded:
+        raise DamagedCache(f"its arrays have SHA-256 {actual[:12]}..., the cache recorded {recorded[:12]}...")
+    return tensors
 
 
 def _format(arrays: Path) -> int:
     """The format recorded in an arrays file; 1 for caches written before formats were recorded."""
-    from safetensors import safe_open
+    return int(_metadata(arrays).get("format", 1))
 
-    with safe_open(str(arrays), framework="pt") as handle:
-        return int((handle.metadata() or {}).get("format", 1))
+
+def _metadata(arrays: Path) -> dict[str, str]:
+    """The metadata of an arrays file; raises DamagedCache when its header cannot be read."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(arrays), framework="pt") as handle:
+            return dict(handle.metadata() or {})
+    except (SafetensorError, OSError) as error:
+        raise DamagedCache(f"unreadable: {error}") from None
 
 
 def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple[Source, ...]) -> Path:

@@ -11,6 +11,7 @@ import math
 import torch
 from torch import nn
 
+from speccond.checks import require_module
 from speccond.diagnostics.heads import head_cases, layer_count
 from speccond.diagnostics.records import Records
 
@@ -32,6 +33,7 @@ def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
     """Rows: layer, head, entropy (mean nats over queries and batch), min_entropy, log_n, and uniform_entropy:
     the entropy of attention spread evenly over the keys each query may see (mean of log visible keys),
     which is log_n unless a padding mask or causality hides some (AttentionHead.visible_keys)."""
+    require_module(model, "speccond.diagnostics.attention_entropy")
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     rows = []
     for layer in range(layer_count(model)):

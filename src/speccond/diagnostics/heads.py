@@ -17,6 +17,7 @@ a layout) is refused with the adapter's reason.
 from __future__ import annotations
 
 import copy
+import numbers
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from speccond.adapters.head_inputs import HeadInputs, head_refusal
+from speccond.checks import check_example_input, require_module
 from speccond.diagnostics.attention_head import AttentionHead
 from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias
 from speccond.sharded import unsharded
@@ -34,9 +36,14 @@ Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one t
 # -- building AttentionHeads from a real model ---------------------------------------------------------------
 def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[list[int]] = None) -> list[AttentionHead]:
     """AttentionHeads of ``layer`` for query ``heads`` (default all) on the probe batch ``inputs``."""
+    require_module(model, "speccond.diagnostics")
+    check_example_input(*_split(inputs), where="speccond.diagnostics: the probe input")
     layers = attention_layers(model)
-    if not 0 <= layer < len(layers):
-        raise ValueError(f"layer must be in [0, {len(layers)}): the model has {len(layers)} attention layers")
+    if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < len(layers):
+        raise ValueError(
+            f"layer must be an int in [0, {len(layers)}): the model has {len(layers)} attention layers, got {layer!r}"
+        )
+    layer = int(layer)
     target = layers[layer]
     _check_rebuildable(target)
     args, kwargs = capture_input(model, target.module, inputs)

@@ -11,6 +11,7 @@ from typing import Optional
 
 from torch import nn
 
+from speccond.checks import received, require_bool, require_module
 from speccond.config import SpectralConfig
 from speccond.diagnostics.records import Records
 from speccond.layers import attention_layers
@@ -32,6 +33,10 @@ def projection_spectra(model: nn.Module, config: Optional[SpectralConfig] = None
     """Rows: layer, module, projection (q/k/v, the paper's role), head (None = the whole block),
     sigma_min, sigma_max, kappa of the effective weight; plus kappa_w, sigma_min_w, sigma_max_w of the stored
     W when conditioned. ``config`` only supplies declared layouts for modules no adapter knows."""
+    require_module(model, "speccond.diagnostics.projection_spectra")
+    if config is not None and not isinstance(config, SpectralConfig):
+        raise TypeError(f"projection_spectra: config must be a speccond.SpectralConfig or None, got {received(config)}")
+    require_bool(per_head, "projection_spectra: per_head")
     rows = []
     for layer in attention_layers(model, config):
         layer.check_weights_tell("projection_spectra")

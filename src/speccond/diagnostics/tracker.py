@@ -12,11 +12,13 @@ Each measurement appends one JSON line per row, tagged with ``step`` and ``kind`
 from __future__ import annotations
 
 import logging
+import numbers
 from pathlib import Path
 from typing import Optional
 
 from torch import nn
 
+from speccond.checks import received, require_module
 from speccond.diagnostics.entropy import attention_entropy
 from speccond.diagnostics.layer_jacobian import jacobian_rows
 from speccond.diagnostics.records import append_rows
@@ -51,8 +53,10 @@ class Tracker:
         jacobian_iterations: int = 50,
         spectra: bool = True,
     ) -> None:
-        if every < 1:
-            raise ValueError(f"Tracker.every must be >= 1, got {every}")
+        require_module(model, "speccond.diagnostics.Tracker")
+        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
+            raise ValueError(f"Tracker.every must be >= 1, an int (measure every that many steps), got {received(every)}")
+        every = int(every)  # a numpy integer too
         self.model = model
         self.probe = probe if isinstance(probe, tuple) else (probe,)
         self.every = every
