@@ -32,7 +32,7 @@ from speccond.experiments.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
     write_config,
 )
-from speccond.experiments.run_model import model_for
+from speccond.experiments.preflight import built_model
 from speccond.experiments.training_tasks import TrainingTask, training_task
 
 TRAIN_ROW_EVERY = 10
@@ -79,7 +79,8 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     context = Context.from_environment(config.device)
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS
-    task = training_task(config)
+    task = training_task(config)  # loads the data, its sizes checked
+    model = built_model(config)  # both before the run directory is written: a refused config leaves nothing
     if context.is_main:
         write_config(run_dir, config, libraries=task.libraries, splits=task.splits)
     context.barrier()
@@ -93,7 +94,6 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
     if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
         return finished[-1]
-    model = model_for(config)
     model.to(context.device)  # the task stays on the CPU; each batch is moved
     optimizer = task.make_optimizer(model)
     step = resume(run_dir, model, optimizer)
