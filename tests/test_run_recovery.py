@@ -137,3 +137,102 @@ def test_a_step_saved_again_after_damage_is_written_anew(tmp_path):
     step, state = _resumed(tmp_path)
     assert step == 4 and all(torch.equal(state[k], weights[4][k]) for k in state)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["LATEST", "step-000002", "step-000004"]
+
+
+# --- one writer per folder (folder_lock.py) ------------------------------------------------------------------
+
+
+def _hold_lock(folder, ready, release) -> None:
+    """In a forked child: take ``folder``'s lock, say so, and keep it until told (or until killed)."""
+    from speccond.experiments.folder_lock import writing
+
+    with writing(folder):
+        ready.set()
+        release.wait(60)
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """A second process holding the lock of tmp_path/out; yields (process, out)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    ready, release = context.Event(), context.Event()
+    process = context.Process(target=_hold_lock, args=(tmp_path / "out", ready, release))
+    process.start()
+    assert ready.wait(30)
+    yield process, tmp_path / "out", release
+    release.set()
+    process.join(30)
+
+
+def test_a_locked_folder_refuses_a_second_writer_naming_the_holder(holder):
+    from speccond.experiments.folder_lock import writing
+
+    process, out, _ = holder
+    with pytest.raises(ValueError, match=rf"{out} is being written by another process \(pid {process.pid}, lock "):
+        with writing(out):
+            pass
+
+
+def test_a_killed_holder_leaves_no_lock(holder):
+    import signal
+
+    from speccond.experiments.folder_lock import writing
+
+    process, out, _ = holder
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(30)
+    with writing(out):  # the kernel released the dead process's flock
+        assert (out / ".lock").read_text().strip() == str(os.getpid())
+
+
+def test_compare_and_train_on_a_locked_folder_exit_2_naming_the_pid_and_write_nothing(holder, digits, capsys):
+    from speccond.cli import main
+
+    process, out, _ = holder
+    before = sorted(p.name for p in out.rglob("*"))
+    for argv in (["compare", "--task", "digits", *TINY_FLAGS, "--seeds", "1", "--out", str(out)],
+                 ["train", "--set", "task=digits", *TINY_FLAGS, "--out", str(out)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"{out} is being written by another process (pid {process.pid}" in err and "\n" not in err, err
+    assert sorted(p.name for p in out.rglob("*")) == before == [".lock"]
+
+
+# --- a kill before the first checkpoint ----------------------------------------------------------------------
+
+TINY_FLAGS = [f"--set={s}" for s in ("depth=1", "epochs=1", "train_size=128", "test_size=50", "batch_size=32",
+                                     "embed_dim=16", "patch_size=4", "warmup_steps=2")]
+
+
+@pytest.fixture(scope="module")
+def digits_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("digits-data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(home))
+        from speccond import data
+
+        data.prepare("digits")
+    return home
+
+
+@pytest.fixture
+def digits(digits_home, monkeypatch):
+    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
+
+
+def test_a_kill_before_the_first_checkpoint_does_not_duplicate_the_trackers_step_0_rows(tmp_path, digits):
+    from speccond.experiments.config import TrainConfig
+    from speccond.experiments.train import train
+
+    config = TrainConfig().with_overrides([f.removeprefix("--set=") for f in TINY_FLAGS] + [
+        "task=digits", "track_every=2", "checkpoint_every=100"])
+    train(config, tmp_path / "whole", progress=False)
+    assert train(config, tmp_path / "cut", stop_after=1, progress=False) == {}  # stopped as a kill would
+    assert not (tmp_path / "cut" / "checkpoints").exists()
+    train(config, tmp_path / "cut", progress=False)
+    whole = (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()
+    cut = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
+    assert any('"step": 0' in row for row in whole)
+    assert cut == whole

@@ -242,6 +242,7 @@ def _tune(args: argparse.Namespace) -> None:
     from speccond import data
     from speccond.experiments import tuning
     from speccond.experiments.methods import METHODS
+    from speccond.experiments.folder_lock import writing
     from speccond.experiments.preflight import check_comparison_folder, check_runnable, check_writable
     from speccond.experiments.tasks import task as task_of
     from speccond.experiments.training_tasks import task_class
@@ -283,12 +284,12 @@ def _tune(args: argparse.Namespace) -> None:
     data.prepare(task_of(base.task).dataset)
     for config in arms.values():  # every arm builds and fits its data before the first run is written
         check_runnable(dataclasses.replace(config, lr=lrs[0], tuning=1))
-    out.mkdir(parents=True, exist_ok=True)
-    choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
-    tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
-    print((out / "tuning.md").read_text())
-    if args.stage == "all":
-        print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
+    with writing(out):  # one tune per folder at a time (folder_lock.py); creates it
+        choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
+        tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
+        print((out / "tuning.md").read_text())
+        if args.stage == "all":
+            print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
 
 
 def _report(args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.folder_lock import writing
 from speccond.experiments.preflight import check_comparison_folder, check_runnable
 from speccond.experiments.report import Report, write_report
 from speccond.experiments.report_groups import config_key, reads
@@ -36,10 +37,11 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
     check_comparison_folder(out, base, sweep)
     for _, config in chosen:  # every variant builds and fits its data before the first run is written
         check_runnable(dataclasses.replace(config, seed=next(iter(seeds), 0)))
-    for folder, config in chosen:
-        for seed in seeds:
-            train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
-    return write_report([out], out)
+    with writing(out):  # one compare per folder at a time (folder_lock.py)
+        for folder, config in chosen:
+            for seed in seeds:
+                train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
+        return write_report([out], out)
 
 
 def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequence[str]]) -> list[tuple[str, TrainConfig]]:
