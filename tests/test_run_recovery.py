@@ -142,34 +142,37 @@ def test_a_step_saved_again_after_damage_is_written_anew(tmp_path):
 # --- one writer per folder (folder_lock.py) ------------------------------------------------------------------
 
 
-def _hold_lock(folder, ready, release) -> None:
-    """In a forked child: take ``folder``'s lock, say so, and keep it until told (or until killed)."""
+def _hold_lock(folder, ready) -> None:
+    """In a forked child: take ``folder``'s lock, say so, and keep it until killed."""
+    import time
+
     from speccond.experiments.folder_lock import writing
 
     with writing(folder):
         ready.set()
-        release.wait(60)
+        time.sleep(120)
 
 
 @pytest.fixture
 def holder(tmp_path):
-    """A second process holding the lock of tmp_path/out; yields (process, out)."""
+    """A second process holding the lock of tmp_path/out; yields (process, out). Killed at the end (an
+    Event to release it would deadlock once a test has killed it while waiting)."""
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
-    ready, release = context.Event(), context.Event()
-    process = context.Process(target=_hold_lock, args=(tmp_path / "out", ready, release))
+    ready = context.Event()
+    process = context.Process(target=_hold_lock, args=(tmp_path / "out", ready))
     process.start()
     assert ready.wait(30)
-    yield process, tmp_path / "out", release
-    release.set()
+    yield process, tmp_path / "out"
+    process.kill()
     process.join(30)
 
 
 def test_a_locked_folder_refuses_a_second_writer_naming_the_holder(holder):
     from speccond.experiments.folder_lock import writing
 
-    process, out, _ = holder
+    process, out = holder
     with pytest.raises(ValueError, match=rf"{out} is being written by another process \(pid {process.pid}, lock "):
         with writing(out):
             pass
@@ -180,7 +183,7 @@ def test_a_killed_holder_leaves_no_lock(holder):
 
     from speccond.experiments.folder_lock import writing
 
-    process, out, _ = holder
+    process, out = holder
     os.kill(process.pid, signal.SIGKILL)
     process.join(30)
     with writing(out):  # the kernel released the dead process's flock
@@ -190,7 +193,7 @@ def test_a_killed_holder_leaves_no_lock(holder):
 def test_compare_and_train_on_a_locked_folder_exit_2_naming_the_pid_and_write_nothing(holder, digits, capsys):
     from speccond.cli import main
 
-    process, out, _ = holder
+    process, out = holder
     before = sorted(p.name for p in out.rglob("*"))
     for argv in (["compare", "--task", "digits", *TINY_FLAGS, "--seeds", "1", "--out", str(out)],
                  ["train", "--set", "task=digits", *TINY_FLAGS, "--out", str(out)]):

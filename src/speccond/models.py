@@ -37,19 +37,27 @@ def build_named_model(name: str, overrides: dict) -> nn.Module:
         import timm
 
         _refuse_unknown(model_name, timm.list_models(), "timm model")
-        build = lambda: timm.create_model(model_name, pretrained=False, **overrides).eval()  # noqa: E731
     else:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from transformers import CONFIG_MAPPING, AutoConfig, AutoModel
+        from transformers import CONFIG_MAPPING
 
         _refuse_unknown(model_name, list(CONFIG_MAPPING.keys()), "hf model type")
-        build = lambda: AutoModel.from_config(AutoConfig.for_model(model_name, **overrides)).eval()  # noqa: E731
     try:
-        return build()
+        return _build(family, model_name, overrides)
     except (TypeError, ValueError, RuntimeError, AssertionError, AttributeError, IndexError, KeyError) as error:
         given = ", ".join(f"{key}={value!r}" for key, value in overrides.items()) or "no overrides"
         raise ValueError(f"{name} could not be built with {given} ({type(error).__name__}: {error}); "
                          "check the --set values") from None
+
+
+def _build(family: str, model_name: str, overrides: dict) -> nn.Module:
+    if family == "timm":
+        import timm
+
+        return timm.create_model(model_name, pretrained=False, **overrides).eval()
+    from transformers import AutoConfig, AutoModel
+
+    return AutoModel.from_config(AutoConfig.for_model(model_name, **overrides)).eval()
 
 
 def _refuse_unknown(name: str, known: list[str], kind: str) -> None:
