@@ -366,7 +366,7 @@ def test_the_tuning_protocol_runs_the_detection_task_on_box_ap(tiny_task, tmp_pa
     from speccond.diagnostics.records import read_metrics
 
     sets = [f"{k}={v}" for k, v in TINY.to_dict().items()
-            if k not in ("task", "model", "method", "seed", "lr", "val_size", "epochs")]
+            if k not in ("task", "model", "method", "seed", "lr", "val_size", "epochs", "tuning", "flush_denormal")]
     out = tmp_path / "tune"
     assert main(["tune", "--task", "fashion-scenes", "--model", "xcit-maskrcnn", "--val-size", "2", "--lrs", "3e-4,1e-3",
                  "--tuning-seeds", "1", "--final-seeds", "2", "--arms", f"baseline,{other}", "--out", str(out),

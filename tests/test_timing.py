@@ -77,11 +77,16 @@ def test_a_resume_past_the_recorded_time_marks_it_incomplete_for_good(data_home,
     assert record.status == "finished" and record.seconds is None
 
 
-def test_a_file_written_before_complete_existed_reads_as_complete_and_a_damaged_one_is_refused(tmp_path):
+def test_a_file_written_before_complete_existed_reads_as_complete_and_a_damaged_one_as_incomplete(tmp_path, caplog):
+    """A damaged timing.json names itself and leaves its run's wall time out; it blocks nothing (issue 32)."""
     (tmp_path / "timing.json").write_text(json.dumps({"seconds": 12.5, "step": 1266}))
     assert read_timing(tmp_path) == {"seconds": 12.5, "step": 1266, "complete": True}
     assert recorded_seconds(tmp_path) == 12.5
     assert read_timing(tmp_path / "none") is None and recorded_seconds(tmp_path / "none") is None
-    (tmp_path / "timing.json").write_text('{"seconds": 12.5}')
-    with pytest.raises(ValueError, match=r"timing.json: unreadable .*expected \{\"seconds\": float"):
-        read_timing(tmp_path)
+    for damaged in ('{"seconds": 12.5}', '{"seconds": 12.5, "st', "[1, 2]"):
+        (tmp_path / "timing.json").write_text(damaged)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            assert read_timing(tmp_path) == {"seconds": 0.0, "step": -1, "complete": False}
+            assert recorded_seconds(tmp_path) is None
+        assert f"{tmp_path / 'timing.json'}: unreadable" in caplog.text

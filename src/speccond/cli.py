@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
             for path in plot_runs(args.runs, args.out):
                 print(path)
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except (ValueError, TypeError, OSError) as error:  # a user's input or file: one line, never a traceback
         print(f"speccond {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -195,16 +195,39 @@ def _base_config(args: argparse.Namespace, *fixed: str):
     return TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set, *fixed])
 
 
+# TrainConfig fields a command sets itself, each with the flag to use instead: --set or --sweep of one is
+# refused, never silently replaced.
+COMPARE_OWNS = {"seed": "compare runs seeds 0 to N-1 of --seeds N: use --seeds",
+                "method": "compare runs every method of --methods: use --methods"}
+TUNE_OWNS = {"seed": "tune runs seeds 0, 1, ... of --tuning-seeds, then 100, 101, ... of --final-seeds: use those",
+             "method": "tune runs the methods of --arms: use --arms (settings after a colon: spectral:lam=2)",
+             "lr": "tune tries every lr of --lrs: use --lrs", "val_size": "tune holds out --val-size: use --val-size",
+             "tuning": "tune sets it on its tuning runs only",
+             "flush_denormal": "tune always flushes subnormals (flush_denormal=1)"}
+
+
+def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        if key in owned:
+            raise ValueError(f"{flag} {pair}: {owned[key]}")
+
+
 def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from speccond import data
     from speccond.experiments.compare import compare, parse_sweep, variants
+    from speccond.experiments.preflight import check_comparison_folder, check_writable
     from speccond.experiments.tasks import task as task_of
 
+    _refuse_owned("--set", args.set, COMPARE_OWNS)
+    _refuse_owned("--sweep", args.sweep, COMPARE_OWNS)
     base = _base_config(args)
     sweep = parse_sweep(args.sweep)
     variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    check_writable(args.out, "--out")
+    check_comparison_folder(Path(args.out), base, sweep)
     data.prepare(task_of(base.task).dataset)
     compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep)
     print((Path(args.out) / "results.md").read_text())
@@ -214,25 +237,39 @@ def _compare(args: argparse.Namespace) -> None:
 def _tune(args: argparse.Namespace) -> None:
     from pathlib import Path
 
+    import dataclasses
+
     from speccond import data
     from speccond.experiments import tuning
     from speccond.experiments.methods import METHODS
+    from speccond.experiments.folder_lock import writing
+    from speccond.experiments.preflight import check_comparison_folder, check_runnable, check_writable
     from speccond.experiments.tasks import task as task_of
     from speccond.experiments.training_tasks import task_class
 
+    _refuse_owned("--set", args.set, TUNE_OWNS)
     base = _base_config(args, f"val_size={args.val_size}", "flush_denormal=1")
     arms = {}
-    for arm in [a for a in args.arms.split(",") if a]:
+    for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
         if arm.partition(":")[0] not in METHODS:
             raise ValueError(f"--arms: unknown method in {arm!r}; methods: {', '.join(METHODS)}")
         name, config = tuning.arm_config(base, arm)
+        if name in arms:
+            raise ValueError(f"--arms names {name!r} twice; give each arm once")
         arms[name] = config
+    if not arms:
+        raise ValueError(f"--arms {args.arms!r} names no arms; give comma-separated methods, e.g. baseline,spectral")
     try:
-        lrs = [float(lr) for lr in args.lrs.split(",") if lr]
+        lrs = [float(lr) for lr in args.lrs.split(",") if lr.strip()]
     except ValueError:
         raise ValueError(f"--lrs takes comma-separated numbers, got {args.lrs!r}") from None
-    if not lrs or not all(lr > 0 for lr in lrs):
+    if not lrs or not all(math.isfinite(lr) and lr > 0 for lr in lrs):
         raise ValueError(f"--lrs takes positive learning rates, got {args.lrs!r}")
+    repeated = next((lr for i, lr in enumerate(lrs) if lr in lrs[:i]), None)
+    if repeated is not None:
+        raise ValueError(f"--lrs names {repeated:g} twice; give each learning rate once")
+    check_writable(args.out, "--out")
+    check_comparison_folder(Path(args.out), base)
     out = Path(args.out)
     adopted = tuning.adopt_choice(Path(args.choice), arms, lrs, args.tuning_seeds, out) if args.choice else None
     metric = task_class(base).metrics[0]  # the figure the arms are tuned on: accuracy, box AP for detection
@@ -245,12 +282,14 @@ def _tune(args: argparse.Namespace) -> None:
             print(tuning.write_final(arms, choice, args.final_seeds, out))
         return
     data.prepare(task_of(base.task).dataset)
-    out.mkdir(parents=True, exist_ok=True)
-    choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
-    tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
-    print((out / "tuning.md").read_text())
-    if args.stage == "all":
-        print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
+    for config in arms.values():  # every arm builds and fits its data before the first run is written
+        check_runnable(dataclasses.replace(config, lr=lrs[0], tuning=1))
+    with writing(out):  # one tune per folder at a time (folder_lock.py); creates it
+        choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
+        tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
+        print((out / "tuning.md").read_text())
+        if args.stage == "all":
+            print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -262,8 +301,11 @@ def _report(args: argparse.Namespace) -> None:
         print(glue_table(args.runs, args.out or "report"))
         print(f"written: {Path(args.out or 'report') / 'glue.md'}")
         return
+    from speccond.experiments.preflight import check_writable
     from speccond.experiments.report import write_report
 
+    if args.out:
+        check_writable(args.out, "--out")
     report = write_report(args.runs, args.out)
     print(report.markdown)
     print(f"written: {report.out / 'results.md'}, results.json, {', '.join(report.plots) or 'no plots'}")
@@ -276,20 +318,22 @@ def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from speccond.experiments.config import TrainConfig
+    from speccond.experiments.preflight import check_writable
+    from speccond.experiments.runs import read_config
     from speccond.experiments.tasks import task as task_of
     from speccond.experiments.train import train
 
     if bool(args.out) == bool(args.resume):
         raise ValueError("give exactly one of --out RUN_DIR (a new run) or --resume RUN_DIR")
     if args.resume:
-        recorded = Path(args.resume) / "config.json"
-        if not recorded.is_file():
+        if not (Path(args.resume) / "config.json").is_file():
             raise ValueError(f"{args.resume} has no config.json; nothing to resume")
-        config = TrainConfig.from_dict(json.loads(recorded.read_text())["config"]).with_overrides(args.set)
+        config = read_config(args.resume).with_overrides(args.set)
     else:
+        check_writable(args.out, "--out")
         config = TrainConfig().with_overrides(args.set)
     task_of(config.task)  # an unknown task is an error before the run directory is written
-    result = train(config, Path(args.out or args.resume))
+    result = train(config, Path(args.out or args.resume))  # checks the model and data sizes before writing
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result))
     return 3 if result.get("kind") == "diverged" else 0
@@ -300,6 +344,10 @@ def _inspect(args: argparse.Namespace) -> None:
     from speccond import diagnostics as dx
     from speccond.models import build_named_model, example_inputs, parse_overrides
 
+    if args.json:
+        from speccond.experiments.preflight import check_writable
+
+        check_writable(args.json, "--json", folder=False)
     model = build_named_model(args.model, parse_overrides(args.set))
     if not args.plain:
         report = speccond.apply(model, speccond.SpectralConfig(lam=args.lam, correction=args.correction))

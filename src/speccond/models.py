@@ -36,11 +36,39 @@ def build_named_model(name: str, overrides: dict) -> nn.Module:
     if family == "timm":
         import timm
 
+        _refuse_unknown(model_name, timm.list_models(), "timm model")
+    else:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import CONFIG_MAPPING
+
+        _refuse_unknown(model_name, list(CONFIG_MAPPING.keys()), "hf model type")
+    try:
+        return _build(family, model_name, overrides)
+    except (TypeError, ValueError, RuntimeError, AssertionError, AttributeError, IndexError, KeyError) as error:
+        given = ", ".join(f"{key}={value!r}" for key, value in overrides.items()) or "no overrides"
+        raise ValueError(f"{name} could not be built with {given} ({type(error).__name__}: {error}); "
+                         "check the --set values") from None
+
+
+def _build(family: str, model_name: str, overrides: dict) -> nn.Module:
+    if family == "timm":
+        import timm
+
         return timm.create_model(model_name, pretrained=False, **overrides).eval()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoConfig, AutoModel
 
     return AutoModel.from_config(AutoConfig.for_model(model_name, **overrides)).eval()
+
+
+def _refuse_unknown(name: str, known: list[str], kind: str) -> None:
+    """ValueError naming the nearest known names (difflib) when ``name`` is not one of ``known``."""
+    if name in known:
+        return
+    import difflib
+
+    nearest = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    raise ValueError(f"unknown {kind} {name!r}; " + (f"nearest: {', '.join(nearest)}" if nearest else
+                                                      f"{len(known)} are known, none close"))
 
 
 def example_inputs(model: nn.Module, batch: int = 2, seed: int = 0) -> tuple:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from speccond.experiments.config import TrainConfig
+from speccond.experiments.folder_lock import writing
+from speccond.experiments.preflight import check_comparison_folder, check_runnable
 from speccond.experiments.report import Report, write_report
 from speccond.experiments.report_groups import config_key, reads
 from speccond.experiments.timing import WallClock
@@ -24,14 +26,22 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
             sweep: Optional[Mapping[str, Sequence[str]]] = None) -> Report:
     """Train every (variant, seed) that is not finished, then write the report of ``out``; return it.
 
+    Nothing is written before every variant is checked (preflight.py): it builds its model, its sizes fit
+    the task's data, and ``out`` holds no runs of another task or protocol.
+
     ``sweep`` maps TrainConfig fields to values ({"lam": ["1", "10"]}): every method runs at every
     combination of them that changes what it computes (see :func:`variants`).
     """
-    out = Path(out)
-    for folder, config in variants(base, methods, sweep or {}):
-        for seed in seeds:
-            train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
-    return write_report([out], out)
+    out, sweep = Path(out), sweep or {}
+    chosen = variants(base, methods, sweep)
+    check_comparison_folder(out, base, sweep)
+    for _, config in chosen:  # every variant builds and fits its data before the first run is written
+        check_runnable(dataclasses.replace(config, seed=next(iter(seeds), 0)))
+    with writing(out):  # one compare per folder at a time (folder_lock.py)
+        for folder, config in chosen:
+            for seed in seeds:
+                train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
+        return write_report([out], out)
 
 
 def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequence[str]]) -> list[tuple[str, TrainConfig]]:

@@ -112,14 +112,29 @@ def drop_rows_after(path: Path, step: int) -> None:
 
 
 def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Load the latest checkpoint into ``model`` and ``optimizer``; return its step (0 when there is none)."""
-    folder = checkpoint.latest(run_dir)
-    if folder is None:
+    """Load the latest checkpoint into ``model`` and ``optimizer``; return its step (0 when there is none).
+
+    A checkpoint whose files differ from their checksums is passed over, with a warning, for the newest
+    one before it that loads (checkpoint.py); with none left the run starts again from step 0."""
+    newest = checkpoint.latest(run_dir)
+    if newest is None:
         return 0
-    manifest, state = checkpoint.load(folder, model)
-    optimizer.load_state_dict(state["optimizer"])
-    log.info("resumed %s at step %d", run_dir, manifest["step"])
-    return int(manifest["step"])
+    candidates = [newest, *(f for f in checkpoint.complete(run_dir) if f.name < newest.name)]
+    for folder in candidates:
+        try:
+            manifest, state = checkpoint.load(folder, model)
+        except checkpoint.DamagedCheckpoint as error:
+            log.warning("%s; trying the checkpoint before it", error)
+            continue
+        if folder != newest:
+            log.warning("resuming %s from %s, the newest intact checkpoint, instead of %s", run_dir, folder.name,
+                        newest.name)
+        optimizer.load_state_dict(state["optimizer"])
+        log.info("resumed %s at step %d", run_dir, manifest["step"])
+        return int(manifest["step"])
+    log.warning("%s: no intact checkpoint is left (%s), so the run starts again from step 0", run_dir,
+                ", ".join(f.name for f in candidates))
+    return 0
 
 
 def recorded_divergence(run_dir: Path) -> Optional[dict]:
@@ -224,7 +239,8 @@ class StepLoop:
         if stop_after is not None and step >= stop_after:
             return True
         if self.interrupt.requested:
-            save()
+            if not checkpoint_due:  # saved once above already
+                save()
             log.warning("interrupted after step %d; checkpoint saved, resume with the same command", step)
             raise KeyboardInterrupt
         return False

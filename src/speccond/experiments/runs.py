@@ -147,7 +147,13 @@ def _final_kappa(run_dir: Path, config: TrainConfig, rows: list[dict],
         return _read_kept_kappa(run_dir / KEPT_KAPPA) if (run_dir / KEPT_KAPPA).is_file() else (None, None)
     step = checkpoint.manifest_step(latest)
     kappa = _tracked_kappa(rows, step)
-    return (checkpoint_kappa(config, latest) if kappa is None else kappa), step
+    if kappa is not None:
+        return kappa, step
+    try:
+        return checkpoint_kappa(config, latest), step
+    except checkpoint.DamagedCheckpoint as error:
+        log.warning("%s; its kappa is left blank (run the same compare or train --resume to write it again)", error)
+        return None, None
 
 
 def _read_kept_kappa(path: Path) -> tuple[Optional[float], Optional[int]]:
@@ -183,6 +189,12 @@ def checkpoint_kappa(config: TrainConfig, folder: Path) -> Optional[float]:
     if spectra_refusal(model):
         return None
     return _mean_kappa(projection_spectra(model, per_head=False))
+
+
+def read_config(run_dir: str | Path) -> TrainConfig:
+    """The TrainConfig recorded in ``run_dir``/config.json; ValueError naming the file when it is unreadable."""
+    path = Path(run_dir) / "config.json"
+    return _config(path, _read_config(path))
 
 
 def _read_config(path: Path) -> dict:

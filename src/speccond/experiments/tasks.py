@@ -154,22 +154,9 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     ``config.test_size`` (0 = all) test examples, in stored order.
     """
     chosen = task(config.task)
-    arrays = data.load(chosen.dataset)
-    if chosen.reading in ("text", "mlm"):
-        prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
-        arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
-    stored = "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"
+    arrays, stored = _stored_arrays(config)
     train_images, test_images = arrays[f"train_{stored}"], arrays[f"test_{stored}"]
-    if config.test_size > test_images.shape[0]:
-        raise ValueError(
-            f"TrainConfig.test_size={config.test_size} but task {config.task!r} has {test_images.shape[0]} "
-            f"test examples; use at most {test_images.shape[0]}, or 0 for all"
-        )
-    if config.train_size > train_images.shape[0]:
-        raise ValueError(
-            f"TrainConfig.train_size={config.train_size} but task {config.task!r} has {train_images.shape[0]} "
-            f"train examples; use at most {train_images.shape[0]}, or 0 for all"
-        )
+    check_sizes(config, train_images.shape[0], test_images.shape[0])
     train_index, val_index = split_indices(train_images.shape[0], config)
     test_count = config.test_size or test_images.shape[0]
     splits = {"train": train_images[train_index], "test": test_images[:test_count]}
@@ -201,6 +188,39 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     if config.val_size:
         tensors["val_index"] = val_index
     return tensors
+
+
+def stored_counts(config: TrainConfig) -> tuple[int, int]:
+    """(training, test) examples stored for ``config.task``: what its sizes are checked against."""
+    arrays, stored = _stored_arrays(config)
+    return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
+
+
+def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
+    """ValueError unless ``config``'s train_size, val_size and test_size fit the task's stored examples and
+    leave at least one training example."""
+    if config.test_size > test_count:
+        raise ValueError(f"TrainConfig.test_size={config.test_size} but task {config.task!r} has {test_count} "
+                         f"test examples; use at most {test_count}, or 0 for all")
+    if config.train_size > train_count:
+        raise ValueError(f"TrainConfig.train_size={config.train_size} but task {config.task!r} has {train_count} "
+                         f"train examples; use at most {train_count}, or 0 for all")
+    if config.val_size >= train_count:
+        raise ValueError(f"TrainConfig.val_size={config.val_size} leaves no training examples of the {train_count} "
+                         f"of task {config.task!r}; use val_size < {train_count}")
+    if config.val_size + config.train_size > train_count:
+        raise ValueError(f"TrainConfig.val_size={config.val_size} and train_size={config.train_size} ask for more "
+                         f"than the {train_count} training examples of task {config.task!r}")
+
+
+def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
+    """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
+    chosen = task(config.task)
+    arrays = data.load(chosen.dataset)
+    if chosen.reading in ("text", "mlm"):
+        prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
+        arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
+    return arrays, "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"
 
 
 def masked_lm_task(train: torch.Tensor, test: torch.Tensor, test_count: int, vocab: int) -> dict[str, torch.Tensor]:

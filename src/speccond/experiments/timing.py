@@ -12,6 +12,7 @@ read as complete.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Optional
@@ -19,10 +20,12 @@ from typing import Optional
 from speccond.experiments import checkpoint
 
 FILE = "timing.json"
+log = logging.getLogger(__name__)
 
 
 def read_timing(run_dir: Path) -> Optional[dict]:
-    """timing.json of ``run_dir`` as {"seconds", "step", "complete"}, or None when there is none."""
+    """timing.json of ``run_dir`` as {"seconds", "step", "complete"}, or None when there is none; a garbled
+    one is logged, naming the file, and reads as an incomplete record (its run's wall time is left out)."""
     path = Path(run_dir) / FILE
     if not path.is_file():
         return None
@@ -30,9 +33,10 @@ def read_timing(run_dir: Path) -> Optional[dict]:
         record = json.loads(path.read_text())
         return {"seconds": float(record["seconds"]), "step": int(record["step"]),
                 "complete": bool(record.get("complete", True))}
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path}: unreadable ({error}); expected {{\"seconds\": float, \"step\": int, "
-                         "\"complete\": bool}}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        log.warning("%s: unreadable (%s); the run's wall time is left out of reports (the time recorded there is "
+                    "lost; its next checkpoint rewrites the file)", path, error)
+        return {"seconds": 0.0, "step": -1, "complete": False}
 
 
 def recorded_seconds(run_dir: Path) -> Optional[float]:

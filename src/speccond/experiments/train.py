@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -27,12 +28,13 @@ from speccond.diagnostics.records import read_metrics
 from speccond.experiments import checkpoint
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.distributed import Context
+from speccond.experiments.folder_lock import writing
 from speccond.experiments.pretrained import load_pretrained
 from speccond.experiments.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
     write_config,
 )
-from speccond.experiments.run_model import model_for
+from speccond.experiments.preflight import built_model
 from speccond.experiments.training_tasks import TrainingTask, training_task
 
 TRAIN_ROW_EVERY = 10
@@ -79,87 +81,89 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     context = Context.from_environment(config.device)
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS
-    task = training_task(config)
-    if context.is_main:
-        write_config(run_dir, config, libraries=task.libraries, splits=task.splits)
-    context.barrier()
-    diverged = recorded_divergence(run_dir)
-    if diverged is not None:
-        return diverged
-    samples = task.samples
-    _check_shards(samples, config.batch_size, context)
-    steps_per_epoch = math.ceil(samples / config.batch_size)
-    total_steps = steps_per_epoch * config.epochs
-    finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
-    if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
-        return finished[-1]
-    model = model_for(config)
-    model.to(context.device)  # the task stays on the CPU; each batch is moved
-    optimizer = task.make_optimizer(model)
-    step = resume(run_dir, model, optimizer)
-    if step == 0 and config.init_from:
-        load_pretrained(model, config)  # in place: the optimiser holds the same parameters
-    if context.is_main:
-        drop_rows_after(metrics, step)
-    if finished and step == total_steps:  # resumed after the last epoch had finished
-        return finished[-1]
-    trained = context.wrap(model)
-    tracker = _tracker(config, model, task, metrics) if context.is_main else None
-    if tracker is not None and step == 0:
-        tracker.step(0)
+    task = training_task(config)  # loads the data, its sizes checked
+    model = built_model(config)  # both before the run directory is written: a refused config leaves nothing
+    with ExitStack() as held:
+        if context.is_main:  # one writer per run directory (folder_lock.py); released however the process ends
+            held.enter_context(writing(run_dir))
+            write_config(run_dir, config, libraries=task.libraries, splits=task.splits)
+        context.barrier()
+        diverged = recorded_divergence(run_dir)
+        if diverged is not None:
+            return diverged
+        samples = task.samples
+        _check_shards(samples, config.batch_size, context)
+        steps_per_epoch = math.ceil(samples / config.batch_size)
+        total_steps = steps_per_epoch * config.epochs
+        finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
+        if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
+            return finished[-1]
+        model.to(context.device)  # the task stays on the CPU; each batch is moved
+        optimizer = task.make_optimizer(model)
+        step = resume(run_dir, model, optimizer)
+        if step == 0 and config.init_from:
+            load_pretrained(model, config)  # in place: the optimiser holds the same parameters
+        if context.is_main:  # rows after the checkpoint go; without one, all (a tracker's step-0 rows included)
+            drop_rows_after(metrics, step if step else -1)
+        if finished and step == total_steps:  # resumed after the last epoch had finished
+            return finished[-1]
+        trained = context.wrap(model)
+        tracker = _tracker(config, model, task, metrics) if context.is_main else None
+        if tracker is not None and step == 0:
+            tracker.step(0)
 
-    def save() -> None:
-        if context.is_main:
-            checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
-            if on_checkpoint is not None:
-                on_checkpoint(step)
+        def save() -> None:
+            if context.is_main:
+                checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
+                if on_checkpoint is not None:
+                    on_checkpoint(step)
 
-    def evaluation(kind: str, split: str) -> dict:
-        row = {"kind": kind, "step": step, "epoch": step // steps_per_epoch}
-        return {**row, "total_steps": total_steps, **task.evaluate(model, split)}
+        def evaluation(kind: str, split: str) -> dict:
+            row = {"kind": kind, "step": step, "epoch": step // steps_per_epoch}
+            return {**row, "total_steps": total_steps, **task.evaluate(model, split)}
 
-    final: dict = {}
-    with StepLoop(total_steps, step, progress and context.is_main) as steps:
-        while step < total_steps:
-            epoch, index = divmod(step, steps_per_epoch)
-            order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
-            chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(config, step, total_steps)
-            local_mean, counts, figures = task.train_loss(trained, chosen, step, context)
-            loss_value = context.global_mean(local_mean, *counts)
-            if not math.isfinite(loss_value):
-                return record_divergence(run_dir, step, loss_value, total_steps, write=context.is_main)
-            optimizer.zero_grad(set_to_none=True)
-            context.local_loss(local_mean, *counts).backward()
-            if config.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            step += 1
-            steps.advanced(loss_value)
-            if step % TRAIN_ROW_EVERY == 0 and context.is_main:
-                append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
-                                     **{name: float(value.detach()) for name, value in figures.items()}})
-            if config.refresh_every and step % config.refresh_every == 0:
-                speccond.refresh(model)  # svd corrections and auto lams follow the weights (PAPER.md section 5)
-            if tracker is not None and step % tracker.every == 0 and all_finite(model):
-                tracker.step(step)  # non-finite weights are left to the next step's divergence check
-            epoch_done = step % steps_per_epoch == 0
-            if epoch_done and task.evaluates_each_epoch:
-                final = evaluation("eval", "test")
-                if context.is_main:
-                    append_row(metrics, final)
-            elif epoch_done and config.val_size and all_finite(model):
-                row = evaluation("val", "val")
-                if context.is_main:
-                    append_row(metrics, row)
-            if steps.boundary(step, save, epoch_done or step % config.checkpoint_every == 0, stop_after):
-                return {}
-    if not final:  # the test split once, after training (the validation split, for a tuning run)
-        final = {**evaluation("eval", "val"), "split": "val"} if config.tuning else evaluation("eval", "test")
-        if context.is_main:
-            append_row(metrics, final)
-    return final
+        final: dict = {}
+        with StepLoop(total_steps, step, progress and context.is_main) as steps:
+            while step < total_steps:
+                epoch, index = divmod(step, steps_per_epoch)
+                order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
+                chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(config, step, total_steps)
+                local_mean, counts, figures = task.train_loss(trained, chosen, step, context)
+                loss_value = context.global_mean(local_mean, *counts)
+                if not math.isfinite(loss_value):
+                    return record_divergence(run_dir, step, loss_value, total_steps, write=context.is_main)
+                optimizer.zero_grad(set_to_none=True)
+                context.local_loss(local_mean, *counts).backward()
+                if config.grad_clip:
+                    nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                optimizer.step()
+                step += 1
+                steps.advanced(loss_value)
+                if step % TRAIN_ROW_EVERY == 0 and context.is_main:
+                    append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
+                                         **{name: float(value.detach()) for name, value in figures.items()}})
+                if config.refresh_every and step % config.refresh_every == 0:
+                    speccond.refresh(model)  # svd corrections and auto lams follow the weights (PAPER.md section 5)
+                if tracker is not None and step % tracker.every == 0 and all_finite(model):
+                    tracker.step(step)  # non-finite weights are left to the next step's divergence check
+                epoch_done = step % steps_per_epoch == 0
+                if epoch_done and task.evaluates_each_epoch:
+                    final = evaluation("eval", "test")
+                    if context.is_main:
+                        append_row(metrics, final)
+                elif epoch_done and config.val_size and all_finite(model):
+                    row = evaluation("val", "val")
+                    if context.is_main:
+                        append_row(metrics, row)
+                if steps.boundary(step, save, epoch_done or step % config.checkpoint_every == 0, stop_after):
+                    return {}
+        if not final:  # the test split once, after training (the validation split, for a tuning run)
+            final = {**evaluation("eval", "val"), "split": "val"} if config.tuning else evaluation("eval", "test")
+            if context.is_main:
+                append_row(metrics, final)
+        return final
 
 
 def _check_shards(samples: int, batch_size: int, context: Context) -> None:
