@@ -28,9 +28,11 @@ How its extreme eigenvalues are read:
 
 - R <= GRAM_EIGH_MAX: all eigenvalues (eigvalsh, O(R^3), 6 s at R = 4160). Values and brackets as for an
   exact SVD, with the rounding margin of the Gram matrix: an eigenvalue computed to within
-  dl = max(R, C) eps lmax, so sigma_min in [sqrt(lmin - dl), sqrt(lmin + dl)]. Squaring the singular
-  values costs accuracy at the small end: the relative width of that bracket is about max(R, C) eps
-  kappa^2, fine for kappa up to about 1e5; beyond that the bracket's upper end is inf and kappa is nan.
+  dl = R eps lmax (the backward error of the eigensolver, and of forming entries that each sum N + dh
+  products), so sigma_min in [sqrt(lmin - dl), sqrt(lmin + dl)]. Squaring the singular values costs
+  accuracy at the small end: the relative width of that bracket is about R eps kappa^2, fine for kappa
+  up to about 1 / sqrt(R eps) / 10 (1e5 at R = 4160); beyond that the bracket's upper end is inf and
+  kappa is nan, and a lower bound is all the Gram matrix can give.
 - R > GRAM_EIGH_MAX (a full eigendecomposition of 12608 x 12608 takes minutes here): one Cholesky
   factorisation J J^T = L L^T (O(R^3 / 3), 20-30 s at R = 12608 on one thread), which also shows that
   J J^T is positive definite; then Lanczos with full reorthogonalisation on J J^T for lmax and on
@@ -62,19 +64,10 @@ def can_structure(head) -> bool:
     return getattr(head, "k_norm", None) is None and getattr(head, "rotary", None) is None and hasattr(head, "probabilities")
 
 
-def weight_gram(head) -> Tensor:
-    """J J^T of the weight Jacobian, (R, R) float64 with R = B N dh, rows in vec(A)'s order (jacobian.py)."""
-    from speccond.diagnostics.jacobian import weight_jacobian
-
-    h = head.double()
-    if not can_structure(h):
-        jac = weight_jacobian(h)  # (R, C)
-        return jac @ jac.T  # (R, R)
-    return _structured_gram(h)
-
-
-def _structured_gram(h) -> Tensor:
-    """The module docstring's closed form, accumulated in place in one (R, R) matrix plus one temporary."""
+def structured_gram(h) -> Tensor:
+    """J J^T of the weight Jacobian of a float64 head that ``can_structure``, (R, R) with R = B N dh, rows
+    in vec(A)'s order (jacobian.py): the module docstring's closed form, accumulated in place in one
+    (R, R) matrix plus one temporary. (jacobian.weight_gram takes J J^T from torch.func's J otherwise.)"""
     b, n, d = h.x.shape
     dh = h.w_q.shape[1]
     t = b * n  # tokens of the whole batch
@@ -200,37 +193,3 @@ def gram_extremes(gram: Tensor, seed: int = 0) -> dict:
                 lmin=1.0 / mu if converged else math.nan, lmin_lower=1.0 / (mu + r_min), lmin_upper=1.0 / mu,
                 exact=False, iterations=max(steps_max, steps_min))
 
-
-def gram_spectrum(head, shape: tuple[int, int], rank_bound: int, rtol: float, seed: int = 0):
-    """jacobian_spectrum(method="gram"): a SingularSummary of the weight Jacobian from J J^T (module docstring).
-
-    The values are filled (converged) when lmin is determined and above the rounding margin dl of the
-    Gram matrix; then J has full row rank, kappa = kappa_nonzero and rank = R. Otherwise they are nan and
-    the bracket says what is known."""
-    from speccond.diagnostics.jacobian import SingularSummary, _default_rtol
-
-    rows, cols = shape
-    if rank_bound < rows:
-        raise ValueError(
-            f"method='gram' needs a weight Jacobian of full row rank, and this one ({rows} x {cols}) has rank at most "
-            f"{rank_bound} by structure (jacobian.structural_null_dim), so kappa = inf: use method='matrix-free' or "
-            "'exact' for kappa_nonzero, or fewer probe samples (the rows grow with the batch, the columns do not)"
-        )
-    ext = gram_extremes(weight_gram(head), seed)
-    margin = _default_rtol(shape) * ext["lmax_lower"]  # dl: rounding in the Gram matrix and its eigenvalues
-    lmin_floor = ext["lmin_lower"] - margin
-    known = not math.isnan(ext["lmin"]) and not math.isnan(ext["lmax"]) and ext["lmin"] > margin
-    kappa = math.sqrt(ext["lmax"] / ext["lmin"]) if known else math.nan
-    sigma_max = math.sqrt(ext["lmax"]) if known else math.nan
-    sigma_min = math.sqrt(ext["lmin"]) if known else math.nan
-    lmin_upper = ext["lmin_upper"] if not math.isnan(ext["lmin_upper"]) else ext["lmax_lower"]
-    kappa_lower = max(1.0, math.sqrt(ext["lmax_lower"] / (lmin_upper + margin)))
-    kappa_upper = math.sqrt((ext["lmax_upper"] + margin) / lmin_floor) if lmin_floor > 0 else math.inf
-    return SingularSummary(
-        wrt="weights", method="gram", shape=shape, sigma_max=sigma_max, sigma_min=sigma_min, kappa=kappa,
-        singular=False if lmin_floor > 0 else None, sigma_min_nonzero=sigma_min, kappa_nonzero=kappa, rtol=rtol,
-        rank=rows if known else None, rank_bound=rank_bound, converged=known,
-        sigma_max_lower=math.sqrt(ext["lmax_lower"]), sigma_min_upper=math.sqrt(lmin_upper + margin),
-        sigma_min_nonzero_upper=math.sqrt(lmin_upper + margin), kappa_lower=kappa_lower, kappa_upper=kappa_upper,
-        kappa_nonzero_lower=kappa_lower, kappa_nonzero_upper=kappa_upper, iterations=ext["iterations"],
-    )
