@@ -20,11 +20,19 @@ value (nan until determined) and the proven bracket it lies in (SingularSummary 
    forward pre-hook and head h's weights are rows h*dh:(h+1)*dh of the q, k, v blocks of ``qkv``
    (timm layout (3*D, D), q/k/v blocks, heads contiguous), transposed to the paper's (D, dh).
 
+3. Issue 36 (``--real``): method="gram" on real heads, layer 0 head 0 of timm ViT-Ti/16 and ViT-S/16 at
+   224 px (pretrained=False), one seeded Gaussian image: J is 12608 x 36864 (ViT-Ti) and 12608 x 73728
+   (ViT-S), R = 12608 > GRAM_EIGH_MAX, so Cholesky + shift-invert Lanczos; and the issue's ViT-Ti-sized
+   head of part 2 (embed 192, 3 heads, patch 4 on 32 x 32, N = 65), one image: J 4160 x 36864, all
+   eigenvalues (eigvalsh). Printed: kappa, its bracket and its ratio upper / lower, time, and matrix-free
+   at max_iter 50 on the same head for comparison. ``--real`` runs part 3 only.
+
 Command (from the repository root):
 
     .venv/bin/python benchmarks/jacobian.py               # about 75 s on 2 shared CPU cores
     .venv/bin/python benchmarks/jacobian.py --quick       # smoke run, about 10 s
     .venv/bin/python benchmarks/jacobian.py --all-heads   # adds the 18-head run (about 20 s more; 94 s)
+    .venv/bin/python benchmarks/jacobian.py --real        # part 3 only (issue 36)
 
 Measured here (torch 2.14.1, one thread, 2 shared cores under load; single runs drift by 10-50 %):
 
@@ -172,13 +180,49 @@ def vit_target(batch: int, embed: int, depth: int, heads: int, iterations: list[
                   f"{_free_line(s)}")
 
 
+def real_heads() -> None:
+    """Part 3 (issue 36): method="gram" on real heads, with matrix-free at max_iter 50 beside it."""
+    import os
+    import timm
+
+    from speccond.diagnostics.heads import head_cases
+
+    cases = [
+        ("ViT-Ti-sized head of part 2, 32 px, one image", lambda: _vit(192, 1, 3), 32),
+        ("timm vit_tiny_patch16_224, 224 px, one image", lambda: timm.create_model("vit_tiny_patch16_224"), 224),
+        ("timm vit_small_patch16_224, 224 px, one image", lambda: timm.create_model("vit_small_patch16_224"), 224),
+    ]
+    print(f"\n[3] method='gram' on real heads, layer 0 head 0 (load average {os.getloadavg()[0]:.1f})")
+    for label, build, size in cases:
+        torch.manual_seed(0)
+        model = build().eval()
+        image = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
+        (head,) = head_cases(model, (image,), 0, [0])
+        start = time.perf_counter()
+        gram = jacobian_spectrum(head, "weights", "gram")
+        elapsed = time.perf_counter() - start
+        print(f"    {label}: J {gram.shape[0]} x {gram.shape[1]}, {elapsed:6.1f} s, converged {gram.converged}, "
+              f"kappa {gram.kappa:.6g} in {_bracket(gram.kappa_lower, gram.kappa_upper)} "
+              f"(upper / lower {gram.kappa_upper / gram.kappa_lower:.6f}), sigma_max {gram.sigma_max:.6g}, "
+              f"Lanczos steps {gram.iterations}")
+        start = time.perf_counter()
+        free = jacobian_spectrum(head, "weights", "matrix-free", max_iter=50)
+        print(f"      matrix-free max_iter 50: {time.perf_counter() - start:5.1f} s  {_free_line(free)}")
+        sys.stdout.flush()
+    print(f"    load average after: {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument("--all-heads", action="store_true", help="also run every head of the ViT")
     parser.add_argument("--max-iter", type=int, default=50, help="max_iter for --all-heads (default 50)")
+    parser.add_argument("--real", action="store_true", help="part 3 only: method='gram' on real heads (issue 36)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.real:
+        real_heads()
+        return
     tiny_vit_head()
     if args.quick:
         exact_vs_matrix_free((1, 16, 32, 8), [20, None])

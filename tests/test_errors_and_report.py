@@ -172,3 +172,45 @@ def test_is_conditioned_tracks_apply_and_remove():
     assert speccond.is_conditioned(model)
     speccond.remove(model)
     assert not speccond.is_conditioned(model)
+
+
+def test_apply_leaves_the_report_spectra_for_the_first_read():
+    model = timm_vit()
+    report = speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+    assert len(report) == 6 and "spectra not yet computed" in repr(report)  # len needs no SVD
+    assert report.rows == speccond.describe(model).rows  # computed on this read, from the weights as attached
+    assert "spectra not yet computed" not in repr(report)
+
+
+def test_report_read_after_training_refuses_and_compute_keeps_the_figures_at_attach():
+    model = timm_vit()
+    kept = speccond.apply(model, speccond.SpectralConfig(lam=10.0)).compute()
+    at_attach = [r.kappa_eff for r in kept]
+    model2 = timm_vit()
+    unread = speccond.apply(model2, speccond.SpectralConfig(lam=10.0))
+    for m in (model, model2):
+        optimiser = torch.optim.SGD(m.parameters(), lr=0.5)
+        m(torch.randn(2, 3, 32, 32)).square().mean().backward()
+        optimiser.step()
+    assert [r.kappa_eff for r in kept] == at_attach
+    assert [r.kappa_eff for r in speccond.describe(model)] != at_attach  # training moved W
+    with pytest.raises(ValueError, match=r"blocks\.0\.attn\.qkv\.weight has changed since speccond\.apply.*describe\(model\)"):
+        unread.rows
+    model3 = timm_vit()
+    removed = speccond.apply(model3, speccond.SpectralConfig(lam=10.0))
+    speccond.remove(model3, merge=False)
+    with pytest.raises(ValueError, match="has changed since speccond.apply"):
+        str(removed)
+
+
+def test_a_per_head_correction_reports_every_head_and_says_which_kappa_it_bounds():
+    report = speccond.apply(timm_vit(), speccond.SpectralConfig(correction="svd"))
+    row = report.rows[0]
+    assert row.per_head and len(row.head_kappas_eff) == row.heads == 4
+    assert max(row.head_kappas_eff) == row.head_kappa_eff_max <= 2.0 + 1e-6  # Theorem 3.5, head by head
+    text = str(report)
+    assert "kappa W+C (block)" in text and "kappa per head (max)" in text
+    assert "sized per head here, so it bounds each head's kappa" in text
+    assert json.loads(report.to_json())["rows"][0]["head_kappas_eff"] == list(row.head_kappas_eff)
+    plain = speccond.apply(timm_vit(), speccond.SpectralConfig(lam=10.0))
+    assert not any(r.per_head for r in plain) and "sized per head" not in str(plain)

@@ -9,7 +9,10 @@
 - the activation backend under a tuner that rescales the output (IA3, DoRA) is refused: by apply on a
   PEFT model, and at the first forward when PEFT wrapped a conditioned model; LoRA for
   nn.MultiheadAttention is refused by apply;
-- the diagnostics refuse a layer whose tuner layers are unmerged, and describe it once merged.
+- the diagnostics read W + C + delta W of unmerged additive tuners (LoRA, LoHa, LoKr, VeRA) without merging,
+  as the merged model gives them, and refuse a layer whose unmerged tuner rescales (IA3, DoRA);
+- an adapter saved with speccond.save_adapter records its base's conditioning (speccond_base.json), and
+  speccond.load_adapter refuses a base conditioned differently or not at all (issue 36).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from torch import nn
 import speccond
 from speccond import SpectralConfig
 from speccond.backends import attachments
+from speccond.peft_layers import is_tuner_layer
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -188,10 +192,11 @@ def test_lora_for_multihead_attention_is_refused():
     assert not speccond.is_conditioned(model)
 
 
-def test_diagnostics_refuse_unmerged_tuner_layers_and_describe_merged_ones():
+@pytest.mark.parametrize("tuner", ["ia3", "dora"])
+def test_diagnostics_refuse_unmerged_rescaling_tuners_and_describe_merged_ones(tuner):
     from speccond.diagnostics import attention_entropy, projection_spectra
 
-    model = conditioned_peft("lora", "weight", "lora_on_conditioned", "svd")
+    model = conditioned_peft(tuner, "weight", "lora_on_conditioned", "svd")
     train(model)
     inputs = (IDS,)
     with pytest.raises(ValueError, match=r"PEFT tuner layers .*query.* merge"):
@@ -202,7 +207,102 @@ def test_diagnostics_refuse_unmerged_tuner_layers_and_describe_merged_ones():
     spectra = projection_spectra(model)
     assert len(spectra.rows) > 0
     query = model.get_base_model().bert.encoder.layer[0].attention.self.query
-    merged_q = query.base_layer.weight.detach().double()  # W + C + B A
+    merged_q = query.base_layer.weight.detach().double()  # the update merged into W + C
     row = next(r for r in spectra.rows if r["layer"] == 0 and r["projection"] == "q" and r["head"] is None)
     assert row["sigma_max"] == pytest.approx(float(torch.linalg.matrix_norm(merged_q, ord=2)), rel=1e-6)
     assert len(attention_entropy(model, inputs).rows) > 0
+
+
+ADDITIVE = ["lora", "loha", "lokr", "vera"]
+
+
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+@pytest.mark.parametrize("tuner", ADDITIVE)
+def test_spectra_and_entropy_follow_unmerged_adapters(tuner, backend):
+    """Issue 36: during LoRA training the spectra and entropy read W + C + delta W without merging: the figures
+    the merged model gives, not those of W + C (adapters disabled); the model is left as it was."""
+    from speccond.diagnostics import attention_entropy, projection_spectra
+
+    model = conditioned_peft(tuner, backend, "lora_on_conditioned", "svd")
+    train(model)
+    before = logits(model)
+    spectra, entropy = projection_spectra(model).rows, attention_entropy(model, (IDS,)).rows
+    assert torch.equal(logits(model), before) and not any(getattr(m, "merged", False) for m in model.modules())
+    with model.disable_adapter():
+        base_spectra = projection_spectra(model).rows
+    model.merge_adapter()
+    merged_spectra, merged_entropy = projection_spectra(model).rows, attention_entropy(model, (IDS,)).rows
+    for row, merged, base in zip(spectra, merged_spectra, base_spectra):
+        assert row["kappa"] == pytest.approx(merged["kappa"], rel=1e-4)
+    assert max(abs(r["kappa"] - b["kappa"]) / b["kappa"] for r, b in zip(spectra, base_spectra)) > 1e-3
+    for row, merged in zip(entropy, merged_entropy):
+        assert row["entropy"] == pytest.approx(merged["entropy"], abs=1e-5)
+
+
+def adapter_from(tmp_path, config: SpectralConfig | None, save=speccond.save_adapter) -> tuple:
+    """A LoRA adapter trained on bert() conditioned with ``config`` (None: plain), saved to tmp_path/adapter:
+    (the folder, the logits of the trained adapter model)."""
+    model = bert()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if config is not None:
+            speccond.apply(model, config)
+        peft_model = peft.get_peft_model(model, TUNERS["lora"]())
+    train(peft_model)
+    folder = tmp_path / "adapter"
+    save(peft_model, folder) if save is speccond.save_adapter else peft_model.save_pretrained(folder)
+    return folder, logits(peft_model)
+
+
+def base_with(config: SpectralConfig | None, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = bert() if seed == 0 else transformers.BertForSequenceClassification(bert().config).eval()
+    if config is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            speccond.apply(model, config)
+    return model
+
+
+@pytest.mark.parametrize("correction", list(CORRECTIONS))
+def test_an_adapter_records_its_base_and_loads_onto_the_same_conditioning(tmp_path, correction):
+    config = SpectralConfig(**CORRECTIONS[correction])
+    folder, trained = adapter_from(tmp_path, config)
+    record = __import__("json").loads((folder / "speccond_base.json").read_text())
+    assert record["conditioned"] and len(record["sites"]) == 6
+    assert "bert.encoder.layer.0.attention.self.query.weight" in record["sites"]
+    assert (folder / "adapter_config.json").is_file()  # still PEFT's own adapter folder
+    reloaded = speccond.load_adapter(base_with(config), folder)
+    assert torch.equal(logits(reloaded), trained)
+    plain = speccond.load_adapter(base_with(None), adapter_from(tmp_path / "plain", None)[0])
+    assert isinstance(plain, peft.PeftModel)  # a plain adapter onto a plain base: as PEFT loads it
+
+
+LAM10 = SpectralConfig(lam=10.0)
+MISMATCHED = {  # trained on, loaded onto (seed of the base's weights), what the refusal says
+    "conditioned onto plain": (LAM10, None, 0, r"trained on a spectrally conditioned base .* this base is not conditioned"),
+    "plain onto conditioned": (None, LAM10, 0, r"trained on a plain base .* speccond\.remove\(base, merge=False\)"),
+    "other lam": (LAM10, SpectralConfig(lam=5.0), 0, r"conditioned with identity [qkv]=5 .*here, and the adapter was trained with identity [qkv]=10"),
+    "svd onto identity": (SpectralConfig(correction="svd"), LAM10, 0, r"identity [qkv]=10 .*here, and the adapter was trained with svd/head [qkv]"),
+    "svd from other weights": (SpectralConfig(correction="svd"), SpectralConfig(correction="svd"), 1, r"\|\|C\|\| = .* C came from other weights"),
+    "fewer projections": (LAM10, SpectralConfig(lam=10.0, exclude=r"layer\.1\."), 0, r"not conditioned here: bert\.encoder\.layer\.1"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISMATCHED))
+def test_an_adapter_refuses_a_base_conditioned_otherwise(tmp_path, case):
+    trained_on, loaded_onto, seed, message = MISMATCHED[case]
+    folder, _ = adapter_from(tmp_path, trained_on)
+    base = base_with(loaded_onto, seed)
+    with pytest.raises(ValueError, match=message):
+        speccond.load_adapter(base, folder)
+    assert not any(is_tuner_layer(m) for m in base.modules())  # refused before PEFT touched the base
+
+
+def test_an_unrecorded_adapter_is_refused_on_a_conditioned_base(tmp_path):
+    """An adapter saved with PEFT's own save_pretrained says nothing about its base: not onto a conditioned one."""
+    folder, trained = adapter_from(tmp_path, LAM10, save=None)
+    with pytest.raises(ValueError, match=r"has no speccond_base\.json.*speccond\.save_adapter"):
+        speccond.load_adapter(base_with(LAM10), folder)
+    with pytest.raises(TypeError, match="expects a PEFT model"):
+        speccond.save_adapter(bert(), tmp_path / "x")

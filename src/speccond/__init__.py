@@ -6,12 +6,14 @@
     report = speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     speccond.remove(model, merge=True)
     speccond.save_pretrained(model, directory); speccond.from_pretrained(ModelClass, directory)
+    speccond.save_adapter(peft_model, directory); speccond.load_adapter(base, directory)  # PEFT adapters
     speccond.peers.sigma_reparam(model)   # the peer methods it is compared with
 """
 from speccond.api import apply, describe, is_conditioned, refresh, remove
 from speccond.checkpoint import from_pretrained, load_conditioned, save_conditioned, save_pretrained
 from speccond.config import SpectralConfig
 from speccond.layout import ProjectionLayout
+from speccond.peft_adapters import load_adapter, save_adapter
 from speccond.report import ReportRow, SpectralReport
 from speccond.verify import VerificationError, verify
 from speccond.version import __version__
@@ -29,10 +31,12 @@ __all__ = [
     "describe",
     "from_pretrained",
     "is_conditioned",
+    "load_adapter",
     "load_conditioned",
     "peers",
     "refresh",
     "remove",
+    "save_adapter",
     "save_conditioned",
     "save_pretrained",
     "verify",

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from speccond.adapters import attention_modules, find_projections
-from speccond.peft_layers import unmerged_tuner_layers
+from speccond.peft_layers import is_tuner_layer, unmerged_delta, unmerged_tuner_layers
 from speccond.backends import AddCorrectionHook, Attachment, attachments
 from speccond.config import SpectralConfig
 from speccond.sharded import gathered
@@ -31,6 +31,7 @@ class Projection:
     acts_as: str  # the paper's role of each block, in block order
     attachment: Optional[Attachment]  # None when not conditioned
     attention: Optional[nn.Module] = None  # the attention module it belongs to (holds timm's q_bias / v_bias)
+    tuner: Optional[nn.Module] = None  # the PEFT tuner layer wrapping ``module`` (LoRA...), when there is one
 
     def stored(self) -> torch.Tensor:
         """W as (out, in), detached (whole, when FSDP2 shards it)."""
@@ -38,9 +39,14 @@ class Projection:
         return self.layout.out_in(gathered(weight.detach()))
 
     def effective(self) -> torch.Tensor:
-        """W + C as (out, in), detached (W when not conditioned)."""
+        """W + C as (out, in), detached (W when not conditioned), plus the update of a PEFT tuner layer's
+        adapters that are not merged (LoRA: W + C + scaling B A), computed without merging anything."""
         weight = self.attachment.effective_weight() if self.attachment else getattr(self.module, self.param_name)
-        return self.layout.out_in(gathered(weight.detach()))
+        weight = gathered(weight.detach())
+        delta = None if self.tuner is None else unmerged_delta(self.tuner)
+        if delta is not None:
+            weight = weight + delta.to(weight.dtype)
+        return self.layout.out_in(weight)
 
     def rows(self, role: str, head: Optional[int] = None) -> torch.Tensor:
         """Output-axis indices of block ``role`` (the module's name for it), of one head if given."""
@@ -74,13 +80,14 @@ class AttentionLayer:
                     f"layer {self.index} ({self.name}): {what} read the q, k, v weights, but {projection.qualified_name} "
                     f"carries {', '.join(kinds)}, which changes its output after the weights; measure without it"
                 )
-        tuned = unmerged_tuner_layers(self.module)
+        tuned = unmerged_tuner_layers(self.module, readable_ok=True)  # LoRA, LoHa, LoKr, VeRA: read as W + delta W
         if tuned:
             raise ValueError(
                 f"layer {self.index} ({self.name}): {what} read the q, k, v weights, but the PEFT tuner layers "
                 f"{', '.join(tuned[:3])}{' ...' if len(tuned) > 3 else ''} add their own update on top of them, "
-                "which the weights do not hold; measure after merging the adapters (peft_model.merge_adapter() "
-                "or merge_and_unload()), or before get_peft_model"
+                "which the weights do not hold (a tuner that rescales the output, IA3 or DoRA, is not a weight "
+                "update; LoRA, LoHa, LoKr and VeRA are read unmerged); measure after merging the adapters "
+                "(peft_model.merge_adapter() or merge_and_unload()), or before get_peft_model"
             )
 
     def block(self, role: str) -> tuple[Projection, str]:
@@ -106,8 +113,10 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
         attachment = found.get((site.module_name, site.param_name))
         acts_as = attachment.correction.acts_as if attachment else (site.acts_as or site.layout.roles)
         owner = by_name.get(site.attention_name) or _declared_layer(layers, by_name, site.module_name, model)
+        parent = model.get_submodule(site.module_name.rpartition(".")[0])  # the model itself for a top-level name
         projection = Projection(
-            site.qualified_name, site.module, site.param_name, site.layout, acts_as, attachment, owner.module
+            site.qualified_name, site.module, site.param_name, site.layout, acts_as, attachment, owner.module,
+            tuner=parent if is_tuner_layer(parent) and parent._modules["base_layer"] is site.module else None,
         )
         owner.projections.append(projection)
     order = {name: position for position, (name, _) in enumerate(model.named_modules())}

@@ -15,6 +15,7 @@ wrapper that holds it as ``base_layer`` and calls it. A correction goes on the w
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 # Tuner packages whose Linear layers return base_layer(x) + update(x) (no variant: see rescaling_reason).
@@ -40,15 +41,50 @@ def tuned_layer(module: nn.Module) -> tuple[nn.Module, str]:
     return module, ".".join(path)
 
 
-def unmerged_tuner_layers(module: nn.Module) -> list[str]:
+def unmerged_tuner_layers(module: nn.Module, readable_ok: bool = False) -> list[str]:
     """Names (below ``module``) of the PEFT tuner layers in it whose update is not in the wrapped layer's
     weight: their forward adds B A x (LoRA) or rescales (IA3) on top of the weight, so anything rebuilt
-    from the weights alone (the head diagnostics, the projection spectra) would describe another function."""
+    from the weights alone (the head diagnostics, the projection spectra) would describe another function.
+    ``readable_ok``: leave out those whose update :func:`unmerged_delta` reads (additive, one level deep)."""
     return [
         name
         for name, child in module.named_modules()
         if is_tuner_layer(child) and not (getattr(child, "merged", False) and not getattr(child, "disable_adapters", True))
+        and not (readable_ok and unmerged_reason(child) == "")
     ]
+
+
+def unmerged_reason(wrapper: nn.Module) -> str:
+    """'' when the update of the tuner layer ``wrapper`` that is not merged can be read as a weight, delta W
+    with y = x (W + delta W)^T + b (:func:`unmerged_delta`), else why not."""
+    reason = rescaling_reason(wrapper)
+    if reason:
+        return reason
+    if is_tuner_layer(wrapper._modules["base_layer"]):
+        return f"PEFT's {type(wrapper).__name__} wraps another tuner layer"
+    if not callable(getattr(wrapper, "get_delta_weight", None)):
+        return f"PEFT's {type(wrapper).__name__} has no get_delta_weight"
+    if any(getattr(wrapper, "lora_bias", {}).get(name, False) for name in _unmerged_adapters(wrapper)):
+        return f"PEFT's {type(wrapper).__name__} trains a bias (lora_bias=True), which the weight does not hold"
+    return ""
+
+
+def unmerged_delta(wrapper: nn.Module) -> torch.Tensor | None:
+    """The update that the tuner layer ``wrapper`` adds and its base layer's weight does not hold, in that
+    weight's storage orientation: the sum of ``get_delta_weight`` (LoRA: scaling B A) over the active
+    adapters not merged; None when there is none. Computed from the adapters, nothing is merged."""
+    deltas = [wrapper.get_delta_weight(name) for name in _unmerged_adapters(wrapper)]
+    return None if not deltas else sum(deltas[1:], deltas[0]).detach()
+
+
+def _unmerged_adapters(wrapper: nn.Module) -> list[str]:
+    if getattr(wrapper, "disable_adapters", False):
+        return []
+    merged = set(getattr(wrapper, "merged_adapters", []))
+    active = getattr(wrapper, "active_adapters", [])
+    names = getattr(wrapper, "adapter_layer_names", ())  # PEFT: ("lora_A", "lora_B", ...), keyed by adapter
+    present = getattr(wrapper, names[0], {}) if names else {}
+    return [name for name in active if name not in merged and name in present]
 
 
 def rescaling_reason(wrapper: nn.Module) -> str:

@@ -134,7 +134,9 @@ def capture_input(model: nn.Module, module: nn.Module, inputs: Inputs) -> tuple[
             captured.append((args, dict(kwargs)))
 
     handle = module.register_forward_pre_hook(hook, with_kwargs=True)
-    was_training = model.training
+    # each module's own mode: a PEFT wrapper is in training mode around a base model in eval mode, and
+    # model.train(was_training) would switch the base's dropout on
+    modes = [(child, child.training) for child in model.modules()]
     args, kwargs = _split(inputs)
     try:
         model.eval()
@@ -142,7 +144,8 @@ def capture_input(model: nn.Module, module: nn.Module, inputs: Inputs) -> tuple[
             model(*args, **kwargs)
     finally:
         handle.remove()
-        model.train(was_training)
+        for child, training in modes:
+            child.training = training
     if not captured:
         raise ValueError("the probe input never reached this attention layer; pass an input the model runs on")
     return captured[0]
