@@ -5,8 +5,8 @@
 On a due batch (``trainer.global_step % every == 0`` when it starts) the batch's training forward is
 measured through hooks; at its end the metrics are written with ``logger.log_metrics(metrics, step)``
 for each of ``trainer.loggers`` (as Lightning's LearningRateMonitor does), at ``trainer.global_step``
-after the update, so ``log_every_n_steps`` does not drop them. With gradient accumulation the first
-micro-batch of a due step is measured.
+when the batch ends (after the update), so ``log_every_n_steps`` does not drop them. With gradient
+accumulation the first micro-batch of a due step is measured and logged when it ends (before the update).
 """
 from __future__ import annotations
 
