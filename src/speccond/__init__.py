@@ -19,6 +19,7 @@ from speccond.verify import VerificationError, verify
 from speccond.version import __version__
 
 from speccond import peers  # noqa: E402  (speccond.peers.sigma_reparam, ...: the comparison's peer methods)
+from speccond import monitor  # noqa: E402  (speccond.monitor.Monitor, SpecCondCallback, ...: metrics during training)
 
 
 __all__ = [

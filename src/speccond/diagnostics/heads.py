@@ -51,6 +51,15 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
         return _rebuilt(target, layer, args, kwargs, heads, gathered)
 
 
+def heads_on_input(
+    target: AttentionLayer, args: tuple, kwargs: dict, heads: Optional[list[int]] = None,
+) -> list[AttentionHead]:
+    """AttentionHeads of ``target`` for query ``heads`` (default all) on the args and kwargs its module was
+    called with, as a forward pre-hook receives them during any forward (speccond.monitor reads the training
+    batch this way, with no forward of its own). The caller checks the layer first (:func:`rebuild_refusal`)."""
+    return _rebuilt(target, target.index, args, kwargs, heads, gathered=False)
+
+
 def _rebuilt(
     target: AttentionLayer, layer: int, args: tuple, kwargs: dict, heads: Optional[list[int]], gathered: bool,
 ) -> list[AttentionHead]:

@@ -1,0 +1,55 @@
+"""The monitor as a Lightning ``Callback``: the metrics go to every logger the Trainer has.
+
+    trainer = lightning.Trainer(logger=CSVLogger("logs"), callbacks=[SpecCondLightningCallback(every=100)])
+
+On a due batch (``trainer.global_step % every == 0`` when it starts) the batch's training forward is
+measured through hooks; at its end the metrics are written with ``logger.log_metrics(metrics, step)``
+for each of ``trainer.loggers`` (as Lightning's LearningRateMonitor does), at ``trainer.global_step``
+when the batch ends (after the update), so ``log_every_n_steps`` does not drop them. With gradient
+accumulation the first micro-batch of a due step is measured and logged when it ends (before the update).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import lightning.pytorch as pl
+
+from speccond.monitor.measurement import Measurement
+from speccond.monitor.schedule import DEFAULT_EVERY, Schedule
+
+
+class SpecCondLightningCallback(pl.Callback):
+    """Logs speccond's metrics (speccond.monitor.names) through ``trainer.loggers`` every ``every`` steps.
+
+    every, layers, heads, spectra, per_head, entropy: the :class:`speccond.monitor.Schedule`.
+    """
+
+    def __init__(
+        self,
+        every: int = DEFAULT_EVERY,
+        layers: Optional[Sequence[int]] = None,
+        heads: Optional[Sequence[int]] = None,
+        spectra: bool = True,
+        per_head: bool = True,
+        entropy: bool = True,
+    ) -> None:
+        self.schedule = Schedule(every, layers, heads, spectra, per_head, entropy)
+        self._measurement = Measurement(self.schedule)
+        self._measured_step: Optional[int] = None
+        self.last: dict[str, float] = {}  # the metrics of the last measured step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step != self._measured_step and self._measurement.begin(pl_module, step):
+            self._measured_step = step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        metrics = self._measurement.finish(pl_module)
+        if not metrics:
+            return
+        self.last = metrics
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._measurement.close()

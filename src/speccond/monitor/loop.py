@@ -1,0 +1,67 @@
+"""The monitor for a hand-written training loop.
+
+    monitor = speccond.monitor.Monitor(model, writer=SummaryWriter("runs/a"), every=100)  # or writer="m.csv"
+    for step, (x, y) in enumerate(loader):
+        with monitor.step(step):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+On a due step the block's forward is measured through hooks (no forward of the monitor's own) and the
+metrics are written at the end of the block with ``step``; on other steps nothing is hooked or computed.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Sequence
+
+from torch import nn
+
+from speccond.monitor.measurement import Measurement
+from speccond.monitor.schedule import DEFAULT_EVERY, Schedule
+from speccond.monitor.writers import sink
+
+
+class Monitor:
+    """Measures ``model`` on the steps ``every`` makes due and writes the metrics to ``writer``.
+
+    Args:
+        model: the model being trained (conditioned or not).
+        writer: a path ending in .csv, or a ``torch.utils.tensorboard.SummaryWriter`` (anything with
+            ``add_scalar(tag, value, step)``).
+        every, layers, heads, spectra, per_head, entropy: the :class:`Schedule`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        writer: Any,
+        every: int = DEFAULT_EVERY,
+        layers: Optional[Sequence[int]] = None,
+        heads: Optional[Sequence[int]] = None,
+        spectra: bool = True,
+        per_head: bool = True,
+        entropy: bool = True,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Monitor needs the torch.nn.Module being trained, got {type(model).__name__}")
+        self.model = model
+        self.schedule = Schedule(every, layers, heads, spectra, per_head, entropy)
+        self._sink = sink(writer)
+        self._measurement = Measurement(self.schedule)
+        self.last: dict[str, float] = {}  # the metrics of the last measured step
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Wrap one training step (forward, backward, update); measures and writes when ``step`` is due."""
+        self._measurement.begin(self.model, step)
+        try:
+            yield
+        except BaseException:
+            self._measurement.close()
+            raise
+        metrics = self._measurement.finish(self.model)
+        if metrics:
+            self._sink.write(metrics, step)
+            self.last = metrics
