@@ -156,6 +156,14 @@ CASES = [
     Arch("hf-gemma3", hf("Gemma3TextConfig", num_key_value_heads=2, head_dim=8, sliding_window=4,
                          layer_types=["sliding_attention", "full_attention"]), tokens,
          separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
+    # Soft-capped logits: Gemma 2 passes softcap=attn_logit_softcapping to its attention function (tanh cap);
+    # Gemma 3 stores the same setting but its forward never applies it: the rebuilt heads must follow each forward
+    Arch("hf-gemma2-softcap", hf("Gemma2Config", num_key_value_heads=2, head_dim=8, attn_logit_softcapping=1.0),
+         tokens, separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions,
+         reason="logits soft-capped (attn_logit_softcapping), rebuilt with the cap"),
+    Arch("hf-gemma3-softcap", hf("Gemma3TextConfig", num_key_value_heads=2, head_dim=8, attn_logit_softcapping=1.0),
+         tokens, separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions,
+         reason="attn_logit_softcapping is stored but its forward does not apply it; rebuilt without the cap"),
     Arch("hf-olmo", hf("OlmoConfig"), tokens, separate("layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
     # Phi: q_proj/k_proj/v_proj + dense, partial rotary (partial_rotary_factor 0.5); qk_layernorm: LayerNorm(dh)
     Arch("hf-phi", hf("PhiConfig"), tokens, separate("layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
