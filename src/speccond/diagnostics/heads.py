@@ -25,7 +25,7 @@ from torch import nn
 
 from speccond.adapters.head_inputs import HeadInputs, head_refusal
 from speccond.diagnostics.attention_head import AttentionHead
-from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias
+from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias, unrecognised_refusal
 from speccond.sharded import unsharded
 
 Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one tensor
@@ -35,6 +35,9 @@ Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one t
 def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[list[int]] = None) -> list[AttentionHead]:
     """AttentionHeads of ``layer`` for query ``heads`` (default all) on the probe batch ``inputs``."""
     layers = attention_layers(model)
+    unrecognised = unrecognised_refusal(model, "the head diagnostics")
+    if unrecognised:  # the layers would be numbered without them
+        raise ValueError(unrecognised)
     if not 0 <= layer < len(layers):
         raise ValueError(f"layer must be in [0, {len(layers)}): the model has {len(layers)} attention layers")
     target = layers[layer]
@@ -86,7 +89,10 @@ def _snapshot(norm):
 def rebuild_refusal(model: nn.Module) -> str:
     """Why the head diagnostics refuse an attention layer of ``model``, as far as the modules tell without a
     call: the adapter's reason, PEFT tuner layers, hooks on a projection ('' when none does; a call can
-    still be refused for its inputs, e.g. a mask). Runs nothing."""
+    still be refused for its inputs, e.g. a mask), or attention-like modules no adapter recognises. Runs nothing."""
+    unrecognised = unrecognised_refusal(model, "the head diagnostics")
+    if unrecognised:
+        return unrecognised
     for layer in attention_layers(model):
         try:
             _check_rebuildable(layer)
@@ -96,6 +102,11 @@ def rebuild_refusal(model: nn.Module) -> str:
 
 
 def layer_count(model: nn.Module) -> int:
+    """The number of attention layers the head diagnostics number; raises ValueError naming attention-like
+    modules that no adapter recognises (the layers would be numbered and tabled without them)."""
+    unrecognised = unrecognised_refusal(model, "the head diagnostics")
+    if unrecognised:
+        raise ValueError(unrecognised)
     return len(attention_layers(model))
 
 
@@ -117,7 +128,8 @@ def _check_rebuildable(layer: AttentionLayer) -> None:
 def capture_input(model: nn.Module, module: nn.Module, inputs: Inputs) -> tuple[tuple, dict]:
     """The args and kwargs ``module`` is called with when the model runs on ``inputs`` (eval, no grad).
 
-    ``inputs``: a tuple (positional), a dict (keyword) or one tensor. A key/value cache in the captured
+    ``inputs``: a tuple (positional), a dict (keyword: {"input_ids": ..., "attention_mask": ...}) or one tensor,
+    as verify takes them. A key/value cache in the captured
     arguments is dropped: the diagnostics rebuild one forward of the input, not a cached continuation.
     """
     captured: list[tuple[tuple, dict]] = []
