@@ -286,4 +286,42 @@ CASES = [
     Arch("hf-nystromformer", hf("NystromformerConfig", num_landmarks=4, segment_means_seq_len=SEQ), token_ids,
          separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),
          diagnostics_refused="Nystrom attention approximates the softmax"),
+    # -- issue 31: families no adapter names; each refused with a reason a reader can check, or conditioned --
+    # Qwen3-Next gated attention: q_proj(x).view(B, N, H, 2 dh).chunk(2): [q_h | gate_h] per head
+    Arch("hf-qwen3-next", hf("Qwen3NextConfig", num_key_value_heads=2, head_dim=8, num_hidden_layers=1,
+                             layer_types=["full_attention"], num_experts=2, num_experts_per_tok=1,
+                             moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                             experts_implementation="eager"), tokens,
+         refused=r"(?s)Qwen3NextAttention.*cannot be declared.*other rows \(a gate",
+         reason="q_proj holds [q_h | gate_h] per head: no ProjectionLayout leaves the gates out"),
+    # DeepSeek-V3 multi-head latent attention: k, v from kv_a_proj_with_mqa -> kv_b_proj
+    Arch("hf-deepseek-v3", hf("DeepseekV3Config", num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16,
+                              qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, n_routed_experts=2,
+                              num_experts_per_tok=1, moe_intermediate_size=16, first_k_dense_replace=2, n_group=1,
+                              topk_group=1), tokens,
+         refused=r"(?s)DeepseekV3Attention.*cannot be declared.*k and v come from a shared low-rank projection",
+         reason="multi-head latent attention: k and v from a shared low-rank projection, no per-head W_K, W_V"),
+    # Mamba: selective-scan mixers, no attention at all
+    Arch("hf-mamba", hf("MambaConfig", base={}, hidden_size=WIDTH, num_hidden_layers=2, vocab_size=VOCAB,
+                        state_size=4), token_ids,
+         refused=r"MambaModel has no softmax attention.*MambaMixer.*state-space",
+         reason="state-space mixers (selective scan): no softmax attention"),
+    # Jamba: Mamba mixers at layer 0, Llama-style attention (no rotary) at layer 1; the mixers are not attention
+    Arch("hf-jamba", hf("JambaConfig", num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
+                        expert_layer_period=2, expert_layer_offset=1, num_experts=2, num_experts_per_tok=1,
+                        mamba_d_state=4, mamba_dt_rank=4, experts_implementation="eager"), tokens,
+         {f"layers.1.self_attn.{n}.weight": L(r, h) for n, r, h in zip(QKV_PROJ, "qkv", GQA)},
+         diagnostics_refused="JambaAttention is not among the families",
+         reason="the Mamba mixers are state-space layers, left as they are; the attention layers conditioned"),
+    # Unnamed fused projections: refused with the declaration to paste (tests/test_refusal_promises.py applies
+    # every option it prints). MPT: Wqkv(x).chunk(3): blocked; Persimmon: view(B, N, H, 3 dh): per head;
+    # CodeGen: qkv_proj rows in mp_num = 4 shards of [q | v | k] each: no option is right
+    Arch("hf-mpt", hf("MptConfig", base={}, d_model=WIDTH, n_heads=HEADS, n_layers=2, vocab_size=VOCAB,
+                      max_seq_len=64), tokens,
+         refused=r"(?s)no speccond adapter recognises.*MptAttention.*Wqkv"),
+    Arch("hf-persimmon", hf("PersimmonConfig"), tokens,
+         refused=r"(?s)no speccond adapter recognises.*PersimmonAttention.*query_key_value"),
+    Arch("hf-codegen", hf("CodeGenConfig", base={}, n_embd=WIDTH, n_layer=2, n_head=HEADS, rotary_dim=4,
+                          vocab_size=VOCAB, n_positions=64, bos_token_id=1, eos_token_id=2), tokens,
+         refused=r"(?s)no speccond adapter recognises.*CodeGenAttention.*qkv_proj"),
 ]

@@ -271,6 +271,7 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
         # Each call gets its own copy of the captured cache state, so no probe sees another's keys.
         return context.observed(probe(*_fresh(args), **_fresh(kwargs)))
 
+    _check_head_counts(attention, path, blocks)
     with torch.no_grad():
         run()
         result.observed = context.describe()
@@ -327,6 +328,48 @@ class _Context:
 
     def describe(self) -> str:
         return f"the input of its output projection '{self.name}'" if self.name else "the module's output"
+
+
+# Attributes in which attention modules keep their head counts: query heads, key/value heads, and query heads
+# per key/value head (transformers' num_key_value_groups).
+_QUERY_HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
+_KV_HEAD_ATTRS = ("num_key_value_heads", "num_kv_heads", "kv_n_heads", "n_kv_heads", "kv_heads")
+
+
+def _check_head_counts(attention: nn.Module, path: str, blocks: dict[str, _Block]) -> None:
+    """The declared head counts agree with the ones the module keeps: q with its query head count, k and v
+    with its key/value head count (or query heads over num_key_value_groups; or, when it keeps only a query
+    head count, the same: no key/value head count means multi-head attention). The probes alone cannot see
+    every wrong count: with one declared head the pairing checks have nothing to cross, and a count that
+    splits rows on a multiple of the true width still pairs up."""
+    query = _count(attention, _QUERY_HEAD_ATTRS)
+    kv = _count(attention, _KV_HEAD_ATTRS)
+    groups = _count(attention, ("num_key_value_groups",))
+    expected = {"q": query}
+    if kv is not None:
+        expected["k"] = expected["v"] = kv
+    elif groups is not None and "q" in blocks and blocks["q"].heads % groups == 0:
+        expected["k"] = expected["v"] = blocks["q"].heads // groups
+    elif query is not None:
+        expected["k"] = expected["v"] = query
+    for role, block in blocks.items():
+        want = expected.get(role)
+        if want is not None and block.heads != want:
+            kind = "query" if role == "q" else "key/value"
+            raise VerificationError(
+                f"{block.describe()}: its {role} block is declared with {block.heads} heads, but the attention "
+                f"module '{path}' ({type(attention).__name__}) has {want} {kind} heads; declare "
+                f"{'num_heads' if role == 'q' or 'q' not in block.attachment.correction.layout.roles else 'num_kv_heads'}"
+                f"={want}"
+            )
+
+
+def _count(module: nn.Module, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str], run, result: VerifiedAttention) -> None:
