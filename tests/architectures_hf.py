@@ -321,6 +321,16 @@ CASES = [
          refused=r"(?s)no speccond adapter recognises.*MptAttention.*Wqkv"),
     Arch("hf-persimmon", hf("PersimmonConfig"), tokens,
          refused=r"(?s)no speccond adapter recognises.*PersimmonAttention.*query_key_value"),
+    # DBRX with its real clip_qkv = 8: Wqkv(x).clamp(-8, 8).split([H dh, G dh, G dh]): blocked, G = 2
+    Arch("hf-dbrx", hf("DbrxConfig", base={}, d_model=WIDTH, n_heads=HEADS, n_layers=2, max_seq_len=64,
+                       vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       attn_config={"clip_qkv": 8, "kv_n_heads": 2, "rope_theta": 10000.0},
+                       ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 2, "moe_top_k": 1}), tokens,
+         refused=r"(?s)no speccond adapter recognises.*DbrxAttention.*Wqkv"),
+    # ModernBERT-decoder: separate q_proj/k_proj/v_proj .view(B, N, -1, dh), num_heads kept on the module
+    Arch("hf-modernbert-decoder", hf("ModernBertDecoderConfig", global_attn_every_n_layers=2, local_attention=4,
+                                     cls_token_id=1, sep_token_id=2), tokens,
+         refused=r"(?s)no speccond adapter recognises.*ModernBertDecoderAttention.*q_proj"),
     Arch("hf-codegen", hf("CodeGenConfig", base={}, n_embd=WIDTH, n_layer=2, n_head=HEADS, rotary_dim=4,
                           vocab_size=VOCAB, n_positions=64, bos_token_id=1, eos_token_id=2), tokens,
          refused=r"(?s)no speccond adapter recognises.*CodeGenAttention.*qkv_proj"),
