@@ -301,7 +301,7 @@ def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[i
             count = out // (len(p.roles) * dh) if dh and out % (len(p.roles) * dh) == 0 else None
         fields = [f'roles="{p.roles}"', f"num_heads={count if count else '<kv heads>'}"]
         if count is None:
-            missing.append(f"num_heads: {owner} holds {len(p.roles)} blocks of kv_heads x dh each, q = {heads} x dh")
+            missing.append(f"num_heads: {owner} holds {len(p.roles)} blocks of kv_heads x dh each, q = {heads or 'H'} x dh")
         fields.append(f"arrangement={_arrangement_hole(p, count, count)}")
         missing.append(_arrangement_hint(p, owner, count, count))
         if out % len(p.roles):
