@@ -156,6 +156,14 @@ CASES = [
     Arch("hf-gemma3", hf("Gemma3TextConfig", num_key_value_heads=2, head_dim=8, sliding_window=4,
                          layer_types=["sliding_attention", "full_attention"]), tokens,
          separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions),
+    # Soft-capped logits: Gemma 2 passes softcap=attn_logit_softcapping to its attention function (tanh cap);
+    # Gemma 3 stores the same setting but its forward never applies it: the rebuilt heads must follow each forward
+    Arch("hf-gemma2-softcap", hf("Gemma2Config", num_key_value_heads=2, head_dim=8, attn_logit_softcapping=1.0),
+         tokens, separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions,
+         reason="logits soft-capped (attn_logit_softcapping), rebuilt with the cap"),
+    Arch("hf-gemma3-softcap", hf("Gemma3TextConfig", num_key_value_heads=2, head_dim=8, attn_logit_softcapping=1.0),
+         tokens, separate("layers.{}.self_attn.", QKV_PROJ, GQA), attention=hf_attentions,
+         reason="attn_logit_softcapping is stored but its forward does not apply it; rebuilt without the cap"),
     Arch("hf-olmo", hf("OlmoConfig"), tokens, separate("layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
     # Phi: q_proj/k_proj/v_proj + dense, partial rotary (partial_rotary_factor 0.5); qk_layernorm: LayerNorm(dh)
     Arch("hf-phi", hf("PhiConfig"), tokens, separate("layers.{}.self_attn.", QKV_PROJ, MHA), attention=hf_attentions),
@@ -278,4 +286,52 @@ CASES = [
     Arch("hf-nystromformer", hf("NystromformerConfig", num_landmarks=4, segment_means_seq_len=SEQ), token_ids,
          separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),
          diagnostics_refused="Nystrom attention approximates the softmax"),
+    # -- issue 31: families no adapter names; each refused with a reason a reader can check, or conditioned --
+    # Qwen3-Next gated attention: q_proj(x).view(B, N, H, 2 dh).chunk(2): [q_h | gate_h] per head
+    Arch("hf-qwen3-next", hf("Qwen3NextConfig", num_key_value_heads=2, head_dim=8, num_hidden_layers=1,
+                             layer_types=["full_attention"], num_experts=2, num_experts_per_tok=1,
+                             moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                             experts_implementation="eager"), tokens,
+         refused=r"(?s)Qwen3NextAttention.*cannot be declared.*other rows \(a gate",
+         reason="q_proj holds [q_h | gate_h] per head: no ProjectionLayout leaves the gates out"),
+    # DeepSeek-V3 multi-head latent attention: k, v from kv_a_proj_with_mqa -> kv_b_proj
+    Arch("hf-deepseek-v3", hf("DeepseekV3Config", num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16,
+                              qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, n_routed_experts=2,
+                              num_experts_per_tok=1, moe_intermediate_size=16, first_k_dense_replace=2, n_group=1,
+                              topk_group=1), tokens,
+         refused=r"(?s)DeepseekV3Attention.*cannot be declared.*k and v come from a shared low-rank projection",
+         reason="multi-head latent attention: k and v from a shared low-rank projection, no per-head W_K, W_V"),
+    # Mamba: selective-scan mixers, no attention at all
+    Arch("hf-mamba", hf("MambaConfig", base={}, hidden_size=WIDTH, num_hidden_layers=2, vocab_size=VOCAB,
+                        state_size=4), token_ids,
+         refused=r"MambaModel has no softmax attention.*MambaMixer.*state-space",
+         reason="state-space mixers (selective scan): no softmax attention"),
+    # Jamba: Mamba mixers at layer 0, Llama-style attention (no rotary) at layer 1; the mixers are not attention
+    Arch("hf-jamba", hf("JambaConfig", num_key_value_heads=2, attn_layer_period=2, attn_layer_offset=1,
+                        expert_layer_period=2, expert_layer_offset=1, num_experts=2, num_experts_per_tok=1,
+                        mamba_d_state=4, mamba_dt_rank=4, experts_implementation="eager"), tokens,
+         {f"layers.1.self_attn.{n}.weight": L(r, h) for n, r, h in zip(QKV_PROJ, "qkv", GQA)},
+         diagnostics_refused="JambaAttention is not among the families",
+         reason="the Mamba mixers are state-space layers, left as they are; the attention layers conditioned"),
+    # Unnamed fused projections: refused with the declaration to paste (tests/test_refusal_promises.py applies
+    # every option it prints). MPT: Wqkv(x).chunk(3): blocked; Persimmon: view(B, N, H, 3 dh): per head;
+    # CodeGen: qkv_proj rows in mp_num = 4 shards of [q | v | k] each: no option is right
+    Arch("hf-mpt", hf("MptConfig", base={}, d_model=WIDTH, n_heads=HEADS, n_layers=2, vocab_size=VOCAB,
+                      max_seq_len=64), tokens,
+         refused=r"(?s)no speccond adapter recognises.*MptAttention.*Wqkv"),
+    Arch("hf-persimmon", hf("PersimmonConfig"), tokens,
+         refused=r"(?s)no speccond adapter recognises.*PersimmonAttention.*query_key_value"),
+    # DBRX with its real clip_qkv = 8: Wqkv(x).clamp(-8, 8).split([H dh, G dh, G dh]): blocked, G = 2
+    Arch("hf-dbrx", hf("DbrxConfig", base={}, d_model=WIDTH, n_heads=HEADS, n_layers=2, max_seq_len=64,
+                       vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       attn_config={"clip_qkv": 8, "kv_n_heads": 2, "rope_theta": 10000.0},
+                       ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 2, "moe_top_k": 1}), tokens,
+         refused=r"(?s)no speccond adapter recognises.*DbrxAttention.*Wqkv"),
+    # ModernBERT-decoder: separate q_proj/k_proj/v_proj .view(B, N, -1, dh), num_heads kept on the module
+    Arch("hf-modernbert-decoder", hf("ModernBertDecoderConfig", global_attn_every_n_layers=2, local_attention=4,
+                                     cls_token_id=1, sep_token_id=2), tokens,
+         refused=r"(?s)no speccond adapter recognises.*ModernBertDecoderAttention.*q_proj"),
+    Arch("hf-codegen", hf("CodeGenConfig", base={}, n_embd=WIDTH, n_layer=2, n_head=HEADS, rotary_dim=4,
+                          vocab_size=VOCAB, n_positions=64, bos_token_id=1, eos_token_id=2), tokens,
+         refused=r"(?s)no speccond adapter recognises.*CodeGenAttention.*qkv_proj"),
 ]

@@ -265,3 +265,25 @@ CASES += [
     _case("coat", {}, refused=rf"coat\.FactorAttnConvRelPosEnc.*{REFUSED}.*no softmax\(q k\^T\)",
           reason="factorized attention q (softmax_N(k)^T v): no softmax(q k^T) to condition"),
 ]
+
+# -- issue 31: families no adapter names ---------------------------------------------------------------------
+CASES += [
+    # EdgeNeXt's cross-covariance attention: qkv(x).reshape(B, N, 3, H, dh): blocked, 2 heads; refused with
+    # a declaration whose options tests/test_refusal_promises.py applies (a wrong head count must be caught)
+    Arch("timm-edgenext", timm_model("edgenext_x_small", depths=(1, 1, 1, 1), dims=(16, 32, 48, 64),
+                                     heads=(2, 2, 2, 2)), images(),
+         refused=r"(?s)no speccond adapter recognises.*CrossCovarianceAttn.*qkv"),
+    # timm AttentionRope (the ViT-RoPE family, PE-core): qkv(x).reshape(B, N, 3, H, dh): blocked, rotary q, k
+    Arch("timm-vit-rope", timm_model("vit_base_patch16_rope_224", img_size=IMAGE, patch_size=8, embed_dim=32,
+                                     depth=2, num_heads=2), images(),
+         refused=r"(?s)no speccond adapter recognises.*AttentionRope.*qkv"),
+    Arch("timm-efficientvit-mit", timm_model("efficientvit_b0"), images(),
+         refused=r"LiteMLA.*ReLU linear attention.*no softmax over query-key scores",
+         reason="ReLU linear attention with 1x1-convolution projections: no softmax over q k^T"),
+    Arch("timm-efficientvit-msra", timm_model("efficientvit_m0", img_size=64), images(64),
+         refused=r"CascadedGroupAttention.*ConvNorm.*previous head's output",
+         reason="per-head 1x1 conv + BatchNorm projections, heads cascaded"),
+    Arch("timm-mobilevitv2", timm_model("mobilevitv2_050"), images(64),
+         refused=r"LinearSelfAttention.*separable self-attention.*no softmax over query-key scores",
+         reason="separable self-attention: a softmax over one score per token, no q k^T"),
+]

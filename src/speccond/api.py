@@ -20,6 +20,7 @@ from speccond.adapters import (
     unrecognised_message,
 )
 from speccond.adapters.base import is_conv1d
+from speccond.adapters.unrecognised import state_space_mixers
 from speccond.backends import Undo, attach, attachments, detach, merged_weight, restore
 from speccond.checkpoint_files import refuse_partly_loaded
 from speccond.checks import check_example_input, received, require_bool, require_module
@@ -373,6 +374,15 @@ def _nothing_selected_message(model: nn.Module, config: SpectralConfig) -> str:
         listing += f"\n  ... and {len(found) - 20} more"
     targets = [p.pattern for p in config.targets] if config.targets else None
     exclude = [p.pattern for p in config.exclude] if config.exclude else None
+    mixers = state_space_mixers(model)
+    if not found and mixers:
+        names = ", ".join(f"{name or '<root>'} ({type(module).__name__})" for name, module in mixers[:4])
+        more = f" and {len(mixers) - 4} more" if len(mixers) > 4 else ""
+        return (
+            f"{type(model).__name__} has no softmax attention for speccond to condition: its mixers {names}{more} are "
+            "state-space (or linear-recurrent) mixers, which compute no softmax over query-key scores q k^T (their "
+            "in_proj is not a q/k/v projection), so the paper's correction has nothing to act on"
+        )
     if not found:
         return (
             f"no attention projections found in {type(model).__name__} (targets={targets}, exclude={exclude}). "

@@ -126,6 +126,28 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
     return kept
 
 
+def unrecognised_refusal(model: nn.Module, what: str, config: Optional[SpectralConfig] = None) -> str:
+    """Why ``what`` (a diagnostic) refuses ``model`` because attention-like modules in it are covered by no
+    adapter, declared layout or attached correction ('' when none is): a table that quietly left them out
+    would read as "nothing to measure" where there is attention (issue 31). Runs nothing."""
+    from speccond.adapters import unrecognised_attention
+
+    config = config or SpectralConfig(lam=0.0)
+    covered = [*find_projections(model, config), *attachments(model)]  # each has .module and .param_name
+    found = unrecognised_attention(model, config, covered)
+    if not found:
+        return ""
+    names = ", ".join(f"{item.name or '<root>'} ({item.class_path.rsplit('.', 1)[-1]})" for item in found[:5])
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return (
+        f"{what}: {len(found)} attention-like modules of {type(model).__name__} are recognised by no speccond "
+        f"adapter and covered by no declared layout, so their layers would be missing from the table: {names}{more}. "
+        "speccond.apply(model) prints the layouts to declare; pass them as projection_spectra(model, "
+        "SpectralConfig(layouts=...)), or condition the model with them first (the head diagnostics rebuild "
+        "only adapter-recognised attention)"
+    )
+
+
 def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: str, model: nn.Module) -> AttentionLayer:
     """A declared projection belongs to its parent module (the user's attention)."""
     parent = module_name.rpartition(".")[0]

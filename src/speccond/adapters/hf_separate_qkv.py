@@ -19,6 +19,8 @@ gated queries) is left to the unrecognised-attention error instead of being half
 """
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -164,7 +166,7 @@ def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict, head_dim: Optio
     materialised mask already holds causality, and a query row it hides entirely is uniform there), rotary ``position_embeddings`` (cos, sin)
     (rotate_half style, partial when cos is narrower than dh; GPT-J passes (sin, cos) over the rotated pairs
     and rotates pairs (2i, 2i + 1)), per-head ``q_norm`` / ``k_norm`` (Phi: ``q_layernorm`` / ``k_layernorm``) and
-    ``attn_logit_softcapping``. Refuses cross-attention, q/k norms over the whole width, clipped q/k/v and
+    the ``attn_logit_softcapping`` its forward applies (``applied_softcap``). Refuses cross-attention, q/k norms over the whole width, clipped q/k/v and
     a sliding window the model left out of a missing mask.
     """
     call = bound_arguments(module, args, kwargs)
@@ -198,8 +200,37 @@ def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict, head_dim: Optio
         rotary = Rotary(cos, sin, interleaved=True)  # rotate_every_two: pairs (2i, 2i + 1)
     elif isinstance(position, (tuple, list)) and len(position) == 2:
         rotary = Rotary(position[0].detach(), position[1].detach())
-    softcap = getattr(module, "attn_logit_softcapping", None)
     return HeadInputs(
         x, scale, mask, causal=mask is None and bool(getattr(module, "is_causal", False)), q_norm=q_norm, k_norm=k_norm,
-        rotary=rotary, softcap=float(softcap) if softcap else None,
+        rotary=rotary, softcap=applied_softcap(module),
+    )
+
+
+def applied_softcap(module: nn.Module) -> Optional[float]:
+    """The logit soft-cap this module's forward applies, or None when it applies none.
+
+    A module may store ``attn_logit_softcapping`` without using it: Gemma 2 passes
+    ``softcap=self.attn_logit_softcapping`` to its attention function, Gemma 3 (transformers 5) keeps the
+    same attribute and passes nothing. The cap is read from the forward, not from the attribute: applied
+    when the forward passes the attribute as ``softcap=``, not applied when the forward never mentions a
+    soft-cap; anything else (the source unreadable, the cap used some other way) is refused, since a
+    rebuilt head with the wrong cap reports the wrong entropy (issue 31).
+    """
+    cap = getattr(module, "attn_logit_softcapping", None)
+    if not cap:
+        return None
+    family = type(module).__name__
+    try:
+        source = inspect.getsource(type(module).forward)
+    except (OSError, TypeError):
+        source = None
+    if source is not None and re.search(r"softcap\s*=\s*self\.attn_logit_softcapping\b", source):
+        return float(cap)
+    if source is not None and "softcap" not in source.lower():
+        return None  # stored, never used by the forward
+    raise ValueError(
+        f"{family} stores attn_logit_softcapping={cap!r}, but its forward does not show whether it caps the "
+        "logits with it (passing softcap=self.attn_logit_softcapping to its attention function, or not using "
+        "it at all); the head diagnostics do not guess. projection_spectra, which does not rebuild heads, "
+        "works for it"
     )

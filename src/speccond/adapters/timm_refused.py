@@ -14,6 +14,14 @@ is attached instead of leaving them plain or guessing a layout.
 - CoaT ``FactorAttnConvRelPosEnc`` (coat.py): factorised attention q (softmax_N(k)^T v) plus a
   convolutional position term q * conv(v). There is no softmax(q k^T) whose conditioning the correction
   is for, and the output is linear in q, so the paper's correction has no meaning there.
+- EfficientViT (MIT) ``LiteMLA`` (efficientvit_mit.py): ReLU linear attention, relu(q) (relu(k)^T v)
+  normalised by relu(q) sum relu(k), with 1x1-conv projections: no softmax over q k^T.
+- EfficientViT (MSRA) ``CascadedGroupAttention`` (efficientvit_msra.py): softmax attention, but each head's
+  q, k, v come from its own ConvNorm (1x1 conv + BatchNorm) with q, k of key_dim and v of d features, and
+  each head reads its input plus the previous head's output (the cascade).
+- MobileViTv2 ``LinearSelfAttention`` (timm mobilevit.py, and transformers'
+  ``MobileViTV2LinearSelfAttention``, claimed here by class path too): separable self-attention, a softmax
+  over one context score per token from a 1-channel slice of a 1x1-conv projection: no q k^T.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ _UNEQUAL = (
     "each head holds q and k of key_dim features and v of attn_ratio * key_dim features in one weight; a "
     "ProjectionLayout needs one head width per weight"
 )
+_NO_QK_SOFTMAX = "there is no softmax over query-key scores q k^T for the correction to condition"
 _CONV = (
     "its q/k/v projection is a 1x1 nn.Conv2d with a 4-D weight (3A, D, 1, 1); speccond's layouts and "
     "backends take 2-D weights"
@@ -71,5 +80,24 @@ TIMM_REFUSED = (
         "timm CoaT factorized attention", ("timm.models.coat.FactorAttnConvRelPosEnc",),
         "factorized attention computes q (softmax over tokens of k)^T v plus a convolutional term in q and v: "
         "there is no softmax(q k^T) for the correction to condition, and the output is linear in q",
+    ),
+    TimmRefusedAdapter(
+        "timm EfficientViT (MIT) ReLU linear attention", ("timm.models.efficientvit_mit.LiteMLA",),
+        "it is ReLU linear attention, relu(q) (relu(k)^T v) / (relu(q) sum relu(k)), with 1x1-convolution "
+        f"projections (4-D weights): {_NO_QK_SOFTMAX}",
+    ),
+    TimmRefusedAdapter(
+        "timm EfficientViT (MSRA) cascaded group attention", ("timm.models.efficientvit_msra.CascadedGroupAttention",),
+        "each head has its own q, k, v projection, a ConvNorm (1x1 convolution with a 4-D weight, then BatchNorm, "
+        "which rescales every output feature after the weight, so lam I_k on the weight is not lam I_k on the "
+        "projection), with q, k of key_dim and v of another width; and each head reads its input plus the "
+        "previous head's output",
+    ),
+    TimmRefusedAdapter(
+        "MobileViTv2 separable self-attention",
+        ("timm.models.mobilevit.LinearSelfAttention",
+         "transformers.models.mobilevitv2.modeling_mobilevitv2.MobileViTV2LinearSelfAttention"),
+        "separable self-attention takes a softmax over one context score per token (a 1-channel slice of a "
+        f"1x1-convolution projection) and weights the keys' sum with it: {_NO_QK_SOFTMAX}",
     ),
 )

@@ -6,7 +6,12 @@ projections (a child with a 2-D ``weight``, or a 2-D parameter, with a name such
 ``query``/``key``/``value``, ``q_proj``, ``in_proj_weight``, ``c_attn``), none of them claimed, and either
 its class name says attention ("Attention", "Attn") or those projections cover two roles or more.
 Containers that merely hold an attention module (HF ``BertAttention``, timm ``Block``) and output
-projections own no such projection and are never flagged.
+projections own no such projection and are never flagged, and neither are state-space mixers
+(``state_space_mixers``: Mamba's ``in_proj`` is not a q/k/v projection; there is no attention there).
+
+A module some of whose rows no ProjectionLayout can leave out (a q projection that also holds gates, as
+Qwen3-Next's [q_h | gate_h] per head; multi-head latent attention, whose k and v come from a shared low-rank
+projection) gets no declaration: the message says why, and offers only ``exclude``.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ class UnrecognisedAttention:
     num_heads: Optional[int]
     projections: tuple[Projection, ...]
     head_dim: Optional[int] = None
+    undeclarable: str = ""  # why no ProjectionLayout can declare its projections ('' when one can)
 
 
 def projection_roles(name: str) -> Optional[str]:
@@ -76,8 +82,9 @@ def find_unrecognised(
         selected: ``selected(*names)`` tells whether config.targets/exclude select a module.
     """
     found = []
+    mixers = {id(module) for _, module in state_space_mixers(model)}
     for name, module in model.named_modules():
-        if id(module) in skip:
+        if id(module) in skip or id(module) in mixers:
             continue
         projections = _projections(name, module)
         if not projections or any(key in claimed for key, _ in projections):
@@ -88,8 +95,57 @@ def find_unrecognised(
         if not selected(name, *(p.qualified_name.rsplit(".", 1)[0] for _, p in projections)):
             continue
         listed = tuple(p for _, p in projections)
-        found.append(UnrecognisedAttention(name, class_path(module), _num_heads(module), listed, _head_dim(module)))
+        heads = _num_heads(module) or _heads_from_groups(module, listed)
+        found.append(
+            UnrecognisedAttention(name, class_path(module), heads, listed, _head_dim(module), _undeclarable(module, listed))
+        )
     return found
+
+
+def state_space_mixers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) of the state-space and linear-recurrent mixers of ``model``: modules holding an ``A_log``
+    parameter, the log state decay of Mamba's selective scan (Mamba, Mamba2, and the Mamba layers of Jamba,
+    Zamba, Zamba2, Bamba, Falcon-H1) and of the gated delta rule (Qwen3-Next's linear attention). They compute
+    no softmax over query-key scores, so the paper's correction has nothing to condition there."""
+    return [
+        (name, module) for name, module in model.named_modules()
+        if isinstance(module._parameters.get("A_log"), torch.Tensor)
+    ]
+
+
+# Children that hold the shared low-rank key/value projection of multi-head latent attention (DeepSeek-V2/V3).
+_LATENT_KV = ("kv_a_proj_with_mqa", "kv_b_proj")
+
+
+def _undeclarable(module: nn.Module, projections: tuple[Projection, ...]) -> str:
+    """Why no ProjectionLayout can declare this module's projections ('' when one can)."""
+    if any(isinstance(getattr(module, n, None), nn.Module) for n in _LATENT_KV):
+        return (
+            "multi-head latent attention: k and v come from a shared low-rank projection (kv_a_proj_with_mqa "
+            "compresses the input to kv_lora_rank features and a rotary key shared by every head, kv_b_proj expands "
+            "them to each head's k and v), so there is no per-head W_K or W_V for lam I to be added to, and "
+            "conditioning q alone is not the paper's correction"
+        )
+    heads, dh = _num_heads(module) or _heads_from_groups(module, projections), _head_dim(module)
+    q = next((p for p in projections if p.roles == "q"), None)
+    if q is not None and heads and dh and _out_features(q) != heads * dh:
+        extra = _out_features(q) - heads * dh
+        return (
+            f"{q.qualified_name} is {_out_features(q)} wide, but the module's {heads} query heads of head_dim {dh} "
+            f"are {heads * dh}: it also holds {extra} other rows (a gate, as Qwen3-Next's q_proj holds [q_h | gate_h] "
+            "per head), which a ProjectionLayout cannot leave out, so lam I would land on them"
+        )
+    return ""
+
+
+def _heads_from_groups(module: nn.Module, projections: tuple[Projection, ...]) -> Optional[int]:
+    """Query heads from the module's ``num_key_value_groups`` (query heads per key/value head) and a separate
+    k projection's width over ``head_dim`` (transformers modules that keep no query head count)."""
+    groups, dh = getattr(module, "num_key_value_groups", None), _head_dim(module)
+    k = next((p for p in projections if p.roles == "k"), None)
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or not dh or k is None:
+        return None
+    return groups * (_out_features(k) // dh) if _out_features(k) % dh == 0 else None
 
 
 def unrecognised_message(found: list[UnrecognisedAttention]) -> str:
@@ -108,20 +164,31 @@ def unrecognised_message(found: list[UnrecognisedAttention]) -> str:
         lines.append(f"  {item.name or '<root>'} ({item.class_path}): {weights}")
     if len(found) > 10:
         lines.append(f"  ... and {len(found) - 10} more")
-    lines.append(
-        "They would be left unconditioned. Declare their layouts (check the block order, the head count and "
-        "whether heads are interleaved against the module's forward):"
-    )
+    lines.append("They would be left unconditioned.")
     declarations: dict[str, str] = {}
     missing: dict[str, list[str]] = {}
     excludes = {}
+    refusals: dict[str, str] = {}
     for item in found:
         excludes.setdefault(_pattern(item.name) if item.name else "^$", None)
+        if item.undeclarable:
+            refusals.setdefault(_pattern(item.name) if item.name else "^$", f"{item.class_path}: {item.undeclarable}")
+            continue
         q_width = next((_out_features(p) for p in item.projections if p.roles == "q"), None)
         for p in item.projections:
             pattern = _pattern(p.qualified_name)
             if pattern not in declarations:
                 declarations[pattern], missing[pattern] = _declaration(p, item, q_width)
+    for pattern, reason in refusals.items():
+        lines.append(f'  r"{pattern}" cannot be declared: {reason}.')
+    if not declarations:
+        excluded = ", ".join(f'r"{p}"' for p in excludes)
+        lines.append(f"speccond cannot condition them; leave them plain: SpectralConfig(exclude=[{excluded}])")
+        return "\n".join(lines)
+    lines.append(
+        "Declare their layouts (check the block order, the head count and whether heads are interleaved against "
+        "the module's forward):"
+    )
     lines.append("  SpectralConfig(layouts={")
     lines += [f'      r"{pattern}": {text}' for pattern, text in declarations.items()]
     lines.append("  })")
@@ -197,21 +264,24 @@ def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[i
     missing: list[str] = []
     comments: list[str] = []
     if heads is None:
-        comments.append("set num_heads to the module's head count")
+        missing.append(
+            "num_heads: the module keeps no head count (num_heads / num_attention_heads / n_heads, or "
+            "num_key_value_groups with head_dim); read it where its forward reshapes to (B, N, heads, head_dim)"
+        )
     # the head width: the module's own attribute, else q's width over the head count
     dh = item.head_dim or (q_width // heads if q_width and heads and q_width % heads == 0 else None)
     if len(p.roles) == 1:
-        count = heads or 1
+        count = heads
         if p.roles != "q" and heads and (q_width or out) != out:  # a k or v narrower than q: fewer kv heads
             count = out // dh if dh and out % dh == 0 else None
         fields = [f'roles="{p.roles}"', f"num_heads={count if count else '<heads>'}"]
-        if count is None:
+        if count is None and heads:
             missing.append(
                 f"num_heads: {owner} is {out} wide and q {q_width}: its head count is {out} over the head width dh "
                 f"(q = {heads} heads x dh)"
             )
     elif "q" in p.roles:
-        fields = [f'roles="{p.roles}"', f"num_heads={heads or 1}"]
+        fields = [f'roles="{p.roles}"', f"num_heads={heads or '<heads>'}"]
         kv = _kv_heads(p, heads, dh, out)
         if kv is None:
             fields.append("num_kv_heads=<kv heads>")
@@ -226,12 +296,12 @@ def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[i
         fields.append(f"arrangement={_arrangement_hole(p, heads, kv)}")
         missing.append(_arrangement_hint(p, owner, heads, kv))
     else:  # fused k, v (q separate): every block has the k/v head count
-        count = heads or 1
+        count = heads
         if heads and q_width and out != len(p.roles) * q_width:
             count = out // (len(p.roles) * dh) if dh and out % (len(p.roles) * dh) == 0 else None
         fields = [f'roles="{p.roles}"', f"num_heads={count if count else '<kv heads>'}"]
         if count is None:
-            missing.append(f"num_heads: {owner} holds {len(p.roles)} blocks of kv_heads x dh each, q = {heads} x dh")
+            missing.append(f"num_heads: {owner} holds {len(p.roles)} blocks of kv_heads x dh each, q = {heads or 'H'} x dh")
         fields.append(f"arrangement={_arrangement_hole(p, count, count)}")
         missing.append(_arrangement_hint(p, owner, count, count))
         if out % len(p.roles):

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from speccond.checks import require_module
-from speccond.diagnostics.heads import head_cases, layer_count
+from speccond.diagnostics.heads import Inputs, head_cases, layer_count
 from speccond.diagnostics.records import Records
 
 
@@ -29,12 +29,12 @@ def uniform_reference(rows: list[dict]) -> float | None:
     return max(values) if values else None
 
 
-def attention_entropy(model: nn.Module, inputs: tuple) -> Records:
+def attention_entropy(model: nn.Module, inputs: Inputs) -> Records:
     """Rows: layer, head, entropy (mean nats over queries and batch), min_entropy, log_n, and uniform_entropy:
     the entropy of attention spread evenly over the keys each query may see (mean of log visible keys),
     which is log_n unless a padding mask or causality hides some (AttentionHead.visible_keys)."""
     require_module(model, "speccond.diagnostics.attention_entropy")
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    inputs = inputs if isinstance(inputs, (tuple, dict)) else (inputs,)  # a dict: keyword inputs
     rows = []
     for layer in range(layer_count(model)):
         for head, case in enumerate(head_cases(model, inputs, layer)):

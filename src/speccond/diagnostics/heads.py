@@ -27,7 +27,7 @@ from torch import nn
 from speccond.adapters.head_inputs import HeadInputs, head_refusal
 from speccond.checks import check_example_input, require_module
 from speccond.diagnostics.attention_head import AttentionHead
-from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias
+from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias, unrecognised_refusal
 from speccond.sharded import unsharded
 
 Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one tensor
@@ -39,6 +39,9 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     require_module(model, "speccond.diagnostics")
     check_example_input(*_split(inputs), where="speccond.diagnostics: the probe input")
     layers = attention_layers(model)
+    unrecognised = unrecognised_refusal(model, "the head diagnostics")
+    if unrecognised:  # the layers would be numbered without them
+        raise ValueError(unrecognised)
     if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < len(layers):
         raise ValueError(
             f"layer must be an int in [0, {len(layers)}): the model has {len(layers)} attention layers, got {layer!r}"
@@ -102,7 +105,10 @@ def _snapshot(norm):
 def rebuild_refusal(model: nn.Module) -> str:
     """Why the head diagnostics refuse an attention layer of ``model``, as far as the modules tell without a
     call: the adapter's reason, PEFT tuner layers, hooks on a projection ('' when none does; a call can
-    still be refused for its inputs, e.g. a mask). Runs nothing."""
+    still be refused for its inputs, e.g. a mask), or attention-like modules no adapter recognises. Runs nothing."""
+    unrecognised = unrecognised_refusal(model, "the head diagnostics")
+    if unrecognised:
+        return unrecognised
     for layer in attention_layers(model):
         try:
             _check_rebuildable(layer)
@@ -112,6 +118,11 @@ def rebuild_refusal(model: nn.Module) -> str:
 
 
 def layer_count(model: nn.Module) -> int:
+    """The number of attention layers the head diagnostics number; raises ValueError naming attention-like
+    modules that no adapter recognises (the layers would be numbered and tabled without them)."""
+    unrecognised = unrecognised_refusal(model, "the head diagnostics")
+    if unrecognised:
+        raise ValueError(unrecognised)
     return len(attention_layers(model))
 
 
@@ -133,7 +144,8 @@ def _check_rebuildable(layer: AttentionLayer) -> None:
 def capture_input(model: nn.Module, module: nn.Module, inputs: Inputs) -> tuple[tuple, dict]:
     """The args and kwargs ``module`` is called with when the model runs on ``inputs`` (eval, no grad).
 
-    ``inputs``: a tuple (positional), a dict (keyword) or one tensor. A key/value cache in the captured
+    ``inputs``: a tuple (positional), a dict (keyword: {"input_ids": ..., "attention_mask": ...}) or one tensor,
+    as verify takes them. A key/value cache in the captured
     arguments is dropped: the diagnostics rebuild one forward of the input, not a cached continuation.
     """
     captured: list[tuple[tuple, dict]] = []

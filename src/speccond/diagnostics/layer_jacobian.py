@@ -17,14 +17,14 @@ from torch import nn
 
 from speccond.diagnostics import bound as head_bound
 from speccond.diagnostics.attention_head import one_sample
-from speccond.diagnostics.heads import head_cases, layer_count
+from speccond.diagnostics.heads import Inputs, head_cases, layer_count
 from speccond.diagnostics.jacobian import jacobian_spectrum
 from speccond.diagnostics.records import Records
 
 
 def attention_jacobian(
     model: nn.Module,
-    inputs: tuple,
+    inputs: Inputs,
     layer: int = 0,
     head: int = 0,
     wrt: str = "weights",
@@ -37,7 +37,7 @@ def attention_jacobian(
     kappa_nonzero_lower, kappa_nonzero_upper, sigma_max_lower, sigma_min_upper, sigma_min_nonzero_upper)
     and (matrix-free) iterations and residuals. ``options``: rtol, max_iter, seed of
     ``jacobian_spectrum``."""
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    inputs = inputs if isinstance(inputs, (tuple, dict)) else (inputs,)  # a dict: keyword inputs
     (case,) = head_cases(model, inputs, layer, [head])
     summary = jacobian_spectrum(case, wrt=wrt, method=method, **options)
     return Records([{"layer": layer, "head": head, **asdict(summary)}], "attention Jacobian")
@@ -45,7 +45,7 @@ def attention_jacobian(
 
 def jacobian_rows(
     model: nn.Module,
-    inputs: tuple,
+    inputs: Inputs,
     layers: Optional[Sequence[int]] = None,
     heads: Sequence[int] = (0,),
     wrt: str = "weights",
@@ -56,7 +56,7 @@ def jacobian_rows(
 
     Matrix-free by default: a head whose budget (max_iter) does not exhaust the Krylov space gets kappa =
     nan, converged = False and the bracket; read kappa_lower / kappa_nonzero_lower for a proven floor."""
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    inputs = inputs if isinstance(inputs, (tuple, dict)) else (inputs,)  # a dict: keyword inputs
     rows = []
     for layer in range(layer_count(model)) if layers is None else layers:
         for case_head, case in zip(heads, head_cases(model, inputs, layer, list(heads))):
@@ -66,7 +66,7 @@ def jacobian_rows(
 
 
 def theorem_bound(
-    model: nn.Module, inputs: tuple, layer: int = 0, head: int = 0, sample: int = 0, method: str = "auto", **options
+    model: nn.Module, inputs: Inputs, layer: int = 0, head: int = 0, sample: int = 0, method: str = "auto", **options
 ) -> Records:
     """One row: every term of Theorem 3.4 for sample ``sample`` of the probe batch, the bound, the measured
     kappa(J) (both conventions), whether it holds, and whether the head is within the theorem's setting;
@@ -74,7 +74,7 @@ def theorem_bound(
     (jacobian_kappa_lower / _upper, jacobian_kappa_nonzero_lower / _upper). With an unconverged
     matrix-free kappa(J) the kappas are nan, so holds / holds_nonzero are False without meaning that the
     bound fails: compare the bound with the bracket instead."""
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    inputs = inputs if isinstance(inputs, (tuple, dict)) else (inputs,)  # a dict: keyword inputs
     (case,) = head_cases(model, inputs, layer, [head])
     record = head_bound.theorem_bound(one_sample(case, sample), method=method, **options)
     row = {k: v for k, v in asdict(record).items() if k != "jacobian"}

@@ -1,0 +1,89 @@
+"""Issue 31: a diagnostic never returns an empty or partial table where there is attention it does not
+know; it refuses, naming the modules. Every diagnostic takes the inputs verify takes (a tensor, a tuple of
+positional inputs, or a mapping of keyword inputs)."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import speccond
+from speccond import diagnostics as dx
+
+VOCAB = 64
+
+
+def _mpt():
+    """MPT: a fused Wqkv no adapter recognises (transformers 5.24)."""
+    import transformers
+
+    config = transformers.MptConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=VOCAB, max_seq_len=64)
+    torch.manual_seed(0)
+    return transformers.MptModel(config).eval()
+
+
+def _longt5():
+    """LongT5 with transient-global attention: the encoder's attention is unrecognised, the decoder's is
+    T5's (recognised), so a table without the refusal would be partial."""
+    import transformers
+
+    config = transformers.LongT5Config(
+        d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4, vocab_size=VOCAB, local_radius=2,
+        global_block_size=4, encoder_attention_type="transient-global", decoder_start_token_id=0,
+    )
+    torch.manual_seed(0)
+    return transformers.LongT5Model(config).eval()
+
+
+def _ids() -> dict:
+    torch.manual_seed(1)
+    return {"input_ids": torch.randint(3, VOCAB, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+
+
+@pytest.mark.parametrize("diagnostic", ["attention_entropy", "projection_spectra", "attention_jacobian"])
+def test_a_diagnostic_refuses_attention_no_adapter_recognises_naming_it(diagnostic):
+    model = _mpt()
+    call = {
+        "attention_entropy": lambda: dx.attention_entropy(model, _ids()),
+        "projection_spectra": lambda: dx.projection_spectra(model),
+        "attention_jacobian": lambda: dx.attention_jacobian(model, _ids()),
+    }[diagnostic]
+    with pytest.raises(ValueError, match=r"attention-like modules of MptModel.*blocks\.0\.attn \(MptAttention\)"):
+        call()
+
+
+def test_projection_spectra_refuses_rather_than_leave_out_the_unrecognised_layers():
+    with pytest.raises(ValueError, match=r"TransientGlobalSelfAttention \(LongT5TransientGlobalAttention\)"):
+        dx.projection_spectra(_longt5())
+
+
+def test_projection_spectra_reads_the_unrecognised_layers_once_their_layouts_are_declared():
+    layout = speccond.ProjectionLayout("qkv", 4)  # MptAttention: Wqkv(x).chunk(3): blocked
+    config = speccond.SpectralConfig(lam=10.0, layouts={r"^blocks\.\d+\.attn\.Wqkv\.weight$": layout})
+    rows = dx.projection_spectra(_mpt(), config, per_head=False)
+    assert {(r["module"], r["projection"]) for r in rows} == {(f"blocks.{i}.attn", p) for i in range(2) for p in "qkv"}
+
+
+def test_every_diagnostic_takes_keyword_inputs_as_verify_does():
+    """attention_entropy(model, {"input_ids": ..., "attention_mask": ...}) failed inside the model
+    (embedding() got the dict); the mapping is keyword inputs, as for verify."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+        vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaModel(config).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+    inputs = _ids()
+    inputs["attention_mask"][1, -2:] = 0
+    assert speccond.verify(model, **inputs)
+    by_mapping = dx.attention_entropy(model, inputs)
+    by_tuple = dx.attention_entropy(model, (inputs["input_ids"], inputs["attention_mask"]))
+    assert [r["entropy"] for r in by_mapping] == [r["entropy"] for r in by_tuple] and len(by_mapping) == 4
+    assert dx.attention_jacobian(model, inputs, method="exact")[0]["kappa"] > 1
+    assert dx.theorem_bound(model, inputs)[0]["layer"] == 0
