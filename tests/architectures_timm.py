@@ -265,3 +265,28 @@ CASES += [
     _case("coat", {}, refused=rf"coat\.FactorAttnConvRelPosEnc.*{REFUSED}.*no softmax\(q k\^T\)",
           reason="factorized attention q (softmax_N(k)^T v): no softmax(q k^T) to condition"),
 ]
+
+# -- no adapter names these: the layout is inferred by probing (speccond.adapters.inferred); each ``params``
+# entry is read from the family's forward. The head diagnostics refuse them.
+INFERRED = "its layout was inferred by probing"
+BUILD.update({
+    "vit-rope": timm_model("vit_base_patch16_rope_224", img_size=IMAGE, patch_size=8, embed_dim=32, depth=2,
+                           num_heads=2),
+    "pe-core": timm_model("vit_pe_core_tiny_patch16_384", img_size=IMAGE, patch_size=8, embed_dim=32, depth=2,
+                          num_heads=2),
+    "samvit": timm_model("samvit_base_patch16", img_size=IMAGE, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                         global_attn_indexes=(1,), window_size=2),
+    "edgenext": timm_model("edgenext_xx_small", depths=(1, 1, 1, 1), dims=(16, 16, 32, 32), heads=(2, 2, 2, 4)),
+})
+CASES += [
+    # AttentionRope: qkv(x).reshape(B, N, 3, H, dh): blocked; rotary q, k (PE-core also: latent attention pooling)
+    _case("vit-rope", fused("blocks.{}.attn.", (2, 2)), diagnostics_refused=INFERRED, reason="layout inferred; rotary"),
+    _case("pe-core", {**fused("blocks.{}.attn.", (2, 2)), "attn_pool.q.weight": L("q", 8), "attn_pool.kv.weight": L("kv", 8)},
+          diagnostics_refused=INFERRED, reason="layout inferred; rotary; latent pooling (8 heads) by its adapter"),
+    # SAM: qkv(x).reshape(B, h w, 3, H, dh): blocked; windowed blocks and decomposed relative positions
+    _case("samvit", fused("blocks.{}.attn.", (2, 2)), diagnostics_refused=INFERRED,
+          reason="layout inferred; windows, relative positions"),
+    # EdgeNeXt XCA: qkv(x).reshape(B, N, 3, H, C / H): blocked; channel attention on L2-normalised q, k
+    _case("edgenext", {f"stages.{s}.blocks.0.xca.qkv.weight": L(QKV, h) for s, h in ((1, 2), (2, 2), (3, 4))},
+          diagnostics_refused=INFERRED, reason="layout inferred; channel attention (XCA)"),
+]

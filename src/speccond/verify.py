@@ -590,9 +590,3 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True
     scale = float(a.abs().max()) + 1.0
     return bool((a - b).abs().max() <= 1e-9 * scale)
-
-
-def probe_attached(module: nn.Module, args: tuple, kwargs: dict) -> VerifiedAttention:
-    """verify's signatures on one module that carries its corrections itself, called with ``args`` and
-    ``kwargs`` (speccond.adapters.inferred confirms a candidate layout with it). Raises VerificationError."""
-    return _probe(module, "", list(attachments(module)), args, kwargs)

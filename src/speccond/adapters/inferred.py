@@ -11,14 +11,16 @@ speccond.adapters.unrecognised) covering each role once, and has a head-count at
    the weight's width over dh. A fused weight gets every arrangement its head counts allow ("blocked",
    "per_head", "grouped") and every position of v among its blocks (q before k: see below). Candidates
    that put the same rows in the same roles are one candidate.
-2. Each candidate is attached to a float64 copy of the module whose parameters are redrawn (so zero-
-   initialised tables and the user's weights play no part), and the copy is called on a synthetic input:
+2. Each candidate is read on a float64 copy of the module whose parameters are redrawn (so zero-
+   initialised tables and the user's weights play no part; the q, k, v biases zero), and the copy is called
+   on a synthetic input:
    small random hidden states (B, N, D) (or (B, h, w, D); std 0.1, so that a clamp of q, k, v stays
    inactive), every optional argument left out, rotary
    ``position_embeddings`` as a fixed per-position rotation by 45 degrees (an orthogonal map of each
-   head's q and k: it changes no logit's pairing). speccond.verify's signatures are read off it: the
-   correction takes effect, the output is linear in the v rows only, and the q, k, v rows of each head
-   pair up (verify's module docstring).
+   head's q and k: it changes no logit's pairing). speccond.verify's signatures are read off it, setting
+   the candidate's rows directly: the output is linear in the v rows only, and the q, k, v rows of each
+   head pair up (verify's module docstring). The activation backend applies when the forward calls each
+   projection as a module.
 3. Exactly one candidate passing: the module is conditioned with it. Several passing: the module is
    claimed and apply refuses, listing them. None passing, or no call that runs: it is left to the
    unrecognised-attention error (its forward is not softmax attention over these rows, or needs inputs
@@ -263,60 +265,169 @@ def _rows_key(combination, widths: dict[str, int]) -> tuple:
 
 
 # -- the probe -------------------------------------------------------------------------------------------------
+# The signatures are speccond.verify's (its module docstring), read here on a plain copy whose rows are set
+# directly: verify imports the adapter table, so the table cannot import verify.
 def _probe_candidate(module: nn.Module, candidate: Candidate) -> Optional[tuple[bool, bool, str]]:
-    """(passes, the activation backend reaches it, why not) for ``candidate``; None when no synthetic call of
-    the module's forward runs."""
-    from speccond.verify import VerificationError, probe_attached
-
-    call = None
-    reason = ""
-    for backend in ("activation", "weight"):
-        probe = _conditioned_copy(module, candidate, backend)
-        if probe is None:
-            return False, False, "a candidate weight does not fit"
-        call = call or _synthetic_call(probe, candidate)
-        if call is None:
-            return None
-        try:
-            probe_attached(probe, *call)
-            return True, backend == "activation", ""
-        except VerificationError as error:
-            reason = str(error)
-            if backend == "activation" and "past the activation backend" in reason:
-                continue  # the forward reads the weight directly: try the weight backend
-            return False, False, reason
-        except (RuntimeError, ValueError, TypeError, IndexError) as error:
-            return False, False, f"the forward failed on the probe: {type(error).__name__}: {error}"
-    return False, False, reason
+    """(passes, the projections are called as modules, why not) for ``candidate``; None when no synthetic
+    call of the module's forward runs."""
+    probe = _redrawn_copy(module, candidate)
+    call = _synthetic_call(probe, candidate)
+    if call is None:
+        return None
+    blocks = _blocks(probe, candidate)
+    called = set()
+    handles = [probe.get_submodule(child).register_forward_hook(lambda m, *_: called.add(id(m)))
+               for child, _ in candidate]
+    try:
+        with torch.no_grad():
+            run = lambda: _first_tensor(probe(*call[0], **call[1]))  # noqa: E731
+            run()
+            activation_ok = len(called) == len(candidate)
+            why = _roles_mismatch(blocks, run) or _pairing_mismatch(blocks, run)
+    except (RuntimeError, ValueError, TypeError, IndexError) as error:
+        return False, False, f"the forward failed on the probe: {type(error).__name__}: {error}"
+    finally:
+        for handle in handles:
+            handle.remove()
+    return not why, activation_ok, why
 
 
-def _conditioned_copy(module: nn.Module, candidate: Candidate, backend: str) -> Optional[nn.Module]:
-    """A float64 copy of ``module`` with its parameters redrawn and ``candidate`` attached with lam = 1."""
-    from speccond.backends import attach
-    from speccond.correction import SpectralCorrection
-
+def _redrawn_copy(module: nn.Module, candidate: Candidate) -> nn.Module:
+    """A float64 copy of ``module`` with every parameter redrawn (N(0, 1 / fan_in)), the q/k/v biases zero."""
     probe = copy.deepcopy(module).double().eval()
     generator = torch.Generator().manual_seed(0)
     owners = {id(probe.get_submodule(child)) for child, _ in candidate}
     with torch.no_grad():
-        for module_ in probe.modules():
-            for name, parameter in module_.named_parameters(recurse=False):
-                if id(module_) in owners and name == "bias":
-                    parameter.zero_()  # verify keeps v's bias when it crosses value heads: none here
+        for owner in probe.modules():
+            for name, parameter in owner.named_parameters(recurse=False):
+                if id(owner) in owners and name == "bias":
+                    parameter.zero_()  # zero q or k rows then give zero queries or keys
                     continue
                 fan_in = parameter.shape[-1] if parameter.dim() > 1 else 1
                 parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * fan_in**-0.5)
-    for child, layout in candidate:
-        owner = probe.get_submodule(child)
-        try:
-            correction = SpectralCorrection(layout, owner.weight.shape, dict.fromkeys(layout.roles, 1.0), "identity",
-                                            weight=owner.weight)
-        except ValueError:
-            return None
-        correction.acts_as = layout.roles
-        correction.probe_skip = ""
-        attach(owner, "weight", correction, backend, "add", probe, child)
     return probe
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One role's rows in the probe copy: its weight (out, in), the rows heads in order, its head count."""
+
+    weight: torch.Tensor
+    rows: torch.Tensor
+    heads: int
+
+    def head(self, h: int) -> torch.Tensor:
+        width = self.rows.numel() // self.heads
+        return self.rows[h * width : (h + 1) * width]
+
+
+def _blocks(probe: nn.Module, candidate: Candidate) -> dict[str, _Rows]:
+    blocks = {}
+    for child, layout in candidate:
+        weight = probe.get_submodule(child).weight
+        for role in layout.roles:
+            blocks[role] = _Rows(weight, layout.block_rows(role, weight.shape[0]), layout.heads(role))
+    return blocks
+
+
+def _roles_mismatch(blocks: dict[str, _Rows], run) -> str:
+    """'' when the output is affine in a scaling of the v rows and not in the q or k rows."""
+    for role, block in blocks.items():
+        saved = block.weight[block.rows].clone()
+        outputs = []
+        for scale in (0.0, 1.0, 2.0):
+            block.weight[block.rows] = scale * saved
+            outputs.append(run())
+        block.weight[block.rows] = saved
+        change = (outputs[1] - outputs[0]).abs().max()
+        affine = bool((outputs[2] - 2 * outputs[1] + outputs[0]).abs().max() <= 1e-7 * (change + 1e-12))
+        if role == "v" and (not affine or change <= 1e-9):
+            return "the output is not linear in the rows taken as v"
+        if role != "v" and affine:
+            return f"the output is linear in the rows taken as {role}"
+    return ""
+
+
+def _pairing_mismatch(blocks: dict[str, _Rows], run) -> str:
+    """'' when query head h moves the output only with key head h // g, and value head h // g' acts only
+    through query head h's attention (g, g': query heads per key, per value head)."""
+    q, k, v = blocks["q"], blocks["k"], blocks["v"]
+    if q.heads < 2:
+        return ""
+    if q.heads % k.heads or q.heads % v.heads:
+        return f"{k.heads} key and {v.heads} value heads cannot serve {q.heads} query heads"
+    saved = {role: b.weight[b.rows].clone() for role, b in blocks.items()}
+    group, v_group = q.heads // k.heads, q.heads // v.heads
+
+    def restore(role: str, h: int) -> None:
+        block = blocks[role]
+        width = block.rows.numel() // block.heads
+        block.weight[block.head(h)] = saved[role][h * width : (h + 1) * width]
+
+    def only_v(h: int) -> None:
+        v.weight[v.rows] = 0.0
+        restore("v", h)
+
+    try:
+        if _acts_alone(blocks, saved, run):
+            return ""  # logits with terms in q or k alone (relative positions, q/k norms with a bias): verify skips too
+        for h in range(q.heads):
+            for role in "qk":
+                blocks[role].weight[blocks[role].rows] = 0.0
+            v.weight[v.rows] = saved["v"]
+            baseline = run()
+            restore("q", h)
+            if k.heads > 1:
+                restore("k", (h // group + 1) % k.heads)
+                if not _same(run(), baseline):
+                    return f"query head {h} moves the output with a key head of another group"
+            restore("k", h // group)
+            if _same(run(), baseline):
+                return f"query head {h} does not move the output with key head {h // group}"
+            for value_head in range(v.heads):
+                only_v(value_head)
+                attended = run()
+                for role in "qk":
+                    blocks[role].weight[blocks[role].rows] = 0.0
+                uniform = run()
+                restore("q", h)
+                restore("k", h // group)
+                if _same(attended, uniform) == (value_head == h // v_group):
+                    return f"value head {value_head} does not act through query head {h} as head h // {v_group} would"
+    finally:
+        for role, block in blocks.items():
+            block.weight[block.rows] = saved[role]
+    return ""
+
+
+def _acts_alone(blocks: dict[str, _Rows], saved: dict[str, torch.Tensor], run) -> bool:
+    """Whether q's rows with k's zeroed (or k's with q's zeroed) move the output: then the logits are not q k^T
+    alone and the pairing signatures do not apply."""
+    for role in "qk":
+        blocks[role].weight[blocks[role].rows] = 0.0
+    baseline = run()
+    for role in "qk":
+        blocks[role].weight[blocks[role].rows] = saved[role]
+        moved = not _same(run(), baseline)
+        blocks[role].weight[blocks[role].rows] = 0.0
+        if moved:
+            return True
+    return False
+
+
+def _first_tensor(output) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output
+    return next(value for value in output if isinstance(value, torch.Tensor))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal to 1e-9 relative, non-finite entries at the same places."""
+    finite = torch.isfinite(a)
+    if not torch.equal(finite, torch.isfinite(b)):
+        return False
+    a, b = a[finite], b[finite]
+    return a.numel() == 0 or bool((a - b).abs().max() <= 1e-9 * (float(a.abs().max()) + 1.0))
 
 
 def _synthetic_call(probe: nn.Module, candidate: Candidate) -> Optional[tuple[tuple, dict]]:
