@@ -19,6 +19,7 @@ from speccond.adapters.hf_deberta import HF_DEBERTA_V2
 from speccond.adapters.hf_fused_qkv import HF_FUSED_QKV
 from speccond.adapters.hf_gpt2 import HFGPT2AttentionAdapter
 from speccond.adapters.hf_relative_bias import HF_MPNET, HF_T5
+from speccond.adapters.inferred import InferredAttentionAdapter
 from speccond.adapters.hf_separate_qkv import HF_ALBERT, HF_BERT, HF_DISTILBERT, HF_QKV_PROJ
 from speccond.adapters.timm_attention import TIMM_ATTENTION
 from speccond.adapters.timm_attention_pool import TimmAttentionPoolAdapter
@@ -40,7 +41,8 @@ from speccond.layout import ProjectionLayout
 
 # First match wins. The timm and transformers entries match disjoint class paths; the transformers
 # entries also require their q/k/v attribute names, so their order does not matter either, except that
-# the specific T5 / MPNet / ALBERT / DeBERTa entries come before the generic name families.
+# the specific T5 / MPNet / ALBERT / DeBERTa entries come before the generic name families. The inferred
+# adapter comes last, just before the unrecognised-module error: it takes only what no named entry does.
 ADAPTERS: tuple[Adapter, ...] = (
     TorchMultiheadAttentionAdapter(),
     TIMM_ATTENTION,
@@ -78,6 +80,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     HF_QKV_PROJ,
     HFGPT2AttentionAdapter(),
     *HF_FUSED_QKV,
+    InferredAttentionAdapter(),  # last: an unnamed module whose layout one probed candidate confirms (inferred.py)
 )
 
 __all__ = [
