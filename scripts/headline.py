@@ -97,7 +97,9 @@ def glue_tables() -> dict[tuple[str, int], Path]:
 def language_table() -> dict | None:
     """The GLUE-like average as a final table whose seeds are the pre-training seeds: per arm and
     pre-training seed, the mean over the four glue-* tasks of the mean test accuracy over that task's final
-    fine-tuning seeds (each task at the lr it chose from that encoder). Pairing and the t interval run over
+    fine-tuning seeds (each task at the lr chosen once, on validation from pre-training seed 0's encoder;
+    pre-training seed 1's runs reuse that choice, ``--choice-of`` in ``protocol.sh list language``, and are
+    fine-tuned from their own encoder). Pairing and the t interval run over
     the pre-training seeds, so the interval carries pre-training noise, not fine-tuning noise alone. None
     until the tables of every task and pre-training seed are committed
     (docs/results/protocol-glue-<task>-pre<p>/final/holm.json)."""
