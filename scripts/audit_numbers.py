@@ -13,6 +13,19 @@ A quoted p-value ("p 0.016", "p = 0.016", "adjusted p 0.079", "Holm p 0.0039", "
 backed when a committed file holds one that rounds to it at the decimals quoted: a "p" or "holm" value
 in a .json there, or a number in a column headed "p", "Holm p" or "Holm p (m)" of a markdown table there.
 
+A quotation is a whole token: "5.7 +- 4.0" is not backed by "-25.7 +- 4.0", so a dropped digit fails.
+
+Where a passage says which figures it quotes, every number in it is checked against those figures only
+(same task and arm, not the whole folder). The passage starts at a line holding
+``<!-- figures: SOURCE; SOURCE ... -->`` and ends at ``<!-- /figures -->``; a SOURCE is a path under
+docs/results/ (a file or a folder, whose .md and .json files count, kept/ left out), optionally with
+``#text``: then only the lines of its .md files that contain that text (a table's row: task and arm).
+In the passage, every decimal number (per-seed scores, range bounds, means, p-values, Holm p) and every
+whole number followed by "%" must round, at the decimals quoted, to a number of those sources (as
+written, or in a .json as stored or times 100; a number quoted without a sign matches either sign), and
+every "a +- b" to an interval of theirs, as a pair. Numbers between the headline markers are the
+headline script's, regenerated and compared by tests/test_headline.py.
+
 Quotations that no file holds are listed in docs/results/unbacked-numbers.md, each with the reason it
 stays in the text. The test suite runs this (tests/test_audit_numbers.py), so a new quotation without a
 source fails CI, and so does an entry in that list that has since been backed or removed.
@@ -47,16 +60,16 @@ def objects(value):
             yield from objects(item)
 
 
-def stored_intervals() -> list[tuple[float, float]]:
+def stored_intervals(results: Path = RESULTS) -> list[tuple[float, float]]:
     """(mean, half width) of every interval in the committed results.json files, as stored."""
-    return [(float(o["mean"]), float(o["half_width"])) for path in sorted(RESULTS.rglob("results.json"))
+    return [(float(o["mean"]), float(o["half_width"])) for path in sorted(results.rglob("results.json"))
             for o in objects(json.loads(path.read_text()))
             if "mean" in o and "half_width" in o and o["half_width"] is not None]
 
 
 def backed(mean: str, half: str, corpus: str, intervals: list[tuple[float, float]]) -> bool:
-    quoted = f"{mean} +- {half}"
-    if quoted in corpus or quoted.lstrip("+") in corpus:
+    quoted = re.escape(f"{mean.lstrip('+-')} +- {half}")
+    if re.search(rf"(?<![\w.+-]){'[-+]?' if mean[0] not in '+-' else re.escape(mean[0]) + '?'}{quoted}(?![\w.])", corpus):
         return True
     a, b = float(mean), float(half)
     tolerance_a, tolerance_b = 0.5 * 10 ** -decimals(mean) + 1e-9, 0.5 * 10 ** -decimals(half) + 1e-9
@@ -67,12 +80,12 @@ def backed(mean: str, half: str, corpus: str, intervals: list[tuple[float, float
     return False
 
 
-def stored_p_values() -> list[float]:
+def stored_p_values(results: Path = RESULTS) -> list[float]:
     """Every p-value a committed file holds: "p" and "holm" in the .json files, and the numbers in p columns
     of the markdown tables."""
-    found = [float(o[key]) for path in sorted(RESULTS.rglob("*.json")) for o in objects(json.loads(path.read_text()))
+    found = [float(o[key]) for path in sorted(results.rglob("*.json")) for o in objects(json.loads(path.read_text()))
              for key in ("p", "holm") if isinstance(o.get(key), (int, float)) and not isinstance(o.get(key), bool)]
-    for path in sorted(RESULTS.rglob("*.md")):
+    for path in sorted(results.rglob("*.md")):
         columns: list[int] = []
         for line in path.read_text().splitlines():
             if not line.startswith("|"):
@@ -94,14 +107,23 @@ def p_backed(quoted: str, stored: list[float]) -> bool:
     return any(abs(value - float(quoted)) <= tolerance for value in stored)
 
 
-def unbacked() -> list[str]:
-    """ "document: a +- b" for every quoted interval no committed file holds, in document order."""
-    corpus = "\n".join(p.read_text(errors="ignore") for p in sorted(RESULTS.rglob("*"))
-                       if p.suffix in (".md", ".json", ".txt") and p != KNOWN)
-    intervals, p_values = stored_intervals(), stored_p_values()
+def unbacked(root: Path = ROOT) -> list[str]:
+    """ "document: quotation" for every quoted figure no committed file backs, in document order: in a
+    figures passage, every number against that passage's sources; elsewhere, intervals and p-values
+    against every committed file."""
+    results = root / "docs" / "results"
+    known_list = results / KNOWN.name
+    corpus = "\n".join(p.read_text(errors="ignore") for p in sorted(results.rglob("*"))
+                       if p.suffix in (".md", ".json", ".txt") and p != known_list)
+    intervals, p_values = stored_intervals(results), stored_p_values(results)
     missing = []
     for document in DOCUMENTS:
-        text = (ROOT / document).read_text()
+        text = (root / document).read_text()
+        passages = list(PASSAGE.finditer(text))
+        missing += [f"{document}: {item}" for passage in passages
+                    for item in passage_unbacked(passage.group("body"), passage.group("sources"), results)]
+        for passage in reversed(passages):  # checked above, against their own sources only
+            text = text[:passage.start()] + text[passage.end():]
         for match in INTERVAL.finditer(text):
             mean, half = match.groups()
             if not backed(mean, half, corpus, intervals):
@@ -112,9 +134,79 @@ def unbacked() -> list[str]:
     return missing
 
 
-def known() -> list[str]:
+PASSAGE = re.compile(r"<!-- figures: (?P<sources>[^>]*?) -->\n(?P<body>.*?)<!-- /figures -->", re.S)
+NUMBER = re.compile(r"(?<![\w.])([-+]?\d+\.\d+|\d+(?=\s?%))(?![\w.])")
+
+
+def passage_figures(sources: str, results: Path) -> tuple[list[float], list[tuple[float, float]]]:
+    """(numbers, intervals) of a passage's sources: "path[#text]; ...", paths under ``results``."""
+    numbers: list[float] = []
+    intervals: list[tuple[float, float]] = []
+    for source in (s.strip() for s in sources.split(";") if s.strip()):
+        path, _, only = source.partition("#")
+        where = results / path.strip()
+        if not where.exists():
+            raise ValueError(f"figures source {source!r}: no {where}; name a file or folder under docs/results")
+        files = [where] if where.is_file() else [f for f in sorted(where.rglob("*"))
+                                                  if f.suffix in (".md", ".json") and "kept" not in f.parts]
+        for file in files:
+            if file.suffix == ".json" and not only:
+                for o in objects(json.loads(file.read_text())):
+                    numbers += [float(v) for v in o.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                    if isinstance(o.get("mean"), (int, float)) and isinstance(o.get("half_width"), (int, float)):
+                        intervals.append((float(o["mean"]), float(o["half_width"])))
+            elif file.suffix == ".md":
+                text = "\n".join(_lines_about(file.read_text().splitlines(), only))
+                numbers += [float(m.group(1)) for m in NUMBER.finditer(text)]
+                intervals += [(float(a), float(b)) for a, b in INTERVAL.findall(text)]
+    return numbers, intervals
+
+
+def _lines_about(lines: list[str], only: str) -> list[str]:
+    """The lines holding ``only`` (all lines without it), each with the table that follows it when it is
+    a caption, not a row (headline.md's "**ListOps, ...** (m = 3):" and its table)."""
+    if not only:
+        return lines
+    kept, caption = [], False
+    for line in lines:
+        if only in line:
+            kept.append(line)
+            caption = not line.startswith("|")
+        elif caption and (line.startswith("|") or not line.strip()):
+            kept.append(line)
+        elif caption and kept[-1].startswith("|"):
+            caption = False
+        else:
+            caption = False
+    return kept
+
+
+def _rounds_to(quoted: str, value: float) -> bool:
+    a = float(quoted)
+    tolerance = 0.5 * 10 ** -decimals(quoted) + 1e-9
+    signed = quoted[0] in "+-"
+    return any(abs((v if signed else abs(v)) - (a if signed else abs(a))) <= tolerance
+               for v in (value, value * 100))
+
+
+def passage_unbacked(body: str, sources: str, results: Path) -> list[str]:
+    """Every interval and number of ``body`` that its sources do not hold (same task and arm)."""
+    numbers, intervals = passage_figures(sources, results)
+    missing = []
+    for match in INTERVAL.finditer(body):
+        mean, half = match.groups()
+        if not any(_rounds_to(mean, m) and _rounds_to(half, h) for m, h in intervals):
+            missing.append(f"{mean} +- {half} (not an interval of {sources})")
+    rest = INTERVAL.sub(" ", body)
+    for match in NUMBER.finditer(rest):
+        if not any(_rounds_to(match.group(1), value) for value in numbers):
+            missing.append(f"{match.group(1)} (not a figure of {sources})")
+    return missing
+
+
+def known(root: Path = ROOT) -> list[str]:
     """The quotations docs/results/unbacked-numbers.md lists (its table's first column)."""
-    rows = [line for line in KNOWN.read_text().splitlines() if line.startswith("| ") and "---" not in line][1:]
+    rows = [line for line in (root / KNOWN.relative_to(ROOT)).read_text().splitlines() if line.startswith("| ") and "---" not in line][1:]
     return [row.split("|")[1].strip().strip("`") for row in rows]
 
 

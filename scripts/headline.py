@@ -97,7 +97,9 @@ def glue_tables() -> dict[tuple[str, int], Path]:
 def language_table() -> dict | None:
     """The GLUE-like average as a final table whose seeds are the pre-training seeds: per arm and
     pre-training seed, the mean over the four glue-* tasks of the mean test accuracy over that task's final
-    fine-tuning seeds (each task at the lr it chose from that encoder). Pairing and the t interval run over
+    fine-tuning seeds (each task at the lr chosen once, on validation from pre-training seed 0's encoder;
+    pre-training seed 1's runs reuse that choice, ``--choice-of`` in ``protocol.sh list language``, and are
+    fine-tuned from their own encoder). Pairing and the t interval run over
     the pre-training seeds, so the interval carries pre-training noise, not fine-tuning noise alone. None
     until the tables of every task and pre-training seed are committed
     (docs/results/protocol-glue-<task>-pre<p>/final/holm.json)."""
@@ -141,12 +143,19 @@ def language_breakdown() -> str:
         differences = {c["arm"]: f"{_difference(c)}, {c['verdict']}" for c in average["comparisons"]}
         lines += ["", "The headline's language row per pre-training seed: the GLUE-like average (mean over the four "
                   "tasks of each task's mean test accuracy over its fine-tuning seeds), %, and the difference paired "
-                  "over the pre-training seeds (t with 1 degree of freedom, Holm over the arms):", "",
-                  "| arm | " + " | ".join(f"pre-training {p}" for p in PRE_TRAINING_SEEDS) + " | difference, points |",
-                  "|---|" + "---|" * (len(PRE_TRAINING_SEEDS) + 1)]
+                  "over the pre-training seeds (t with 1 degree of freedom, Holm over the arms), then the difference "
+                  "from each encoder alone, points:", "",
+                  "| arm | " + " | ".join(f"pre-training {p}" for p in PRE_TRAINING_SEEDS) + " | difference, points | "
+                  + " | ".join(f"difference at pre-training {p}" for p in PRE_TRAINING_SEEDS) + " |",
+                  "|---|" + "---|" * (2 * len(PRE_TRAINING_SEEDS) + 1)]
+        baseline = average["arms"].get("baseline", {}).get("figures", {})
         for arm, entry in average["arms"].items():
-            cells = [f"{100 * entry['figures'][str(p)]:.2f}" if str(p) in entry["figures"] else "-" for p in PRE_TRAINING_SEEDS]
-            lines.append(f"| {ARMS.get(arm, arm)} | " + " | ".join(cells) + f" | {differences.get(arm, 'reference')} |")
+            figures = entry["figures"]
+            cells = [f"{100 * figures[str(p)]:.2f}" if str(p) in figures else "-" for p in PRE_TRAINING_SEEDS]
+            each = ["-" if arm == "baseline" or str(p) not in figures or str(p) not in baseline
+                    else f"{100 * (figures[str(p)] - baseline[str(p)]):+.2f}" for p in PRE_TRAINING_SEEDS]
+            lines.append(f"| {ARMS.get(arm, arm)} | " + " | ".join(cells) + f" | {differences.get(arm, 'reference')} | "
+                         + " | ".join(each) + " |")
     owed = [f"glue-{task}-pre{p}" for task, p in paths if (task, p) not in records]
     if owed:
         lines += ["", f"Owed ({len(owed)} of {len(paths)} tables): {', '.join(owed)}; `scripts/protocol.sh language`."]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.scripts import load_script
 
 
@@ -39,3 +41,55 @@ def test_quoted_p_values_are_found_in_their_forms_and_checked_by_rounding():
     stored = [0.0039062, 0.0160, 0.07912]
     assert audit.p_backed("0.0039", stored) and audit.p_backed("0.016", stored) and audit.p_backed("0.079", stored)
     assert audit.p_backed("0.08", stored) and not audit.p_backed("0.0040", stored) and not audit.p_backed("0.07", stored)
+
+
+# Issue 33: each edit is planted in a scratch copy of README.md and docs/RESULTS.md (docs/results/ is the
+# committed one) and must make the audit report a quotation without a source.
+PLANTED = {
+    "a difference swapped in from another task (CIFAR-10's lam = 10 into ListOps' table)": (
+        "docs/RESULTS.md", "| 33.00, 17.50, 32.20, 32.10, 18.90 | -5.7 +- 9.6 |",
+        "| 33.00, 17.50, 32.20, 32.10, 18.90 | -15.1 +- 1.9 |"),
+    "a dropped leading digit (README's -25.7 +- 4.0 as 5.7 +- 4.0)": (
+        "README.md", "loses\n  25.7 +- 4.0 test points", "loses\n  5.7 +- 4.0 test points"),
+    "a changed Holm p (ListOps, auto against qk-norm)": (
+        "docs/RESULTS.md", "points (Holm p 0.0267)**", "points (Holm p 0.0276)**"),
+    "a changed range bound (ListOps, the arms that learn)": (
+        "docs/RESULTS.md", "land at 31.2 to 33.7 %", "land at 31.2 to 34.7 %"),
+    "a changed per-seed score (ListOps, lam = auto's seed 102)": (
+        "docs/RESULTS.md", "| 31.20, 32.20, 32.60, 32.10, 32.10 |", "| 31.20, 32.20, 32.90, 32.10, 32.10 |"),
+    "a per-encoder difference from the rounded averages (language, auto: 1.26 for 1.25)": (
+        "docs/RESULTS.md", "is 1.46 and 1.25 points below", "is 1.46 and 1.26 points below"),
+}
+
+
+def _scratch_copy(tmp_path, audit):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results").symlink_to(audit.RESULTS, target_is_directory=True)
+    for document in audit.DOCUMENTS:
+        (tmp_path / document).write_text((audit.ROOT / document).read_text())
+    return tmp_path
+
+
+@pytest.mark.parametrize("planted", list(PLANTED))
+def test_each_planted_error_in_a_copy_of_the_docs_fails_the_audit(tmp_path, planted):
+    audit = load_script("audit_numbers")
+    root = _scratch_copy(tmp_path, audit)
+    document, right, wrong = PLANTED[planted]
+    text = (root / document).read_text()
+    assert text.count(right) == 1, f"the text the test edits moved: {right!r}"
+    assert set(audit.unbacked(root)) <= set(audit.known(root)), "the unedited copy must pass"
+    (root / document).write_text(text.replace(right, wrong))
+    new = set(audit.unbacked(root)) - set(audit.known(root))
+    assert new, f"{planted}: the audit accepted it"
+
+
+def test_a_passage_is_checked_against_its_own_sources_not_every_file():
+    """-15.1 +- 1.9 is CIFAR-10's (so the old folder-wide check accepted it in ListOps' table); 5.7 +- 4.0 is
+    inside -25.7 +- 4.0 and must not be taken for it."""
+    audit = load_script("audit_numbers")
+    corpus = "| -25.7 +- 4.0 | ... | -15.1 +- 1.9 |"
+    assert not audit.backed("5.7", "4.0", corpus, []) and audit.backed("-25.7", "4.0", corpus, [])
+    assert audit.backed("25.7", "4.0", corpus, []) and audit.backed("-15.1", "1.9", corpus, [])
+    assert audit.passage_unbacked("ties (-5.7 +- 9.6) at 31.2 %", "protocol-lra-listops/final", audit.RESULTS) == []
+    assert audit.passage_unbacked("ties (-15.1 +- 1.9)", "protocol-lra-listops/final", audit.RESULTS) == [
+        "-15.1 +- 1.9 (not an interval of protocol-lra-listops/final)"]

@@ -106,24 +106,11 @@ def _condition(model: nn.Module, config: Optional[SpectralConfig], verify_with: 
     if config.is_noop():
         log.info("every lam is 0: nothing attached")
         return SpectralReport(config=config.to_dict())
-    built = []  # every correction is built (and its errors raised) before the first is attached
-    for site in sites:
-        scales = {role: config.scale(role) for role in site.layout.roles}
-        if all(s == 0 for s in scales.values()):
-            continue
-        weight = getattr(site.module, site.param_name)
-        try:
-            correction = SpectralCorrection(
-                site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight,
-                notes=site.notes, target_kappa=config.target_kappa,
-            )
-        except ValueError as err:
-            raise ValueError(f"{site.qualified_name} ({site.source}): {err}") from None
-        correction.acts_as = site.acts_as or site.layout.roles  # what verify probes for
-        correction.probe_skip = site.probe_skip
-        correction.collapse_exempt = site.collapse_exempt
-        built.append((site, correction))
+    built = _build(sites, config)  # every correction is built (and its errors raised) before the first is attached
     risks = _predicted_collapse(model, sites, built)  # read before attaching: W + C from the built corrections
+    # the advice predicts other settings from the stored W, so it is read before attaching too
+    advice = _collapse_advice(model, sites, config) if verify_with is not None or any(
+        risk.collapses for risk in risks) else ""
     undos = []  # each module as it was before its attach: any failure below puts every one back
     try:
         for site, correction in built:
@@ -137,7 +124,7 @@ def _condition(model: nn.Module, config: Optional[SpectralConfig], verify_with: 
             risks = _measured_collapse(model, verify_with, risks)
         for risk in risks:
             if risk.collapses:
-                warnings.warn(risk.message(_collapse_advice(config)), UserWarning, stacklevel=4)
+                warnings.warn(risk.message(advice), UserWarning, stacklevel=4)
     except BaseException:
         restore(undos)  # W itself comes back (with "preserve" too, not (W - C) + C), bit for bit
         raise
@@ -194,20 +181,41 @@ def _predicted_collapse(model: nn.Module, sites: list[ProjectionSite], built: li
     return predict(groups, modules)
 
 
-def _collapse_advice(config: SpectralConfig) -> str:
-    """What to try instead, given what was applied (never the setting that was just applied)."""
-    if config.correction == "svd":
-        return "the SVD correction is already sized to the weights; check the module's logit scale, or condition v alone (lam_q=0, lam_k=0)"
-    if config.auto_roles():
-        return (
-            f"lam='auto' with target_kappa={config.target_kappa:g} still picks lam = sigma_max (t + 1) / (t - 1) "
-            "too large for these heads: SpectralConfig(correction='svd') or a larger target_kappa (smaller lam) "
-            "keeps attention spread"
-        )
-    return (
-        "SpectralConfig(lam='auto') or SpectralConfig(correction='svd') size the correction to the weights and "
-        "keep attention spread"
-    )
+def _build(sites: list[ProjectionSite], config: SpectralConfig) -> list:
+    """[(site, its SpectralCorrection)] for every selected site with a non-zero lam; raises every error
+    (naming the module) before anything is attached."""
+    built = []
+    for site in sites:
+        scales = {role: config.scale(role) for role in site.layout.roles}
+        if all(s == 0 for s in scales.values()):
+            continue
+        weight = getattr(site.module, site.param_name)
+        try:
+            correction = SpectralCorrection(
+                site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight,
+                notes=site.notes, target_kappa=config.target_kappa,
+            )
+        except ValueError as err:
+            raise ValueError(f"{site.qualified_name} ({site.source}): {err}") from None
+        correction.acts_as = site.acts_as or site.layout.roles  # what verify probes for
+        correction.probe_skip = site.probe_skip
+        correction.collapse_exempt = site.collapse_exempt
+        built.append((site, correction))
+    return built
+
+
+def _collapse_advice(model: nn.Module, sites: list[ProjectionSite], config: SpectralConfig) -> str:
+    """What to try instead: other settings the same prediction says keep this model's attention spread
+    (speccond.collapse_advice), never one it says collapses."""
+    from speccond.collapse_advice import advice
+
+    def predict_for(candidate: SpectralConfig):
+        try:
+            return _predicted_collapse(model, sites, _build(sites, candidate))
+        except ValueError:
+            return None  # the setting cannot be built on these modules: not offered
+
+    return advice(config, predict_for)
 
 
 def _measured_collapse(model: nn.Module, inputs: object, predicted: list) -> list:

@@ -1,0 +1,73 @@
+"""What apply's collapse warning recommends instead: a setting the same prediction says keeps this
+model's attention spread, with the entropy predicted for it, never one it says collapses.
+
+A fixed sentence cannot know the model: at head width 64 (ViT-Ti/S/B, BERT-base) lam = "auto" collapses
+attention at initialisation as lam = 10 does, so "use lam='auto'" would point from one collapse to
+another. :func:`advice` runs :func:`speccond.collapse.predict` (through ``predict_for``, which builds a
+setting's corrections on the very modules apply selected) on other settings, in the order of
+``_settings``, until one keeps every family's lowest head entropy at or above ``COLLAPSE_NATS``, and
+names the ones tried before it as collapsing too. It stops at the first, since every prediction builds
+every correction of the model again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Callable, Iterator, Optional, Sequence
+
+from speccond.collapse import COLLAPSE_NATS, CollapseRisk
+from speccond.config import AUTO, SpectralConfig
+
+Predictor = Callable[[SpectralConfig], Optional[Sequence[CollapseRisk]]]
+
+
+def advice(config: SpectralConfig, predict_for: Predictor) -> str:
+    """The advice of a collapse warning for a model on which ``config`` collapses attention.
+
+    predict_for: a setting -> its predicted risks on this model's selected modules, or None where the
+    setting cannot be built there (then it is not offered).
+    """
+    collapsing = []
+    for setting, candidate in _settings(config):
+        risks = predict_for(candidate)
+        if not risks:
+            continue
+        lowest = min(risks, key=lambda risk: risk.entropy)
+        if lowest.collapses:
+            collapsing.append(f"SpectralConfig({setting}) ({lowest.entropy:.2f} nats)")
+            continue
+        before = f"it predicts collapse for {', '.join(collapsing)} too; " if collapsing else ""
+        return (f"{before}SpectralConfig({setting}) keeps attention spread: {lowest.entropy:.2f} nats "
+                f"predicted ({lowest.plain:.2f} without the correction)")
+    tried = f"it predicts collapse for {', '.join(collapsing)} too; " if collapsing else ""
+    return (f"{tried}no setting tried keeps attention spread: check the module's logit scale, or condition v "
+            "alone (lam_q=0, lam_k=0), which leaves the logits as they are")
+
+
+def _settings(config: SpectralConfig) -> Iterator[tuple[str, SpectralConfig]]:
+    """Other settings, most recommended first, each unless it is what was applied: lam = "auto"
+    (kappa <= 2); the SVD correction (kappa <= 2, per head by default); lam = "auto" with a looser kappa
+    target (a smaller lam that still has a Weyl bound); the paper's lam = 10 on q only; smaller numeric lams."""
+    applied_auto = config.correction == "identity" and config.auto_roles() == ("q", "k", "v")
+    if not (applied_auto and config.target_kappa == 2.0):
+        yield "lam='auto'", _variant(config, lam=AUTO, target_kappa=2.0)
+    if config.correction != "svd":
+        yield "correction='svd'", _variant(config, correction="svd", lam=1.0)
+    for t in (5.0, 20.0):
+        if not applied_auto or t > config.target_kappa:
+            yield f"lam='auto', target_kappa={t:g}", _variant(config, lam=AUTO, target_kappa=t)
+    if config.role_scales() != {"q": 10.0, "k": 0.0, "v": 0.0}:
+        yield "lam=10, lam_k=0, lam_v=0", _variant(config, lam=10.0, lam_k=0.0, lam_v=0.0)
+    numeric = [s for s in config.role_scales().values() if s != AUTO and s > 0]
+    ceiling = max(numeric) if numeric and config.correction == "identity" else float("inf")
+    for lam in (3.0, 1.0, 0.3, 0.1):
+        if lam < ceiling:
+            yield f"lam={lam:g}", _variant(config, lam=lam)
+
+
+def _variant(config: SpectralConfig, **changes) -> SpectralConfig:
+    """``config`` with ``changes`` on the identity/svd choice and lams; targets, layouts, backend kept."""
+    changes = {"lam_q": None, "lam_k": None, "lam_v": None, "correction": "identity", **changes}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lam <= 2 warns about Theorem 3.8; the advice says what it predicts
+        return dataclasses.replace(config, **changes)
