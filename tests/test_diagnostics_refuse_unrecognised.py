@@ -14,8 +14,17 @@ from speccond import diagnostics as dx
 VOCAB = 64
 
 
+@pytest.fixture
+def without_inference(monkeypatch):
+    """MPT's layout is inferred by probing (speccond.adapters.inferred); with inference switched off it stands
+    for attention that no adapter recognises and inference cannot decide."""
+    from speccond.adapters.inferred import InferredAttentionAdapter
+
+    monkeypatch.setattr(InferredAttentionAdapter, "matches", lambda self, module: False)
+
+
 def _mpt():
-    """MPT: a fused Wqkv no adapter recognises (transformers 5.24)."""
+    """MPT: a fused Wqkv no named adapter recognises (transformers 5.24)."""
     import transformers
 
     config = transformers.MptConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=VOCAB, max_seq_len=64)
@@ -42,7 +51,7 @@ def _ids() -> dict:
 
 
 @pytest.mark.parametrize("diagnostic", ["attention_entropy", "projection_spectra", "attention_jacobian"])
-def test_a_diagnostic_refuses_attention_no_adapter_recognises_naming_it(diagnostic):
+def test_a_diagnostic_refuses_attention_no_adapter_recognises_naming_it(diagnostic, without_inference):
     model = _mpt()
     call = {
         "attention_entropy": lambda: dx.attention_entropy(model, _ids()),
@@ -53,9 +62,17 @@ def test_a_diagnostic_refuses_attention_no_adapter_recognises_naming_it(diagnost
         call()
 
 
-def test_projection_spectra_refuses_rather_than_leave_out_the_unrecognised_layers():
+def test_projection_spectra_refuses_rather_than_leave_out_the_unrecognised_layers(without_inference):
     with pytest.raises(ValueError, match=r"TransientGlobalSelfAttention \(LongT5TransientGlobalAttention\)"):
         dx.projection_spectra(_longt5())
+
+
+def test_projection_spectra_reads_the_encoder_layer_whose_layout_is_inferred():
+    """With one layer, LongT5's transient-global attention holds its own position bias, so inference
+    conditions it: the table then has the encoder's layer beside the decoder's, not without it."""
+    modules = {row["module"] for row in dx.projection_spectra(_longt5())}
+    assert "encoder.block.0.layer.0.TransientGlobalSelfAttention" in modules
+    assert "decoder.block.0.layer.0.SelfAttention" in modules
 
 
 def test_projection_spectra_reads_the_unrecognised_layers_once_their_layouts_are_declared():

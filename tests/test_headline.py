@@ -68,7 +68,7 @@ def test_the_language_row_averages_the_glue_tasks_and_pairs_by_pre_training_seed
                                          "| lam = 10 on q, k, v (the paper) | -10 +- 0, loss |"]
                 assert breakdown[-1].startswith("Owed (7 of 8 tables): glue-sentiment-pre1, glue-fact-pre0,")
     breakdown = headline.language_breakdown()
-    assert breakdown.count("pre-training 0") == 4 + 1 and "Owed" not in breakdown  # 4 columns, then the average's
+    assert breakdown.count("pre-training 0") == 4 + 2 and "Owed" not in breakdown  # 4 columns, the average's and its difference's
     assert "| baseline | 78.50 | 79.50 | reference |" in breakdown  # the average per pre-training seed
     assert "| lam = 10 on q, k, v (the paper) | 68.50 | 69.00 | -10.2 +- 3.2, loss |" in breakdown  # t = 41, 1 df
     record = headline.language_table()

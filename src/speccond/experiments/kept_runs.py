@@ -244,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"packed into {pack(args.kept)} and {manifest_of(args.kept)}")
             return 0
         if args.action == "list":  # every kept run, as <stage>/<arm>/seed-<k> (or <arm>/seed-<k>)
-            with opened(args.kept) as folder:
-                runs = pretraining_runs(folder) if args.pretraining else finished_runs(folder)
+            with opened(args.kept) as folder:  # every run folder KEPT holds (only finished runs are kept)
+                runs = sorted(folder.glob("*/seed-*")) if args.pretraining else sorted(
+                    [*folder.glob("tune/*/seed-*"), *folder.glob("final/*/seed-*")])
                 print("".join(f"{run.relative_to(folder).as_posix()}\n" for run in runs), end="")
             return 0
         if args.action == "keep":
