@@ -61,3 +61,15 @@ def cifar10_home(tmp_path_factory):
             pytest.skip(f"the bigbench 1.0.0 archive could not be had (set SPECCOND_BIGBENCH to a folder holding it): {error}")
     yield home
     shutil.rmtree(home / "cifar10" / "raw")  # 358 MB; pytest keeps the last three session folders
+
+
+@pytest.fixture(scope="session")
+def digits_home(tmp_path_factory):
+    """A data folder holding the prepared digits cache, made once for the session (point SPECCOND_DATA at it)."""
+    home = tmp_path_factory.mktemp("digits-data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCOND_DATA", str(home))
+        from speccond import data
+
+        data.prepare("digits")
+    return home

@@ -26,17 +26,6 @@ class _Reached(Exception):
     """Raised by the tripwire: the command got past validation to training."""
 
 
-@pytest.fixture(scope="module")
-def digits_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("digits-data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECCOND_DATA", str(home))
-        from speccond import data
-
-        data.prepare("digits")
-        yield home
-
-
 @pytest.fixture
 def workdir(tmp_path, monkeypatch, digits_home):
     import speccond.experiments.compare

@@ -49,17 +49,6 @@ FAULTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def digits_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("digits-data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECCOND_DATA", str(home))
-        from speccond import data
-
-        data.prepare("digits")
-    return home
-
-
 def _arm(fault) -> None:
     """In the child: install ``fault`` (see FAULTS) by wrapping StepLoop.advanced and os.replace."""
     from speccond.experiments import run_dir

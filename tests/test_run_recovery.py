@@ -209,17 +209,6 @@ TINY_FLAGS = [f"--set={s}" for s in ("depth=1", "epochs=1", "train_size=128", "t
                                      "embed_dim=16", "patch_size=4", "warmup_steps=2")]
 
 
-@pytest.fixture(scope="module")
-def digits_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("digits-data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECCOND_DATA", str(home))
-        from speccond import data
-
-        data.prepare("digits")
-    return home
-
-
 @pytest.fixture
 def digits(digits_home, monkeypatch):
     monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
