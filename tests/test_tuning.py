@@ -439,3 +439,37 @@ def test_kept_final_runs_restore_as_finished_and_report_the_same_figures_and_kap
     (kept / "final" / "baseline" / "seed-100" / "kappa.json").write_text("{not json")
     with pytest.raises(ValueError, match="unreadable kept kappa"):
         read_run(kept / "final" / "baseline" / "seed-100")
+
+
+@pytest.mark.parametrize("lr, lrs, expected", [
+    (3e-4, [3e-4, 1e-3, 3e-3], 1e-4), (3e-3, [3e-4, 1e-3, 3e-3], 1e-2), (1e-3, [3e-4, 1e-3, 3e-3], None),
+    (1e-3, [1e-3, 3e-3], 3e-4), (1e-2, [3e-3, 1e-2], 3e-2), (5e-4, [5e-4, 1e-3], 2.5e-4), (1e-3, [1e-3], None)])
+def test_the_step_past_an_edge_follows_the_grids_ladder(lr, lrs, expected):
+    assert tuning.step_past(lr, lrs) == expected
+
+
+def test_an_arm_chosen_on_the_grids_edge_runs_one_step_past_it_and_chooses_over_the_extended_grid(tmp_path):
+    """--extend-edges (the width-64 protocol's rule): only the arms whose choice sits on an edge get the extra
+    lr, every other arm keeps the grid; the choice is made over each arm's own grid and --choice of the
+    written choice.json is adopted on a fresh folder (the extra cell included)."""
+    out = tmp_path / "tune"
+    arms = ["--arms", "baseline,spectral", "--lrs", "1e-3,3e-3", "--tuning-seeds", "1", "--extend-edges"]
+    assert main(["tune", *TWO_EPOCHS, *arms, "--stage", "tune", "--out", str(out)]) == 0
+    choice = json.loads((out / "choice.json").read_text())
+    runs = sorted(p.parent.name for p in (out / "tune").glob("*/seed-0"))
+    for name, chosen in choice.items():
+        grid = {lr: v for lr, v in chosen["validation"].items() if lr in ("0.001", "0.003")}
+        on_grid = tuning.choose({name: grid})[name]["lr"]
+        step = tuning.step_past(on_grid, [1e-3, 3e-3])
+        assert step is not None  # a grid of two lrs: every choice on it sits on an edge
+        assert set(chosen["validation"]) == {"0.001", "0.003", f"{step:g}"}
+        assert f"{name}-lr={step:g}" in runs
+        assert chosen["lr"] == tuning.choose({name: chosen["validation"]})[name]["lr"]
+    assert len(runs) == 6  # 2 arms x (2 grid lrs + 1 extension)
+    fresh = tmp_path / "fresh"
+    assert main(["tune", *TWO_EPOCHS, *arms, "--stage", "report", "--choice", str(out / "choice.json"),
+                 "--out", str(fresh)]) == 0
+    assert json.loads((fresh / "choice.json").read_text()) == choice
+    no_extension = [a for a in arms if a != "--extend-edges"]
+    assert main(["tune", *TWO_EPOCHS, *no_extension, "--stage", "report", "--choice", str(out / "choice.json"),
+                 "--out", str(tmp_path / "other")]) == 2

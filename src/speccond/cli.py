@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--stage", choices=("tune", "all", "report"), default="all",
                         help="tune: stop after the choice; all: then the final runs (default); report: train "
                              "nothing, write the tables of the runs finished so far")
+    tuning.add_argument("--extend-edges", action="store_true",
+                        help="an arm whose chosen lr is the grid's smallest or largest also runs one step past it "
+                             "(3e-4 -> 1e-4, 3e-3 -> 1e-2) and chooses over its extended grid")
     tuning.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                         help="runs trained side by side, each in its own process (default 1)")
     tuning.add_argument("--choice", metavar="PATH",
@@ -271,11 +274,12 @@ def _tune(args: argparse.Namespace) -> None:
     check_writable(args.out, "--out")
     check_comparison_folder(Path(args.out), base)
     out = Path(args.out)
-    adopted = tuning.adopt_choice(Path(args.choice), arms, lrs, args.tuning_seeds, out) if args.choice else None
+    adopted = (tuning.adopt_choice(Path(args.choice), arms, lrs, args.tuning_seeds, out, args.extend_edges)
+               if args.choice else None)
     metric = task_class(base).metrics[0]  # the figure the arms are tuned on: accuracy, box AP for detection
     if args.stage == "report":
         scores = ({name: c["validation"] for name, c in adopted.items()} if adopted
-                  else tuning.tuning_scores(arms, lrs, args.tuning_seeds, out))
+                  else tuning.protocol_scores(arms, lrs, args.tuning_seeds, out, args.extend_edges))
         choice = tuning.write_tuning(scores, out, metric)
         print((out / "tuning.md").read_text())
         if choice is not None:
@@ -285,7 +289,7 @@ def _tune(args: argparse.Namespace) -> None:
     for config in arms.values():  # every arm builds and fits its data before the first run is written
         check_runnable(dataclasses.replace(config, lr=lrs[0], tuning=1))
     with writing(out):  # one tune per folder at a time (folder_lock.py); creates it
-        choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs)
+        choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs, args.extend_edges)
         tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
         print((out / "tuning.md").read_text())
         if args.stage == "all":

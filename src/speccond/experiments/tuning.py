@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 from typing import Optional
@@ -151,10 +152,50 @@ def _train_quietly(job: Job) -> None:
     train_timed(job.config, job.run, progress=False)
 
 
-def tuning_scores(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> dict[str, dict[str, list]]:
-    """{arm: {lr as written ("1e-3" as "0.001"): [final validation figure per seed, None while unfinished]}}."""
-    return {name: {f"{lr:g}": [outcome(tuning_run(out, name, lr, seed), "val") for seed in range(seeds)] for lr in lrs}
+def tuning_scores(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path,
+                  extra: Optional[dict[str, float]] = None) -> dict[str, dict[str, list]]:
+    """{arm: {lr as written ("1e-3" as "0.001"): [final validation figure per seed, None while unfinished]}}.
+    ``extra``: {arm: one more lr} tried by that arm alone (the edge extensions, :func:`edge_extensions`)."""
+    extra = extra or {}
+    return {name: {f"{lr:g}": [outcome(tuning_run(out, name, lr, seed), "val") for seed in range(seeds)]
+                   for lr in sorted({*lrs, *([extra[name]] if name in extra else [])})}
             for name in arms}
+
+
+def step_past(lr: float, lrs: list[float]) -> Optional[float]:
+    """The lr one step past the grid's edge that ``lr`` sits on, on the grid's 1-3-10 ladder (3e-4 -> 1e-4,
+    3e-3 -> 1e-2); None for an lr inside the grid. Off the ladder, the step is the ratio of the two lrs at
+    that edge (a grid of one lr has no edge to step past)."""
+    grid = sorted(lrs)
+    if len(grid) < 2 or lr not in (grid[0], grid[-1]):
+        return None
+    down = lr == grid[0]
+    exponent = math.floor(math.log10(lr) + 1e-9)
+    mantissa = round(lr / 10 ** exponent, 6)
+    if mantissa in (1.0, 3.0):
+        if down:
+            return float(f"{1 if mantissa == 3.0 else 3}e{exponent if mantissa == 3.0 else exponent - 1}")
+        return float(f"{3 if mantissa == 1.0 else 1}e{exponent if mantissa == 1.0 else exponent + 1}")
+    ratio = grid[1] / grid[0] if down else grid[-1] / grid[-2]
+    return float(f"{(lr / ratio if down else lr * ratio):.3g}")
+
+
+def edge_extensions(choice: dict[str, dict], lrs: list[float]) -> dict[str, float]:
+    """{arm: the lr one step past the edge} for every arm whose choice on ``lrs`` landed on the grid's edge
+    (the registered rule of docs/RESULTS.md's width-64 protocol: such an arm also runs one step past it
+    before any final run, and its choice is taken over the extended grid)."""
+    return {name: step for name, chosen in choice.items() if (step := step_past(chosen["lr"], lrs)) is not None}
+
+
+def protocol_scores(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path,
+                    extend_edges: bool) -> dict[str, dict[str, list]]:
+    """The tuning scores the choice is made from: the grid's, plus each edge extension once the grid's runs
+    have all finished (its cells None until its runs finish)."""
+    scores = tuning_scores(arms, lrs, seeds, out)
+    grid_done = all(None not in values for by_lr in scores.values() for values in by_lr.values())
+    if not (extend_edges and grid_done):
+        return scores
+    return tuning_scores(arms, lrs, seeds, out, edge_extensions(choose(scores), lrs))
 
 
 def choose(scores: dict[str, dict[str, list]]) -> dict[str, dict]:
@@ -207,7 +248,8 @@ def chosen_validation(chosen: dict) -> float:
     return sum(values) / len(values)
 
 
-def adopt_choice(path: Path, arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> dict[str, dict]:
+def adopt_choice(path: Path, arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path,
+                 extend_edges: bool = False) -> dict[str, dict]:
     """A committed choice.json (``--choice``) in place of the tuning runs, for a machine that does not have
     them (a fresh clone: the runs are not committed, the choice is). Checked before anything is written:
     it must name exactly these arms, hold ``seeds`` validation figures at exactly these lrs for each, and
@@ -220,9 +262,14 @@ def adopt_choice(path: Path, arms: dict[str, TrainConfig], lrs: list[float], see
         problems.append(f"its arms are {', '.join(choice)}, this protocol's are {', '.join(arms)}")
     for name in set(choice) & set(arms):
         figures = choice[name]["validation"]
-        if set(figures) != expected or any(len(values) != seeds for values in figures.values()):
+        allowed = set(expected)
+        on_grid = {lr: values for lr, values in figures.items() if lr in expected}
+        if extend_edges and set(on_grid) == expected and all(len(values) == seeds for values in on_grid.values()):
+            step = step_past(choose({name: on_grid})[name]["lr"], lrs)
+            allowed |= {f"{step:g}"} if step is not None else set()
+        if set(figures) != allowed or any(len(values) != seeds for values in figures.values()):
             problems.append(f"{name} has {sum(map(len, figures.values()))} figures at lr {', '.join(figures)}; "
-                            f"expected {seeds} at each of {', '.join(sorted(expected, key=float))}")
+                            f"expected {seeds} at each of {', '.join(sorted(allowed, key=float))}")
         elif choose({name: figures})[name]["lr"] != float(choice[name]["lr"]):
             problems.append(f"{name} chose lr {choice[name]['lr']}, but its validation figures choose "
                             f"{choose({name: figures})[name]['lr']:g}")
@@ -256,10 +303,18 @@ def best_peer(choices: list[dict[str, dict]], peers: tuple[str, ...] = PEERS) ->
     return max(peers, key=lambda peer: (sum(leads[peer]) / len(leads[peer]), -peers.index(peer)))
 
 
-def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, parallel: int = 1) -> dict[str, dict]:
-    """Stage 1 and 2: the tuning runs, then the choice (:func:`choose`)."""
+def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, parallel: int = 1,
+         extend_edges: bool = False) -> dict[str, dict]:
+    """Stage 1 and 2: the tuning runs, then the choice (:func:`choose`). With ``extend_edges``, an arm whose
+    choice lands on the grid's edge also runs one step past it (:func:`edge_extensions`) and chooses over
+    its extended grid."""
     run_jobs(tuning_jobs(arms, lrs, seeds, out), parallel, "tuning")
-    return choose(tuning_scores(arms, lrs, seeds, out))
+    if extend_edges:
+        extra = edge_extensions(choose(tuning_scores(arms, lrs, seeds, out)), lrs)
+        jobs = [Job(dataclasses.replace(arms[name], lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
+                for seed in range(seeds) for name, lr in extra.items()]
+        run_jobs(jobs, parallel, "edges")
+    return choose(protocol_scores(arms, lrs, seeds, out, extend_edges))
 
 
 def write_tuning(scores: dict[str, dict[str, list]], out: Path, metric: str = "accuracy") -> Optional[dict]:
