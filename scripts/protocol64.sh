@@ -8,58 +8,76 @@
 #   scripts/protocol64.sh publish         tables of what has finished, and keep every finished run
 #   scripts/protocol64.sh plan            what is finished and what is left, per task; trains nothing
 # SPECCOND_SRC runs another checkout's sources (a pinned copy, while this one is edited).
+# PROTOCOL64_DEVICE=cuda runs the protocol's GPU instance (docs/RESULTS.md, "The GPU instance"): its runs
+# and records are apart from the CPU instance's (runs/tune64-gpu-NAME, docs/results/protocol64-gpu-NAME).
+# EXTRA64 (tune arguments) and PILOT_EXTRA64 (--set ...) shrink the runs for a smoke test of this script.
+# EPOCHS64 overrides Fashion-MNIST's epochs (the plateau rule's 10-epoch branch), with its own folders.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
 [ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
 py=${SPECCOND_PYTHON:-.venv/bin/python}
-arms=baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm
+arms=${ARMS64:-baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm}  # ARMS64: smoke runs only
 model="--set embed_dim=192 --set num_heads=3 --set depth=4 --set patch_size=4 --set batch_size=128 --set warmup_steps=200"
-kept=docs/results
+kept=${KEPT64:-docs/results}  # KEPT64 and RUNS64: a smoke test's scratch folders
+runs=${RUNS64:-runs}
+fashion_epochs=${EPOCHS64:-5}
+pilot_suffix=""; [ "${PILOT_EPOCHS:-10}" = 10 ] || pilot_suffix="${PILOT_EPOCHS}ep"
+case ${PROTOCOL64_DEVICE:-cpu} in
+  cpu) instance=""; hardware="" ;;
+  cuda) instance="gpu-"; hardware="--set device=cuda --set checkpoint_every=1000000" ;;
+  *) echo "PROTOCOL64_DEVICE must be cpu or cuda, got $PROTOCOL64_DEVICE" >&2; exit 2 ;;
+esac
+[ "$fashion_epochs" = 5 ] || instance="${instance}${fashion_epochs}ep-"
+model="$model $hardware"
 
 args() {  # the speccond tune arguments of task NAME
   case $1 in
-    fashion-mnist) echo "--task fashion-mnist --val-size 6000 $model --set epochs=5 --set track_every=422" ;;
+    fashion-mnist) echo "--task fashion-mnist --val-size 6000 $model --set epochs=$fashion_epochs --set track_every=422" ;;
     cifar10) echo "--task cifar10 --val-size 800 $model --set epochs=30 --set track_every=57" ;;
     *) echo "unknown task $1: fashion-mnist or cifar10" >&2; return 2 ;;
   esac
 }
 keep() {  # keep|restore NAME
-  [ "$1" = keep ] && [ ! -d "runs/tune64-$2" ] && return 0
-  [ "$1" = restore ] && [ ! -d "$kept/protocol64-$2/kept" ] && [ ! -f "$kept/protocol64-$2/kept.tar.xz" ] && return 0
-  "$py" -m speccond.experiments.kept_runs "$1" "runs/tune64-$2" "$kept/protocol64-$2/kept"
+  [ "$1" = keep ] && [ ! -d "$runs/tune64-$instance$2" ] && return 0
+  [ "$1" = restore ] && [ ! -d "$kept/protocol64-$instance$2/kept" ] && [ ! -f "$kept/protocol64-$instance$2/kept.tar.xz" ] && return 0
+  "$py" -m speccond.experiments.kept_runs "$1" "$runs/tune64-$instance$2" "$kept/protocol64-$instance$2/kept"
 }
 tune() {  # tune NAME [--stage S]
   name=$1; shift
   a=$(args "$name") || exit 2
   keep restore "$name" || exit 1
   # shellcheck disable=SC2086  # the task's arguments are words
-  "$py" -m speccond tune --jobs "${JOBS:-2}" --out "runs/tune64-$name" --arms "$arms" $a "$@"
+  "$py" -m speccond tune --jobs "${JOBS:-2}" --out "$runs/tune64-$instance$name" --arms "$arms" --tuning-seeds 1 \
+    --extend-edges $a $EXTRA64 "$@"
 }
 case "${1:-plan}" in
   pilot)
     # shellcheck disable=SC2086
-    "$py" -m speccond compare --task fashion-mnist --methods baseline --seeds 1 --preset full --out runs/tune64-pilot $model \
-      --set epochs=10 --set lr=1e-3 --set val_size=6000 --set tuning=1 --set flush_denormal=1 --set track_every=422 ;;
+    "$py" -m speccond compare --task fashion-mnist --methods baseline --seeds 1 --preset full \
+      --out "$runs/tune64-${instance}pilot$pilot_suffix" $model --set epochs=${PILOT_EPOCHS:-10} --set lr=1e-3 --set val_size=6000 --set tuning=1 --set flush_denormal=1 --set track_every=422 $PILOT_EXTRA64 ;;
   fashion-mnist|cifar10) tune "$1" ;;
   publish)
     for name in fashion-mnist cifar10; do
-      [ -d "runs/tune64-$name" ] || continue
+      out="$runs/tune64-$instance$name"; dest="$kept/protocol64-$instance$name"
+      [ -d "$out" ] || continue
       tune "$name" --stage report || exit 1
-      mkdir -p "$kept/protocol64-$name"
+      mkdir -p "$dest"
       for f in tuning.md tuning.png choice.json; do
-        [ ! -f "runs/tune64-$name/$f" ] || cp "runs/tune64-$name/$f" "$kept/protocol64-$name/"
+        [ ! -f "$out/$f" ] || cp "$out/$f" "$dest/"
       done
       keep keep "$name" || exit 1
-      [ ! -d "$kept/protocol64-$name/kept" ] || "$py" -m speccond.experiments.kept_runs pack "$kept/protocol64-$name/kept" || exit 1
+      [ ! -d "$dest/kept" ] || "$py" -m speccond.experiments.kept_runs pack "$dest/kept" || exit 1
     done
-    if [ -d runs/tune64-pilot ]; then
-      mkdir -p "$kept/protocol64-pilot"
-      cp -r runs/tune64-pilot/baseline "$kept/protocol64-pilot/" 2>/dev/null
-      find "$kept/protocol64-pilot" -name checkpoints -type d -prune -exec rm -rf {} +
-    fi ;;
+    for pilot in "$runs"/tune64-"${instance}"pilot*; do
+      [ -d "$pilot" ] || continue
+      dest="$kept/protocol64-${pilot#"$runs"/tune64-}"
+      mkdir -p "$dest"
+      cp -r "$pilot/baseline" "$dest/" 2>/dev/null
+      find "$dest" -name checkpoints -type d -prune -exec rm -rf {} +
+    done ;;
   plan)
     for name in fashion-mnist cifar10; do
-      n=$("$py" -m speccond.experiments.kept_runs list "$kept/protocol64-$name/kept" 2>/dev/null | wc -l)
+      n=$("$py" -m speccond.experiments.kept_runs list "$kept/protocol64-$instance$name/kept" 2>/dev/null | wc -l)
       echo "$name: $n finished runs kept; scripts/protocol64.sh $name resumes it"
     done ;;
   *) echo "usage: scripts/protocol64.sh pilot|fashion-mnist|cifar10|publish|plan" >&2; exit 2 ;;

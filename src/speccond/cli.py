@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     data_commands = data.add_subparsers(dest="data_command", required=True)
     prepare = data_commands.add_parser("prepare", help="obtain, verify and cache a dataset")
     prepare.add_argument("name", help="dataset name, e.g. fashion-mnist")
+    packing = data_commands.add_parser("pack", help="compress prepared datasets for a machine that cannot obtain them")
+    packing.add_argument("names", nargs="+", help="dataset names, e.g. fashion-mnist cifar10")
+    packing.add_argument("--to", required=True, help="folder for NAME.safetensors.xz and manifest.json")
+    unpacking = data_commands.add_parser("unpack", help="a pack's datasets into the data dir ($SPECCOND_DATA), checked")
+    unpacking.add_argument("folder", help="the folder `speccond data pack --to` wrote")
     return parser
 
 
@@ -169,9 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             if code:
                 return code
         elif args.command == "data":
-            from speccond import data as datasets
-
-            print(datasets.prepare(args.name))
+            _data(args)
         elif args.command == "plot":
             from speccond.diagnostics.plot import plot_runs
 
@@ -294,6 +297,23 @@ def _tune(args: argparse.Namespace) -> None:
         print((out / "tuning.md").read_text())
         if args.stage == "all":
             print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
+
+
+def _data(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from speccond import data as datasets
+    from speccond.data import pack
+
+    if args.data_command == "prepare":
+        print(datasets.prepare(args.name))
+    elif args.data_command == "pack":
+        for name in args.names:
+            datasets.spec(name)  # every name checked before anything is written
+        print(pack.pack(args.names, Path(args.to)))
+    else:
+        for path in pack.unpack(Path(args.folder)):
+            print(path)
 
 
 def _report(args: argparse.Namespace) -> None:

@@ -1,0 +1,74 @@
+#!/bin/sh
+# The width-64 protocol's GPU instance, in one call on one GPU (docs/RESULTS.md, "The GPU instance",
+# registered before its runs): what is finished within SECONDS is kept, the rest resumes on the next call.
+#   scripts/gpu64.sh PACK OUT [SECONDS]
+# PACK: the folder `speccond data pack fashion-mnist cifar10 --to PACK` wrote (49 MB: the GPU machine
+# has no network); OUT: where the records land (OUT/gpu64-records.tar.xz: every finished run without its
+# checkpoints, the tables and the kept archives; OUT/gpu64.log); SECONDS: the wall-clock budget (default 540).
+# In order: the plateau pilots (baseline, lr 1e-3, 10 and 30 epochs) beside Fashion-MNIST's tuning, edge
+# extensions and final runs (5 epochs, as registered); then, by the registered plateau rule, Fashion-MNIST
+# at 10 epochs if the 10-epoch pilot is more than 1 point above the 5-epoch baseline at lr 1e-3, else CIFAR-10.
+# Expected run time on one H200: the whole budget (docs/GPU.md has what one call finished).
+# SMOKE=1 runs the same sequence on the CPU with tiny runs (tests/test_gpu64.py).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+pack=${1:?usage: scripts/gpu64.sh PACK OUT [SECONDS]}
+out=${2:?usage: scripts/gpu64.sh PACK OUT [SECONDS]}
+budget=${3:-540}
+start=$(date +%s)
+py=${SPECCOND_PYTHON:-python3}
+export SPECCOND_PYTHON="$py" SPECCOND_DATA="${SPECCOND_DATA:-/tmp/speccond-data}" OMP_NUM_THREADS=1
+export PYTHONPATH="${SPECCOND_SRC:-$PWD/src}" PYTHONUNBUFFERED=1
+if [ "${SMOKE:-0}" = 1 ]; then
+  export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} ARMS64=baseline,spectral
+  export EXTRA64="--lrs 1e-3,3e-3 --final-seeds 1 --set train_size=6400 --set test_size=256 --set depth=1 --set epochs=1"
+  export PILOT_EXTRA64="--set train_size=6400 --set test_size=256 --set depth=1"
+  pilots="1 2"
+else
+  export PROTOCOL64_DEVICE=cuda JOBS=${JOBS:-12}
+  pilots="10 30"
+fi
+runs=${RUNS64:-runs}; kept=${KEPT64:-docs/results}
+mkdir -p "$out"
+log="$out/gpu64.log"
+left() { s=$((budget - ($(date +%s) - start) - 45)); [ "$s" -gt 1 ] && echo "$s" || echo 1; }  # less 45 s to publish and pack
+say() { echo "[gpu64 $(($(date +%s) - start)) s] $*" | tee -a "$log"; }
+stop_all() { pkill -TERM -f "multiprocessing.spawn" 2>/dev/null; pkill -TERM -f "speccond compare" 2>/dev/null; sleep 2; }
+
+"$py" -m speccond data unpack "$pack" >>"$log" 2>&1 || { say "the data pack $pack did not unpack (see $log)"; exit 2; }
+[ "$PROTOCOL64_DEVICE" = cpu ] || "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
+  || { say "torch sees no CUDA device; this is the GPU instance"; exit 2; }
+say "data unpacked; budget $budget s"
+pilot_pids=""
+for epochs in $pilots; do
+  PILOT_EPOCHS=$epochs timeout "$(left)" scripts/protocol64.sh pilot >>"$log" 2>&1 &
+  pilot_pids="$pilot_pids $!"
+done
+say "Fashion-MNIST, 5 epochs: tuning, edges, finals"
+timeout "$(left)" scripts/protocol64.sh fashion-mnist >>"$log" 2>&1; status=$?
+say "Fashion-MNIST ended with status $status"
+if [ "$status" = 0 ]; then
+  first=${pilots%% *}
+  first_pid=${pilot_pids# }; wait "${first_pid%% *}"  # the shorter pilot decides what comes next
+  inst=""; [ "$PROTOCOL64_DEVICE" = cuda ] && inst="gpu-"
+  suffix=""; [ "$first" = 10 ] || suffix="${first}ep"
+  pilot_dir="$runs/tune64-${inst}pilot$suffix"; tuned="$runs/tune64-${inst}fashion-mnist"
+  gap=$("$py" -c "
+from pathlib import Path; from speccond.experiments.tuning import outcome
+pilot, base = outcome(Path('$pilot_dir/baseline/seed-0'), 'val'), outcome(Path('$tuned/tune/baseline-lr=0.001/seed-0'), 'val')
+print('none' if pilot is None or base is None else f'{100 * (pilot - base):.2f} {int(pilot - base > 0.01)}')")
+  say "plateau rule: the $first-epoch pilot minus the 5-epoch baseline at lr 1e-3 = ${gap% *} points"
+  if [ "${gap#* }" = 1 ]; then
+    say "the rule's 10-epoch branch: Fashion-MNIST again at 10 epochs"
+    EPOCHS64=10 timeout "$(left)" scripts/protocol64.sh fashion-mnist >>"$log" 2>&1; say "ended with status $?"
+  else
+    say "CIFAR-10, 30 epochs"
+    timeout "$(left)" scripts/protocol64.sh cifar10 >>"$log" 2>&1; say "ended with status $?"
+  fi
+fi
+stop_all
+wait
+for epochs in 5 10; do EPOCHS64=$epochs scripts/protocol64.sh publish >>"$log" 2>&1; done
+find "$runs" -name checkpoints -type d -prune -exec rm -rf {} + 2>/dev/null
+tar -cJf "$out/gpu64-records.tar.xz" "$runs" "$kept"/protocol64-* 2>>"$log"
+say "records packed: $(du -h "$out/gpu64-records.tar.xz" | cut -f1)"

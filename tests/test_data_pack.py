@@ -1,0 +1,48 @@
+"""speccond data pack / unpack (speccond/data/pack.py): a prepared dataset carried to a machine that cannot
+obtain it arrives bit for bit, and a damaged pack is refused before anything is written."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speccond.cli import main
+from speccond.data import pack
+
+
+@pytest.fixture
+def prepared(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "here"))
+    from speccond import data
+
+    return data.prepare("digits")
+
+
+def test_a_packed_dataset_unpacks_bit_for_bit_on_another_machine(prepared, tmp_path, monkeypatch):
+    assert main(["data", "pack", "digits", "--to", str(tmp_path / "pack")]) == 0
+    entry = json.loads((tmp_path / "pack" / "manifest.json").read_text())["digits"]
+    assert entry["size"] < entry["arrays_size"]  # compressed
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "there"))
+    assert main(["data", "unpack", str(tmp_path / "pack")]) == 0
+    arrived = tmp_path / "there" / "digits" / "arrays.safetensors"
+    assert arrived.read_bytes() == prepared.read_bytes()
+    from speccond import data
+
+    assert data.load("digits")["train_images"].shape[1:] == (1, 8, 8)  # the loader's own checksum passes
+
+
+def test_a_damaged_pack_is_refused_and_writes_nothing(prepared, tmp_path, monkeypatch, capsys):
+    pack.pack(["digits"], tmp_path / "pack")
+    packed = tmp_path / "pack" / "digits.safetensors.xz"
+    packed.write_bytes(packed.read_bytes()[:-10])
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "there"))
+    assert main(["data", "unpack", str(tmp_path / "pack")]) == 2
+    assert "does not match its SHA-256" in capsys.readouterr().err
+    assert not (tmp_path / "there").exists()
+
+
+def test_unpack_of_a_folder_without_a_manifest_and_pack_of_an_unknown_name_are_one_line_errors(tmp_path, capsys):
+    assert main(["data", "unpack", str(tmp_path)]) == 2
+    assert "holds no manifest.json" in capsys.readouterr().err
+    assert main(["data", "pack", "no-such-set", "--to", str(tmp_path / "pack")]) == 2
+    assert "unknown dataset 'no-such-set'" in capsys.readouterr().err and not (tmp_path / "pack").exists()
