@@ -111,6 +111,25 @@ def test_the_default_collapses_at_head_width_64_and_the_readme_says_why():
             assert name.split("-shaped")[0] in recommendation, f"the README's recommendation does not name {name}"
 
 
+@pytest.mark.parametrize("model_name", list(_width_64_models()))
+def test_the_recommended_setting_keeps_attention_spread_at_head_width_64(model_name):
+    """The setting the README recommends and the Quick start and `speccond demo` use, SVD per head, does not
+    warn of collapse on the width-64 models the default collapses."""
+    torch.manual_seed(0)
+    assert _collapse_warnings(_width_64_models()[model_name](), speccond.SpectralConfig(correction="svd")) == []
+
+
+def test_the_quick_start_and_the_demo_use_the_recommended_setting():
+    from pathlib import Path
+
+    from speccond.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    quick_start = readme[readme.index("## Quick start"):readme.index("## Monitor your training")]
+    assert 'speccond.apply(model, speccond.SpectralConfig(correction="svd"))' in quick_start
+    assert build_parser().parse_args(["demo"]).correction == "svd"
+
+
 def test_cosine_and_normalised_logits_are_exempt():
     """XCiT's XCA (cosine logits, channel attention) and timm's qk_norm=True keep their logits bounded."""
     import timm

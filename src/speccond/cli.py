@@ -57,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="condition a real timm ViT and print what changed")
     demo.add_argument("--lam", type=non_negative_float, default=10.0,
-                      help="scale of the identity correction (default 10)")
-    demo.add_argument("--correction", choices=("identity", "svd"), default="identity")
+                      help="scale of the identity correction (default 10, the paper's; --correction identity)")
+    demo.add_argument("--correction", choices=("identity", "svd"), default="svd",
+                      help="svd (default: SVD per head, the setting README recommends) or identity (the paper's "
+                           "lam * I)")
     demo.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="model and input seed (default 0)")
 
     inspect = commands.add_parser("inspect", help="per-layer conditioning table of a named model")

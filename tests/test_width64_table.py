@@ -1,0 +1,37 @@
+"""docs/results/protocol64-runs.md (scripts/width64_table.py): every finished width-64 run, regenerated from
+the kept archives and pilots, equals the committed page; the figures it reads are the runs' own."""
+from __future__ import annotations
+
+import json
+
+from tests.scripts import load_script
+
+table = load_script("width64_table")
+
+
+def test_the_committed_page_of_width64_runs_is_regenerated_exactly():
+    assert table.PAGE.read_text() == table.page(), "stale: run scripts/width64_table.py --write"
+
+
+def test_a_runs_summary_reads_its_final_row_entropy_and_kappa():
+    rows = [{"kind": "entropy", "step": 0, "entropy": 2.0, "uniform_entropy": 4.0},
+            {"kind": "entropy", "step": 0, "entropy": 4.0, "uniform_entropy": 4.0},
+            {"kind": "entropy", "step": 9, "entropy": 1.0, "uniform_entropy": 4.0},
+            {"kind": "spectra", "step": 0, "kappa": 3.0}, {"kind": "spectra", "step": 0, "kappa": 7.0},
+            {"kind": "spectra", "step": 9, "kappa": "inf"},
+            {"kind": "eval", "step": 9, "total_steps": 10, "accuracy": 0.1, "split": "val"},
+            {"kind": "eval", "step": 10, "total_steps": 10, "accuracy": 0.5, "split": "val"}]
+    summary = table.run_summary({"lr": 1e-3, "seed": 0, "epochs": 1, "device": "cuda"}, rows)
+    assert summary["accuracy"] == 50.0 and summary["split"] == "val" and summary["steps"] == 10
+    assert summary["entropy_init"] == 0.75 and summary["entropy_end"] == 0.25
+    assert summary["kappa_init"] == 7.0 and summary["kappa_end"] == float("inf")
+
+
+def test_the_gpu_instances_tuning_cells_match_its_tuning_table():
+    """The page and the tuning.md that speccond tune wrote agree on every cell of the GPU instance."""
+    choice = json.loads((table.RESULTS / "protocol64-gpu-fashion-mnist" / "choice.json").read_text())
+    runs = table.archive_runs(table.RESULTS / "protocol64-gpu-fashion-mnist" / "kept")
+    for arm, chosen in choice.items():
+        for lr, values in chosen["validation"].items():
+            run = runs[f"tune/{arm}-lr={lr}/seed-0"]
+            assert round(run["accuracy"], 6) == round(100 * values[0], 6)
