@@ -3,7 +3,7 @@
 # registered before its runs): what is finished within SECONDS is kept, the rest resumes on the next call.
 #   scripts/gpu64.sh PACK OUT [SECONDS]
 # PACK: the folder `speccond data pack fashion-mnist cifar10 --to PACK` wrote (49 MB: the GPU machine
-# has no network); OUT: where the records land (OUT/gpu64-records.tar.xz: every finished run without its
+# has no network), or - when both are prepared in $SPECCOND_DATA already; OUT: where the records land (OUT/gpu64-records.tar.xz: every finished run without its
 # checkpoints, the tables and the kept archives; OUT/gpu64.log); SECONDS: the wall-clock budget (default 540).
 # In order: the plateau pilots (baseline, lr 1e-3, 10 and 30 epochs) beside Fashion-MNIST's tuning, edge
 # extensions and final runs (5 epochs, as registered); then, by the registered plateau rule, Fashion-MNIST
@@ -21,7 +21,7 @@ export SPECCOND_PYTHON="$py" SPECCOND_DATA="${SPECCOND_DATA:-/tmp/speccond-data}
 export PYTHONPATH="${SPECCOND_SRC:-$PWD/src}" PYTHONUNBUFFERED=1
 if [ "${SMOKE:-0}" = 1 ]; then
   export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} ARMS64=baseline,spectral
-  export EXTRA64="--lrs 1e-3,3e-3 --final-seeds 1 --set train_size=6400 --set test_size=256 --set depth=1 --set epochs=1"
+  export EXTRA64="--lrs 1e-3 --final-seeds 1 --set train_size=6400 --set test_size=256 --set depth=1 --set epochs=1"
   export PILOT_EXTRA64="--set train_size=6400 --set test_size=256 --set depth=1"
   pilots="1 2"
 else
@@ -35,7 +35,9 @@ left() { s=$((budget - ($(date +%s) - start) - 45)); [ "$s" -gt 1 ] && echo "$s"
 say() { echo "[gpu64 $(($(date +%s) - start)) s] $*" | tee -a "$log"; }
 stop_all() { pkill -TERM -f "multiprocessing.spawn" 2>/dev/null; pkill -TERM -f "speccond compare" 2>/dev/null; sleep 2; }
 
-"$py" -m speccond data unpack "$pack" >>"$log" 2>&1 || { say "the data pack $pack did not unpack (see $log)"; exit 2; }
+if [ "$pack" != - ]; then  # "-": the datasets are already prepared in $SPECCOND_DATA
+  "$py" -m speccond data unpack "$pack" >>"$log" 2>&1 || { say "the data pack $pack did not unpack (see $log)"; exit 2; }
+fi
 [ "$PROTOCOL64_DEVICE" = cpu ] || "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
   || { say "torch sees no CUDA device; this is the GPU instance"; exit 2; }
 say "data unpacked; budget $budget s"
