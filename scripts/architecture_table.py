@@ -1,10 +1,10 @@
-"""README's supported-architecture table, generated from the test table (tests/architectures*.py).
+"""docs/MODELS.md's supported-architecture table, generated from the test table (tests/architectures*.py).
 
     .venv/bin/python scripts/architecture_table.py           # print the table
-    .venv/bin/python scripts/architecture_table.py --write   # rewrite README.md between the markers
+    .venv/bin/python scripts/architecture_table.py --write   # rewrite docs/MODELS.md between the markers
 
-tests/test_architectures.py checks that README holds exactly this text, so every row is a case the
-suite conditions (or refuses) and checks; nothing is typed into README by hand.
+tests/test_architectures.py checks that docs/MODELS.md holds exactly this text, so every row is a case the
+suite conditions (or refuses) and checks; nothing is typed into it by hand.
 """
 from __future__ import annotations
 
@@ -80,10 +80,10 @@ def table() -> str:
 
 
 def readme_block(text: str) -> str:
-    """The generated block as it stands in README.md."""
+    """The generated block as it stands in docs/MODELS.md."""
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < 0:
-        raise ValueError(f"README.md has no {BEGIN} ... {END} block")
+        raise ValueError(f"docs/MODELS.md has no {BEGIN} ... {END} block")
     return text[start : end + len(END)]
 
 
@@ -92,7 +92,7 @@ def main() -> None:
     if "--write" not in sys.argv[1:]:
         print(generated)
         return
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "MODELS.md"
     text = readme.read_text()
     readme.write_text(text.replace(readme_block(text), generated))
     print(f"wrote {readme}")

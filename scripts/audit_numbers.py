@@ -1,4 +1,4 @@
-"""Check that every interval and p-value quoted in README.md and docs/RESULTS.md comes from a committed results file.
+"""Check that every interval and p-value quoted in README.md and the docs pages comes from a committed results file.
 
     .venv/bin/python scripts/audit_numbers.py          # lists each quotation without a source; exit 1 if any
 
@@ -39,7 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-DOCUMENTS = ("README.md", "docs/RESULTS.md")
+DOCUMENTS = ("README.md", "docs/RESULTS.md", "docs/RECOMMENDATIONS.md", "docs/GUIDE.md", "docs/MODELS.md",
+             "docs/HARNESS.md", "docs/GPU.md")
 KNOWN = RESULTS / "unbacked-numbers.md"
 INTERVAL = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)\s*\+-\s*(\d+(?:\.\d+)?)(?![\w.])")
 P_VALUE = re.compile(r"(?<![\w.])(?:p\s*=?|adjusted(?: p)?|Holm p)\s+(0\.\d+|1\.0*)(?![\w.])")

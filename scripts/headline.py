@@ -13,7 +13,7 @@ ends with the secondary analysis registered for the goal of issue 17 (:func:`ver
 every conditioning arm against every peer of a task, Holm over those pairs, and the tasks on which an arm is
 ahead of the baseline and of every peer.
 
-docs/RESULTS.md opens with the full table and README.md's summary holds the matrix (arm x task), each
+docs/RESULTS.md opens with the full table and docs/RECOMMENDATIONS.md holds the matrix (arm x task), each
 between the markers ``<!-- headline -->`` and ``<!-- /headline -->``; tests/test_headline.py fails when either
 block is not what this script makes of the committed files.
 """
@@ -35,7 +35,7 @@ from speccond.experiments.tuning import ARM_NAMES as ARMS, PEERS  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "headline.md"
-DOCUMENTS = {ROOT / "docs" / "RESULTS.md": "table", ROOT / "README.md": "matrix"}
+DOCUMENTS = {ROOT / "docs" / "RESULTS.md": "table", ROOT / "docs" / "RECOMMENDATIONS.md": "matrix"}
 START, END = "<!-- headline -->", "<!-- /headline -->"
 
 @dataclass(frozen=True)

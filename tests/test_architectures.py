@@ -137,13 +137,13 @@ def test_refused_before_anything_changes(case):
 
 
 def test_readme_table_is_the_architecture_table():
-    """README's supported-architecture table is generated from this table (scripts/architecture_table.py)."""
+    """docs/MODELS.md's supported-architecture table is generated from this table (scripts/architecture_table.py)."""
     from pathlib import Path
 
     from tests.scripts import load_script
 
     script = load_script("architecture_table")
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[1] / "docs" / "MODELS.md").read_text()
     assert script.readme_block(readme) == script.table(), "run scripts/architecture_table.py --write"
 
 

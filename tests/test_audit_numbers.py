@@ -49,8 +49,8 @@ PLANTED = {
     "a difference swapped in from another task (CIFAR-10's lam = 10 into ListOps' table)": (
         "docs/RESULTS.md", "| 33.00, 17.50, 32.20, 32.10, 18.90 | -5.7 +- 9.6 |",
         "| 33.00, 17.50, 32.20, 32.10, 18.90 | -15.1 +- 1.9 |"),
-    "a dropped leading digit (README's -25.7 +- 4.0 as 5.7 +- 4.0)": (
-        "README.md", "loses\n  25.7 +- 4.0 test points", "loses\n  5.7 +- 4.0 test points"),
+    "a dropped leading digit (the recommendation's -25.7 +- 4.0 as 5.7 +- 4.0)": (
+        "docs/RECOMMENDATIONS.md", "loses\n  25.7 +- 4.0 test points", "loses\n  5.7 +- 4.0 test points"),
     "a changed Holm p (ListOps, auto against qk-norm)": (
         "docs/RESULTS.md", "points (Holm p 0.0267)**", "points (Holm p 0.0276)**"),
     "a changed range bound (ListOps, the arms that learn)": (
