@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # parse_overrides serves TrainConfig, which imports no torch
+    from torch import nn
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict:
@@ -73,6 +73,8 @@ def _refuse_unknown(name: str, known: list[str], kind: str) -> None:
 
 def example_inputs(model: nn.Module, batch: int = 2, seed: int = 0) -> tuple:
     """A random input batch the model accepts: images for vision models, token ids for text models."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "vocab_size") and not hasattr(config, "image_size"):

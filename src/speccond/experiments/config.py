@@ -11,13 +11,17 @@ from dataclasses import dataclass
 from speccond.experiments.config_fields import ConfigFields
 from speccond.experiments.methods import METHODS  # the registry of methods (methods.py)
 
+TIMM_PREFIX = "timm:"  # model names of any registered timm model ("timm:vit_small_patch16_224")
+
 
 
 @dataclass(frozen=True)
 class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
     model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*), "bert" (mlm, glue-*)
-    #                     or families.DETECTION_FAMILIES (Mask R-CNN on a timm trunk, fashion-scenes)
+    #                     or families.DETECTION_FAMILIES (Mask R-CNN on a timm trunk, fashion-scenes), or
+    #                     "timm:<registered name>" (any timm model, image tasks; sized by model_args, not below)
+    model_args: str = ""  # timm:<name> only: constructor arguments "key=value,key=value" (Python literals)
     method: str = "spectral"  # one of methods.METHODS (the registry)
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
@@ -59,8 +63,13 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
         from speccond.experiments.families import MODELS  # no timm, no transformers
 
         models = MODELS
-        if self.model not in models:
-            raise ValueError(f"TrainConfig.model must be one of {models}, got {self.model!r}")
+        if self.model not in models and not (self.model.startswith(TIMM_PREFIX) and len(self.model) > len(TIMM_PREFIX)):
+            raise ValueError(f"TrainConfig.model must be one of {models} or timm:<a registered timm model name>, "
+                             f"got {self.model!r}")
+        if self.model_args and not self.model.startswith(TIMM_PREFIX):
+            raise ValueError(f"TrainConfig.model_args sets a timm:<name> model's constructor arguments; model "
+                             f"{self.model!r} is sized by embed_dim, depth, num_heads and patch_size")
+        self.model_kwargs()  # a malformed model_args is refused here, before any run
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
         if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):
@@ -98,6 +107,17 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
                              f"{{lam:g}}; got {self.init_from!r} ({type(error).__name__}: {error})") from None
         if self.embed_dim % self.num_heads:
             raise ValueError(f"TrainConfig.num_heads ({self.num_heads}) must divide embed_dim ({self.embed_dim})")
+
+    def model_kwargs(self) -> dict:
+        """model_args as keyword arguments: "drop_path_rate=0.1,depth=6" -> {"drop_path_rate": 0.1, "depth": 6}."""
+        from speccond.models import parse_overrides
+
+        pairs = [pair.strip() for pair in self.model_args.split(",") if pair.strip()]
+        try:
+            return parse_overrides(pairs)
+        except ValueError:
+            raise ValueError(f"TrainConfig.model_args takes key=value pairs joined by commas, e.g. "
+                             f"'drop_path_rate=0.1,depth=6'; got {self.model_args!r}") from None
 
     def init_path(self) -> str:
         """``init_from`` with its ``{field}`` placeholders filled from this config."""

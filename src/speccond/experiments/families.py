@@ -75,6 +75,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # importing this file (as TrainConfig does for FAMILIES) needs neither torch nor timm
     from torch import nn
 
+    from speccond.experiments.config import TrainConfig
+    from speccond.experiments.tasks import TaskShape
+
 log = logging.getLogger(__name__)
 
 SEQUENCE_FAMILIES = ("nystromformer",)  # token-sequence models: sequence_model.py
@@ -113,6 +116,23 @@ def build_backbone(
     if family == "deit":
         model.set_distilled_training(False)  # no teacher: both modes return the mean of the two heads
     return model
+
+
+def build_timm_model(config: "TrainConfig", shape: "TaskShape") -> nn.Module:
+    """Any registered timm model, ``config.model`` = "timm:<name>", for the task's images:
+    ``timm.create_model(name, pretrained=False, num_classes=, in_chans=, img_size=, **config.model_args)``,
+    in train mode; img_size is left out for a model that does not take it (a ResNet). An unknown name is a
+    ValueError naming the nearest registered ones. Seed torch before calling: this does not."""
+    from speccond.models import build_named_model
+
+    kwargs = config.model_kwargs()
+    base = {"num_classes": shape.classes, "in_chans": shape.channels}
+    try:
+        return build_named_model(config.model, {**base, "img_size": shape.image_size, **kwargs}).train()
+    except ValueError as error:
+        if "img_size" in kwargs or "unexpected keyword argument 'img_size'" not in str(error):
+            raise
+    return build_named_model(config.model, {**base, **kwargs}).train()
 
 
 def backbone_spec(

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from speccond.experiments.bert_model import build_bert
-from speccond.experiments.config import TrainConfig
+from speccond.experiments.config import TIMM_PREFIX, TrainConfig
 from speccond.experiments.families import (
-    DETECTION_FAMILIES, FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone,
+    DETECTION_FAMILIES, FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone, build_timm_model,
 )
 from speccond.experiments.methods import apply_method
 from speccond.experiments.sequence_model import build_nystromformer, padded_length
@@ -27,7 +27,8 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     kinds = {"image": (FAMILIES, "an image task"), "sequence": (SEQUENCE_FAMILIES, "a token-sequence task (lra-...)"),
              "text": (LANGUAGE_FAMILIES, "a language task (mlm, glue-...)"),
              "scenes": (DETECTION_FAMILIES, "a detection task (fashion-scenes)")}
-    kind = next(k for k, (models, _) in kinds.items() if config.model in models)
+    kind = "image" if config.model.startswith(TIMM_PREFIX) else next(
+        k for k, (models, _) in kinds.items() if config.model in models)
     if kind != shape.kind:
         raise ValueError(f"model {config.model!r} takes {kinds[kind][1]}, but task {config.task!r} is {shape.kind}s; "
                          f"choose model from {kinds[shape.kind][0]}")
@@ -48,10 +49,10 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
             depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks, pairs=shape.pairs,
         )
     else:
-        model = build_backbone(
+        model = (build_timm_model(config, shape) if config.model.startswith(TIMM_PREFIX) else build_backbone(
             config.model, shape.image_size, shape.channels, shape.classes, embed_dim=config.embed_dim,
             depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size,
-        )
+        ))
     if config.attention_norm == "none":
         _drop_attention_norms(conditioned or model, config)
     apply_method(conditioned or model, config)
