@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import warnings
 from typing import Optional
@@ -181,9 +183,10 @@ def _predicted_collapse(model: nn.Module, sites: list[ProjectionSite], built: li
     return predict(groups, modules)
 
 
-def _build(sites: list[ProjectionSite], config: SpectralConfig) -> list:
+def _build(sites: list[ProjectionSite], config: SpectralConfig, precision: torch.dtype = torch.float64) -> list:
     """[(site, its SpectralCorrection)] for every selected site with a non-zero lam; raises every error
-    (naming the module) before anything is attached."""
+    (naming the module) before anything is attached. ``precision``: float64 for what is attached; the
+    collapse advice's candidates, never attached, are built in float32 (SpectralCorrection)."""
     built = []
     for site in sites:
         scales = {role: config.scale(role) for role in site.layout.roles}
@@ -193,7 +196,7 @@ def _build(sites: list[ProjectionSite], config: SpectralConfig) -> list:
         try:
             correction = SpectralCorrection(
                 site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight,
-                notes=site.notes, target_kappa=config.target_kappa,
+                notes=site.notes, target_kappa=config.target_kappa, precision=precision,
             )
         except ValueError as err:
             raise ValueError(f"{site.qualified_name} ({site.source}): {err}") from None
@@ -210,8 +213,10 @@ def _collapse_advice(model: nn.Module, sites: list[ProjectionSite], config: Spec
     from speccond.collapse_advice import advice
 
     def predict_for(candidate: SpectralConfig):
+        # The logits see q and k only, so a candidate's v correction is not built (a third of the work).
+        logits_only = dataclasses.replace(candidate, lam_v=0.0)
         try:
-            return _predicted_collapse(model, sites, _build(sites, candidate))
+            return _predicted_collapse(model, sites, _build(sites, logits_only, torch.float32))
         except ValueError:
             return None  # the setting cannot be built on these modules: not offered
 

@@ -65,6 +65,9 @@ class SpectralCorrection(nn.Module):
             block's rectangular identity I_k (``speccond.spectral.auto_lam``). The bound needs E_part to
             have min(rows, cols) unit singular values: true for a whole block of any shape, and for every
             head when block_out <= in_features (or one head); otherwise per-head "auto" is refused.
+        precision: the dtype the SVD and sigma_max behind "svd" and "auto" are computed in. float64 for
+            every correction apply attaches (the published runs' bits depend on it); apply's collapse
+            advice passes float32 for the candidate settings it only predicts from and never attaches.
     """
 
     def __init__(
@@ -77,8 +80,10 @@ class SpectralCorrection(nn.Module):
         weight: torch.Tensor | None = None,
         notes: tuple[str, ...] = (),
         target_kappa: float = 2.0,
+        precision: torch.dtype = torch.float64,
     ) -> None:
         super().__init__()
+        self.precision = precision  # what "svd" and "auto" compute C in (see the class docstring)
         self.notes = tuple(notes)
         self.acts_as = layout.roles  # the paper's role of each block, when an adapter says otherwise
         self.probe_skip = ""  # why speccond.verify cannot probe the owning attention ("" = it can)
@@ -224,8 +229,8 @@ class SpectralCorrection(nn.Module):
         return torch.cat(vals) if vals else torch.zeros(0, dtype=dtype, device=device)
 
     def _auto_diagonal(self, weight: torch.Tensor, role: str) -> torch.Tensor:
-        """The lam of each row of ``role``'s block: (width,), float64, constant per head or per block."""
-        w = self.layout.out_in(gathered(weight.detach())).to(torch.float64)  # (out, in)
+        """The lam of each row of ``role``'s block: (width,), in ``precision``, constant per head or per block."""
+        w = self.layout.out_in(gathered(weight.detach())).to(self.precision)  # (out, in)
         rows = self.layout.block_rows(role, self.out_features).to(w.device)
         parts = self.layout.heads(role) if self.granularity == "head" else 1
         part_out = self.block_widths[role] // parts
@@ -255,7 +260,7 @@ class SpectralCorrection(nn.Module):
         return tuple(segments)
 
     def _svd_matrix(self, weight: torch.Tensor) -> torch.Tensor:
-        w = self.layout.out_in(gathered(weight.detach())).to(torch.float64)  # (out, in)
+        w = self.layout.out_in(gathered(weight.detach())).to(self.precision)  # (out, in)
         matrix = torch.zeros_like(w)
         head_out = self.layout.head_dim(self.out_features)
         for role, lam in self.scales.items():
@@ -271,11 +276,11 @@ class SpectralCorrection(nn.Module):
                     "repair the weights (or reload them from a checkpoint) first; C was left as it was"
                 )
             if self.granularity == "projection":
-                matrix[rows] = svd_correction(w[rows])
+                matrix[rows] = svd_correction(w[rows], self.precision)
                 continue
             for head in range(self.layout.heads(role)):
                 head_rows = rows[head * head_out : (head + 1) * head_out]  # (dh,)
-                matrix[head_rows] = svd_correction(w[head_rows])
+                matrix[head_rows] = svd_correction(w[head_rows], self.precision)
         return matrix
 
     @property

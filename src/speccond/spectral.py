@@ -47,14 +47,15 @@ def rectangular_identity(rows: int, cols: int, dtype: torch.dtype = torch.float3
     return torch.eye(rows, cols, dtype=dtype)
 
 
-def svd_correction(matrix: torch.Tensor) -> torch.Tensor:
-    """C = sigma_max(W) U V^T from the thin SVD W = U S V^T (Theorem 3.5), in float64.
+def svd_correction(matrix: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """C = sigma_max(W) U V^T from the thin SVD W = U S V^T (Theorem 3.5), in ``dtype`` (float64 unless a
+    caller only predicts from C: apply's collapse advice).
 
     Then W + C = U (S + sigma_max I) V^T, so kappa(W + C) = 2 sigma_max / (sigma_max + sigma_min) <= 2.
     The correction of W^T is the transpose of the correction of W, so it can be computed in either
     storage orientation.
     """
-    w = matrix.detach().to(torch.float64)
+    w = matrix.detach().to(dtype)
     u, s, vh = torch.linalg.svd(w, full_matrices=False)  # u (r, k), s (k,), vh (k, c)
     if s.numel() == 0:
         return torch.zeros_like(w)
