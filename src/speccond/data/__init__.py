@@ -24,6 +24,7 @@ from speccond.data import byte_text  # two specs: text-bytes and pairs-bytes (an
 from speccond.data import pathfinder  # two specs: pathfinder (LRA's sizes) and pathfinder-small
 from speccond.data import fashion_scenes  # generated detection scenes (speccond.detection), not an image task
 from speccond.data import language  # the language experiment: tokenizer, MLM corpus, four GLUE-like tasks
+from speccond.data import image_folder  # your own images: imagefolder:DIR (not registered: any folder)
 from speccond.data.store import DatasetSpec, data_dir
 
 DATASETS: dict[str, DatasetSpec] = {module.SPEC.name: module.SPEC for module in (fashion_mnist, cifar10, digits)}
@@ -36,17 +37,23 @@ DATASETS[language.SPEC.name] = language.SPEC
 
 def spec(name: str) -> DatasetSpec:
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}, or your own images as "
+                         "imagefolder:DIR (torchvision's ImageFolder layout: DIR/train/<class>/..., DIR/test/<class>/...)")
     return DATASETS[name]
 
 
 def prepare(name: str) -> Path:
+    """The cached arrays file of dataset ``name`` (a registered name, or imagefolder:DIR), made if needed."""
+    if image_folder.is_image_folder(name):
+        return image_folder.prepare(name)
     from speccond.data.store import prepare as _prepare
 
     return _prepare(spec(name))
 
 
 def load(name: str) -> dict[str, torch.Tensor]:
+    if image_folder.is_image_folder(name):
+        return image_folder.load(name)
     from speccond.data.store import load as _load
 
     return _load(spec(name))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from speccond import data
-from speccond.data import language
+from speccond.data import image_folder, language
 from speccond.experiments import mlm
 from speccond.experiments.config import TrainConfig
 from speccond.experiments.sequence_model import PAD, padded_length
@@ -85,15 +85,22 @@ def _tasks() -> dict[str, Task]:
 
 
 def task(name: str) -> Task:
+    if image_folder.is_image_folder(name):  # your own images (speccond.data.image_folder)
+        image_folder.parse(name)  # a one-line error for a folder that is not in ImageFolder's layout
+        return Task(name, name, "image", "your images, in torchvision's ImageFolder layout")
     tasks = _tasks()
     if name not in tasks:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}")
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
+                         "(your images in torchvision's ImageFolder layout)")
     return tasks[name]
 
 
 def task_shape(name: str) -> TaskShape:
     """The input shape and class count of task ``name``, from its dataset's spec (nothing is loaded)."""
     chosen = task(name)
+    if image_folder.is_image_folder(chosen.dataset):
+        _, size = image_folder.parse(chosen.dataset)
+        return TaskShape("image", len(image_folder.classes(chosen.dataset)), image_size=size, channels=3)
     spec = data.spec(chosen.dataset)
     if chosen.reading == "scenes":
         from speccond.data.fashion_scenes import SceneConfig
