@@ -55,6 +55,8 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     tuning: int = 0  # 1: a tuning run: its final row scores the validation split; the test split is never scored
     landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
     device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
+    precision: str = "float32"  # the training forward: "float32", or torch.amp autocast "bfloat16" / "float16"
+    #                             (float16 with a gradient scaler): experiments/precision.py
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
     # from this config, e.g. runs/mlm/{method}/seed-0 or runs/mlm/{method}-lam={lam:g}/seed-{seed}. "" = none.
     init_from: str = ""
@@ -80,6 +82,8 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.granularity must be 'head' or 'projection', got {self.granularity!r}")
         if self.attention_norm not in ("layernorm", "none"):
             raise ValueError(f"TrainConfig.attention_norm must be 'layernorm' or 'none', got {self.attention_norm!r}")
+        if self.precision not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"TrainConfig.precision must be 'float32', 'bfloat16' or 'float16', got {self.precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         for name in ("flush_denormal", "tuning"):

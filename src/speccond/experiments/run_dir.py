@@ -111,8 +111,10 @@ def drop_rows_after(path: Path, step: int) -> None:
     partial.replace(path)
 
 
-def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Load the latest checkpoint into ``model`` and ``optimizer``; return its step (0 when there is none).
+def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+           load_extra: Optional[Callable[[dict], None]] = None) -> int:
+    """Load the latest checkpoint into ``model`` and ``optimizer`` (and its whole state into ``load_extra``:
+    a float16 run's gradient scaler); return its step (0 when there is none).
 
     A checkpoint whose files differ from their checksums is passed over, with a warning, for the newest
     one before it that loads (checkpoint.py); with none left the run starts again from step 0."""
@@ -130,6 +132,8 @@ def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer) ->
             log.warning("resuming %s from %s, the newest intact checkpoint, instead of %s", run_dir, folder.name,
                         newest.name)
         optimizer.load_state_dict(state["optimizer"])
+        if load_extra is not None:
+            load_extra(state)
         log.info("resumed %s at step %d", run_dir, manifest["step"])
         return int(manifest["step"])
     log.warning("%s: no intact checkpoint is left (%s), so the run starts again from step 0", run_dir,

@@ -34,6 +34,7 @@ from speccond.experiments.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
     write_config,
 )
+from speccond.experiments.precision import MixedPrecision
 from speccond.experiments.preflight import built_model
 from speccond.experiments.training_tasks import TrainingTask, training_task
 
@@ -100,7 +101,8 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
             return finished[-1]
         model.to(context.device)  # the task stays on the CPU; each batch is moved
         optimizer = task.make_optimizer(model)
-        step = resume(run_dir, model, optimizer)
+        precision = MixedPrecision(config.precision, context.device)
+        step = resume(run_dir, model, optimizer, precision.load)
         if step == 0 and config.init_from:
             load_pretrained(model, config)  # in place: the optimiser holds the same parameters
         if context.is_main:  # rows after the checkpoint go; without one, all (a tracker's step-0 rows included)
@@ -114,7 +116,8 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
 
         def save() -> None:
             if context.is_main:
-                checkpoint.save(run_dir, step, step // steps_per_epoch, model, {"optimizer": optimizer.state_dict()})
+                checkpoint.save(run_dir, step, step // steps_per_epoch, model,
+                                {"optimizer": optimizer.state_dict(), **precision.state()})
                 if on_checkpoint is not None:
                     on_checkpoint(step)
 
@@ -130,15 +133,17 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
                 chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate(config, step, total_steps)
-                local_mean, counts, figures = task.train_loss(trained, chosen, step, context)
+                with precision.forward():
+                    local_mean, counts, figures = task.train_loss(trained, chosen, step, context)
                 loss_value = context.global_mean(local_mean, *counts)
                 if not math.isfinite(loss_value):
                     return record_divergence(run_dir, step, loss_value, total_steps, write=context.is_main)
                 optimizer.zero_grad(set_to_none=True)
-                context.local_loss(local_mean, *counts).backward()
+                precision.backward(context.local_loss(local_mean, *counts))
                 if config.grad_clip:
+                    precision.unscale(optimizer)
                     nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-                optimizer.step()
+                precision.step(optimizer)
                 step += 1
                 steps.advanced(loss_value)
                 if step % TRAIN_ROW_EVERY == 0 and context.is_main:
