@@ -130,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--extend-edges", action="store_true",
                         help="an arm whose chosen lr is the grid's smallest or largest also runs one step past it "
                              "(3e-4 -> 1e-4, 3e-3 -> 1e-2) and chooses over its extended grid")
+    tuning.add_argument("--engine", choices=("pool", "submitit"), default="pool",
+                        help="pool: runs side by side on this machine (default); submitit: each run a submitit job "
+                             "(Slurm where srun exists, else local processes; docs/HARNESS.md)")
+    tuning.add_argument("--cluster", choices=("auto", "local", "slurm", "debug"), default="auto",
+                        help="submitit's executor (default auto)")
+    tuning.add_argument("--slurm-partition", default="", help="submitit on Slurm: the partition")
+    tuning.add_argument("--gpus-per-node", type=int, default=0, help="submitit on Slurm: GPUs per job")
     tuning.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                         help="runs trained side by side, each in its own process (default 1)")
     tuning.add_argument("--choice", metavar="PATH",
@@ -250,6 +257,7 @@ def _tune(args: argparse.Namespace) -> None:
 
     from speccond import data
     from speccond.experiments import tuning
+    from speccond.experiments.engines import engine_from
     from speccond.experiments.methods import METHODS
     from speccond.experiments.folder_lock import writing
     from speccond.experiments.preflight import check_comparison_folder, check_runnable, check_writable
@@ -294,12 +302,14 @@ def _tune(args: argparse.Namespace) -> None:
     data.prepare(task_of(base.task).dataset)
     for config in arms.values():  # every arm builds and fits its data before the first run is written
         check_runnable(dataclasses.replace(config, lr=lrs[0], tuning=1))
+    engine = engine_from(args.engine, out, args.cluster, slurm_partition=args.slurm_partition,
+                         gpus_per_node=args.gpus_per_node)
     with writing(out):  # one tune per folder at a time (folder_lock.py); creates it
-        choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs, args.extend_edges)
+        choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs, args.extend_edges, engine)
         tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
         print((out / "tuning.md").read_text())
         if args.stage == "all":
-            print(tuning.final(arms, choice, args.final_seeds, out, args.jobs))
+            print(tuning.final(arms, choice, args.final_seeds, out, args.jobs, engine))
 
 
 def _data(args: argparse.Namespace) -> None:

@@ -33,7 +33,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from speccond.detection.report import NAMES as METRIC_NAMES
 from speccond.diagnostics.records import read_metrics
@@ -44,6 +44,9 @@ from speccond.experiments.report import write_report
 from speccond.experiments.run_dir import PARALLEL_JOBS
 from speccond.experiments.stats import mean_interval
 from speccond.experiments.training_tasks import task_class
+
+if TYPE_CHECKING:
+    from speccond.experiments.engines import Submitit
 
 FINAL_SEED = 100  # final seeds start here, apart from the tuning seeds 0, 1, ...
 
@@ -98,14 +101,23 @@ def final_jobs(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int
             for seed in range(FINAL_SEED, FINAL_SEED + seeds) for name, config in arms.items()]
 
 
-def run_jobs(jobs: list[Job], parallel: int, stage: str) -> None:
+def run_jobs(jobs: list[Job], parallel: int, stage: str, engine: Optional["Submitit"] = None) -> None:
     """Train every job not finished yet, ``parallel`` at a time. One at a time shows each run's step bar;
     side by side, one bar over the runs (rate and ETA) and a line per run as it ends. An error in one run
-    lets the others finish, then is raised naming the run."""
+    lets the others finish, then is raised naming the run. ``engine``: submit them as submitit jobs
+    instead (experiments/engines.py), each with the threads the pool would give it."""
     split = {True: "val", False: "test"}
     pending = [job for job in jobs if outcome(job.run, split[bool(job.config.tuning)]) is None]
     print(f"[{stage}] {len(jobs) - len(pending)} of {len(jobs)} runs finished; {len(pending)} to train, "
           f"{parallel} at a time", flush=True)
+    if engine is not None and pending:
+        import torch
+
+        failures = engine.run(pending, max(1, torch.get_num_threads() // parallel), parallel, stage)
+        if failures:
+            job, error = failures[0]
+            raise ValueError(f"{len(failures)} of {len(pending)} runs failed; the first, {job.run}: {error}") from error
+        return
     if parallel == 1:
         for index, job in enumerate(pending, 1):
             print(f"[{stage} run {index} of {len(pending)}] {job.run}", flush=True)
@@ -304,16 +316,16 @@ def best_peer(choices: list[dict[str, dict]], peers: tuple[str, ...] = PEERS) ->
 
 
 def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, parallel: int = 1,
-         extend_edges: bool = False) -> dict[str, dict]:
+         extend_edges: bool = False, engine: Optional["Submitit"] = None) -> dict[str, dict]:
     """Stage 1 and 2: the tuning runs, then the choice (:func:`choose`). With ``extend_edges``, an arm whose
     choice lands on the grid's edge also runs one step past it (:func:`edge_extensions`) and chooses over
     its extended grid."""
-    run_jobs(tuning_jobs(arms, lrs, seeds, out), parallel, "tuning")
+    run_jobs(tuning_jobs(arms, lrs, seeds, out), parallel, "tuning", engine)
     if extend_edges:
         extra = edge_extensions(choose(tuning_scores(arms, lrs, seeds, out)), lrs)
         jobs = [Job(dataclasses.replace(arms[name], lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
                 for seed in range(seeds) for name, lr in extra.items()]
-        run_jobs(jobs, parallel, "edges")
+        run_jobs(jobs, parallel, "edges", engine)
     return choose(protocol_scores(arms, lrs, seeds, out, extend_edges))
 
 
@@ -365,9 +377,10 @@ def write_tuning(scores: dict[str, dict[str, list]], out: Path, metric: str = "a
     return choice
 
 
-def final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path, parallel: int = 1) -> str:
+def final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path, parallel: int = 1,
+          engine: Optional["Submitit"] = None) -> str:
     """Stage 3: the final runs, their report and the Holm table (returned as markdown)."""
-    run_jobs(final_jobs(arms, choice, seeds, out), parallel, "final")
+    run_jobs(final_jobs(arms, choice, seeds, out), parallel, "final", engine)
     return write_final(arms, choice, seeds, out)
 
 

@@ -1,0 +1,39 @@
+"""Sweeps through submitit (experiments/engines.py): a tune of 2 arms x 2 final seeds submitted as submitit
+jobs on this machine (its local executor: one process per job, as on a cluster node) writes the same runs,
+figures and Holm table as the one-machine process pool."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speccond.cli import main
+
+pytest.importorskip("submitit")
+
+TUNE = ["--task", "digits", "--preset", "quick", "--val-size", "144", "--set", "epochs=2", "--arms",
+        "baseline,spectral-svd", "--lrs", "1e-3", "--tuning-seeds", "1", "--final-seeds", "2", "--jobs", "2"]
+
+
+@pytest.fixture(autouse=True)
+def digits(digits_home, monkeypatch):
+    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
+
+
+def test_a_sweep_through_submitit_equals_the_process_pools(tmp_path):
+    assert main(["tune", *TUNE, "--out", str(tmp_path / "pool")]) == 0
+    assert main(["tune", *TUNE, "--engine", "submitit", "--cluster", "local", "--out", str(tmp_path / "jobs")]) == 0
+    pool, jobs = (json.loads((tmp_path / name / "final" / "holm.json").read_text()) for name in ("pool", "jobs"))
+    assert jobs == pool
+    for arm in ("baseline", "spectral-svd"):
+        for seed in (100, 101):
+            rows = [(tmp_path / name / "final" / arm / f"seed-{seed}" / "metrics.jsonl").read_text()
+                    for name in ("pool", "jobs")]
+            assert rows[0] == rows[1], f"{arm} seed {seed} trained other bytes through submitit"
+    assert list((tmp_path / "jobs" / "submitit").iterdir())  # submitit's own job folders and logs
+
+
+def test_an_unknown_cluster_is_refused_by_the_command_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", *TUNE, "--engine", "submitit", "--cluster", "moon", "--out", str(tmp_path / "jobs")])
+    assert "invalid choice: 'moon'" in capsys.readouterr().err
