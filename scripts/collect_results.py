@@ -8,7 +8,7 @@ are copied to ``<docs>/<folder name>/`` (a folder of detection runs: its own box
 detection.png, with no summary row); ``NAME=F1,F2`` reports the runs of several folders together
 (an ablation beside the baseline it is measured against) straight into ``<docs>/NAME/``. The summary (printed, and written to ``<docs>/<summary>``)
 has one row per (folder, method): accuracy with its 95 % interval, the paired difference from the
-baseline, kappa at the end, diverged runs, wall time per run, next to the paper's row for it (PAPER.md
+baseline, kappa at the end, diverged runs, wall time per run, next to the paper's row for it (docs/THEORY.md
 section 4): ImageNet-1k top-1 for the model family on an image task, the LRA task's accuracy for an
 lra-* task (the Text and Retrieval rows are analogues here: bytes of other offline texts). Rows of
 reports not named on the command line stay as they are in the summary.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from speccond.experiments.report import holds_detection_runs, write_report
 
-# ImageNet-1k top-1, baseline -> spectral conditioning, as the paper reports (PAPER.md section 4).
+# ImageNet-1k top-1, baseline -> spectral conditioning, as the paper reports (docs/THEORY.md section 4).
 PAPER_IMAGENET = {
     "vit": "ViT-B 80.7 -> 81.7 (+1.0)",
     "deit": "DeiT-B 81.6 -> 82.6 (+1.0)",
@@ -31,7 +31,7 @@ PAPER_IMAGENET = {
     "xcit": "XCiT-M 82.6 -> 83.5 (+0.9)",
     "davit": "DaViT-B 84.3 -> 84.9 (+0.6)",
 }
-# Long Range Arena accuracy with a Nystromformer, five trials (PAPER.md section 4).
+# Long Range Arena accuracy with a Nystromformer, five trials (docs/THEORY.md section 4).
 PAPER_LRA = {
     "lra-listops": "ListOps 37.1 -> 37.8 (+0.7)",
     "lra-text": "Text 63.8 -> 64.8 (+1.0); ours is an analogue",

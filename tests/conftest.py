@@ -37,7 +37,7 @@ def _seed_and_threads():
 def float64_default():
     """Build models and inputs in float64, so equivalences are checked to near machine precision.
 
-    With lam = 10 the attention logits are large (PAPER.md section 3), so two float32 evaluations of the
+    With lam = 10 the attention logits are large (docs/THEORY.md section 3), so two float32 evaluations of the
     same function that round in a different order differ by up to ~1e-4 relative after the softmax;
     float64 removes that noise and leaves only real differences.
     """

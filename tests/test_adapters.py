@@ -148,7 +148,7 @@ def test_xcit_xca_by_hand():
 
 
 def test_davit_channel_attention_by_hand():
-    """DaViT v1 mixes q with softmax(k^T v): timm's q block is the one being mixed (PAPER.md's V role)."""
+    """DaViT v1 mixes q with softmax(k^T v): timm's q block is the one being mixed (docs/THEORY.md's V role)."""
     from timm.models.davit import ChannelAttention
 
     torch.manual_seed(0)

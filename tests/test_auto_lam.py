@@ -3,7 +3,7 @@
 For each corrected part P of a q/k/v block (one head's rows with granularity="head", the whole block with
 "projection") speccond picks lam_P = sigma_max(W_P) (t + 1) / (t - 1), t = target_kappa, so that the
 Weyl bound kappa(W_P + lam_P E_P) <= (lam_P + sigma_max) / (lam_P - sigma_max) equals t, where E_P is
-P's slice of the block's rectangular identity (PAPER.md section 2, ``spectral.auto_lam``).
+P's slice of the block's rectangular identity (docs/THEORY.md section 2, ``spectral.auto_lam``).
 
 Which test checks what:
 

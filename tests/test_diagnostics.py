@@ -133,7 +133,7 @@ def test_uniform_entropy_counts_the_keys_a_padding_mask_or_causality_leaves_visi
 
 
 def test_lam_ten_collapses_attention_entropy_at_init():
-    """PAPER.md section 3b: with LayerNorm'd inputs and lam = 10, attention starts nearly one-hot."""
+    """docs/THEORY.md section 3 (collapse): with LayerNorm'd inputs and lam = 10, attention starts nearly one-hot."""
     images = _images()
     baseline = dx.attention_entropy(_vit(), (images,))
     model = _vit()

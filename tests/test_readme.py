@@ -9,7 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-PAGES = ("README.md", "docs/GUIDE.md", "docs/MODELS.md", "docs/HARNESS.md", "docs/RECOMMENDATIONS.md", "docs/GPU.md")
+PAGES = ("README.md", "docs/GUIDE.md", "docs/MODELS.md", "docs/HARNESS.md", "docs/RECOMMENDATIONS.md", "docs/GPU.md",
+         "docs/THEORY.md")
 SNIPPETS = [(page, index, code) for page in PAGES
             for index, code in enumerate(re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S))]
 

@@ -1,4 +1,4 @@
-"""Property tests of the correction math against the theorems it implements (PAPER.md section 2).
+"""Property tests of the correction math against the theorems it implements (docs/THEORY.md section 2).
 
 Which test checks what:
 
@@ -11,10 +11,10 @@ Which test checks what:
   ``test_weyl_*`` -- every singular value of W + lam I_k lies in [lam - sigma_max, lam + sigma_max], so
   kappa(W + lam I_k) <= (lam + sigma_max) / (lam - sigma_max) when lam > sigma_max; the bound refuses
   lam <= sigma_max.
-- The condition number itself (PAPER.md section 1, ``spectral.spectrum``): ``test_spectrum_*`` --
+- The condition number itself (docs/THEORY.md section 1, ``spectral.spectrum``): ``test_spectrum_*`` --
   kappa = sigma_max / sigma_min with sigma_min the min(rows, cols)-th singular value; rank-deficient
   matrices report singular=True and kappa=inf; non-2-D input is refused.
-- Both theorems at block level (PAPER.md sections 3 and 5, ``correction.SpectralCorrection``):
+- Both theorems at block level (docs/THEORY.md sections 3 and 5, ``correction.SpectralCorrection``):
   ``test_block_*`` -- the identity correction is lam_role times the rectangular identity of each logical
   q/k/v block (not eye(3 * block_out, in)); the svd correction makes every head (or every whole block)
   kappa <= 2; the weight backend (forward) and the activation backend (add_to_output) are the map
@@ -388,7 +388,7 @@ def test_block_identity_is_lam_times_rectangular_identity_per_role(case):
         expected = scales[role] * torch.eye(block_out, in_features, dtype=torch.float64)
         assert torch.equal(block, expected), role
     if scales["k"] or scales["v"]:
-        # A single eye over the fused weight corrects only q (PAPER.md section 3).
+        # A single eye over the fused weight corrects only q (docs/THEORY.md section 3).
         wrong = scales["q"] * torch.eye(len(ROLES) * block_out, in_features, dtype=torch.float64)
         assert not torch.equal(correction.dense_out_in(torch.float64), wrong)
 

@@ -247,7 +247,7 @@ def refresh(model: nn.Module) -> int:
     That is every SVD correction (C = sigma_max U V^T of the current W) and every lam="auto" (lam =
     sigma_max (t + 1) / (t - 1) of the current W, per head or per block; numeric lams of the same
     projection stay). A numeric identity correction is fixed and is left as it is. Refreshing moves
-    W + C. The paper sets its correction once; PAPER.md section 5 makes periodic refresh an option: calling
+    W + C. The paper sets its correction once; docs/THEORY.md section 5 makes periodic refresh an option: calling
     ``refresh`` every N steps is the caller's (or the training harness's) choice, and between two calls C
     is fixed, a buffer that is not trained, exactly as in the paper.
 

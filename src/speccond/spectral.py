@@ -90,7 +90,7 @@ def auto_lam(sigma_max: float | torch.Tensor, target_kappa: float) -> float | to
     Rectangular W (m x n, tall or wide): I_k = I_{m,n} has exactly min(m, n) singular values, all 1, and
     Weyl's inequality |sigma_i(W + lam I_k) - sigma_i(lam I_k)| <= sigma_max(W) holds for each of them, so
     all min(m, n) singular values of W + lam I_k lie in [lam - sigma_max, lam + sigma_max]. With kappa
-    taken over those min(m, n) values (PAPER.md section 1) the bound and this lam hold for every shape,
+    taken over those min(m, n) values (docs/THEORY.md section 1) the bound and this lam hold for every shape,
     independent of m and n. The argument needs only that the matrix added has min(m, n) singular values
     equal to 1: it holds for a head's row slice of its block's I_k when that slice holds a full diagonal
     (every head does when block_out <= in), and fails for a head whose rows run past the diagonal.

@@ -1,4 +1,4 @@
-"""The language experiment's data (Crammed BERT -> GLUE, PAPER.md section 4) at a scale a CPU can run.
+"""The language experiment's data (Crammed BERT -> GLUE, docs/THEORY.md section 4) at a scale a CPU can run.
 
 One dataset, ``language``, read from the bigbench 1.0.0 source archive (the file and SHA-256 that
 ``cifar10.py`` pins, from the same sources) in one pass: an MLM pre-training corpus, a WordPiece

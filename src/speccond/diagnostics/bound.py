@@ -2,7 +2,7 @@
 
     kappa(J) <= kappa(X)^3 kappa(Lambda) kappa(W_V) (kappa(W_Q) + kappa(W_K)) + kappa(X) kappa(P)
 
-for one sample X (N, D) of A(X) = softmax(X W_Q W_K^T X^T) X W_V (PAPER.md section 2, reconstructed from
+for one sample X (N, D) of A(X) = softmax(X W_Q W_K^T X^T) X W_V (docs/THEORY.md section 2, reconstructed from
 summaries). How each term is formed here:
 
 - kappa(X), kappa(W_Q), kappa(W_K), kappa(W_V), kappa(P): ``speccond.spectral.spectrum`` of the float64
@@ -13,7 +13,7 @@ summaries). How each term is formed here:
   block diagonal with one (N, N) block Lambda_i = Diag(p_i) - p_i p_i^T per row i of P: an (N^2, N^2)
   matrix. Its singular values are the union of the blocks' eigenvalues. Every block is singular
   (Lambda_i 1 = 0), so with the min(rows, cols) convention kappa(Lambda) = inf and the bound would be
-  vacuous; as PAPER.md says, kappa(Lambda) is taken over the nonzero singular values (above rtol times
+  vacuous; as docs/THEORY.md says, kappa(Lambda) is taken over the nonzero singular values (above rtol times
   the largest). Its rank (N (N - 1) when every p_i is positive) is reported.
 - The scale: the theory has no 1/sqrt(dh). Real models compute softmax(scale X W_Q W_K^T X^T); scale is
   folded into W_Q (W_Q' = scale W_Q), which leaves kappa(W_Q) unchanged. The measured J is the theory's,

@@ -2,7 +2,7 @@
 
 Uniform attention has entropy log(N), or less where a padding mask or causality hides keys
 (``uniform_entropy``); values near 0 mean one-hot attention, the collapse that sigmaReparam guards
-against and the risk of lam = 10 at initialisation (PAPER.md section 3).
+against and the risk of lam = 10 at initialisation (docs/THEORY.md section 3).
 """
 from __future__ import annotations
 

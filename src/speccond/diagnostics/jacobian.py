@@ -1,12 +1,12 @@
 """The attention Jacobian of one head, exactly (materialised) or as an operator (vjp), and its spectrum.
 
-One head of attention in the paper's layout (PAPER.md section 1), an ``AttentionHead`` (attention_head.py,
+One head of attention in the paper's layout (docs/THEORY.md section 1), an ``AttentionHead`` (attention_head.py,
 where its forward is written), with the model's own scale, optional projection biases, q/k normalisation
 n_Q, n_K and an additive logit bias (relative positions, masks):
 
     A(X) = softmax(scale n_Q(X W_Q + b_Q) n_K(X W_K + b_K)^T + logit_bias) (X W_V + b_V)      W_* (D, dh)
 
-Two Jacobians, both in float64 (PAPER.md section 1; issue 4):
+Two Jacobians, both in float64 (docs/THEORY.md section 1; issue 4):
 
 - ``wrt="weights"``, the paper's J: d vec(A) / d [vec W_Q, vec W_K, vec W_V], biases excluded.
   Rows B*N*dh (vec(A) is the row-major flatten of A (B, N, dh)); columns 3*D*dh (blocks q, k, v in that
@@ -18,7 +18,7 @@ Two Jacobians, both in float64 (PAPER.md section 1; issue 4):
   matrix-free operator acts on the whole batch, which is the same block-diagonal matrix.
 
 Condition numbers (``SingularSummary``): ``kappa = sigma_max / sigma_min`` with sigma_min the min(rows,
-cols)-th singular value (PAPER.md section 1), and ``kappa_nonzero = sigma_max / sigma_min_nonzero`` over the
+cols)-th singular value (docs/THEORY.md section 1), and ``kappa_nonzero = sigma_max / sigma_min_nonzero`` over the
 singular values above ``rtol * sigma_max`` (default rtol = max(rows, cols) * eps(float64), numpy's
 matrix_rank convention). Inputs are cast to float64 and taken as exact: a float32 LayerNorm output
 whose rows sum to zero only up to float32 rounding has full rank at this tolerance, and the directions

@@ -15,7 +15,7 @@ folder adds a column of masked-token accuracy on held-out text, outside the aver
 glue-* task's majority-class accuracy on the test examples the runs were scored on (what a model that
 learnt nothing but the class prior scores).
 
-Beside them, the paper's Crammed BERT rows (PAPER.md section 4): SST-2, QNLI and CoLA stand where
+Beside them, the paper's Crammed BERT rows (docs/THEORY.md section 4): SST-2, QNLI and CoLA stand where
 sentiment, fact and hyperbaton stand; it reports no MRPC / QQP number, and its average is over all of
 GLUE. CoLA is scored by Matthews correlation there, by accuracy here (hyperbaton is balanced).
 """
@@ -83,7 +83,7 @@ def glue_table(folders: Sequence[str | Path], out: Optional[str | Path] = None) 
         "# GLUE-like results: " + ", ".join(columns), "",
         "Final test accuracy, %: mean +- 95 % t interval over seeds; differences paired by seed. Regenerate: "
         f"`speccond report --glue {' '.join(map(str, folders))}`", "", *lines, "",
-        "Paper: Crammed BERT (110M parameters, GLUE after MLM pre-training, five seeds; PAPER.md section 4). "
+        "Paper: Crammed BERT (110M parameters, GLUE after MLM pre-training, five seeds; docs/THEORY.md section 4). "
         "Its CoLA is Matthews correlation and its average covers all of GLUE; it gives no MRPC / QQP number.",
     ]) + "\n"
     if out is not None:

@@ -8,7 +8,7 @@ fixed correction only in what they do to those projections:
 - "spectral": W + C with the fixed correction C (lam, correction) of Saratchandran and Lucey (2025).
 - "spectral-svd": W + C with the fixed SVD correction C = sigma_max U V^T.
 - "shifted-init": W0 + lam I baked into the initial weights, no correction afterwards (the ablation that
-  asks whether the fixed correction matters beyond initialisation, PAPER.md section 3).
+  asks whether the fixed correction matters beyond initialisation, docs/THEORY.md section 3).
 - "sigma-reparam": W_hat = gamma / sigma(W) * W per q, k, v block, gamma learnable (Zhai et al., 2023).
 - "sigma-reparam-all": the same on every Linear and Conv2d, each one matrix, weights redrawn with std
   0.02, as the authors apply it (peers/sigma_reparam_all.py).

@@ -150,7 +150,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
                     append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
                                          **{name: float(value.detach()) for name, value in figures.items()}})
                 if config.refresh_every and step % config.refresh_every == 0:
-                    speccond.refresh(model)  # svd corrections and auto lams follow the weights (PAPER.md section 5)
+                    speccond.refresh(model)  # svd corrections and auto lams follow the weights (docs/THEORY.md section 5)
                 if tracker is not None and step % tracker.every == 0 and all_finite(model):
                     tracker.step(step)  # non-finite weights are left to the next step's divergence check
                 epoch_done = step % steps_per_epoch == 0
