@@ -55,6 +55,10 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     tuning: int = 0  # 1: a tuning run: its final row scores the validation split; the test split is never scored
     landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
     device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
+    mixup: float = 0.0  # mixup alpha (timm.data.Mixup; 0 = off), image classification
+    cutmix: float = 0.0  # cutmix alpha (timm.data.Mixup; 0 = off)
+    label_smoothing: float = 0.0  # of the targets, through timm.data.Mixup and SoftTargetCrossEntropy
+    drop_path: float = 0.0  # stochastic depth rate of the named timm families (timm's drop_path_rate)
     precision: str = "float32"  # the training forward: "float32", or torch.amp autocast "bfloat16" / "float16"
     #                             (float16 with a gradient scaler): experiments/precision.py
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
@@ -100,6 +104,11 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
         for name in ("train_size", "val_size", "test_size", "warmup_steps", "track_every", "refresh_every", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("mixup", "cutmix", "label_smoothing", "drop_path"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0) or (name in ("label_smoothing", "drop_path") and value >= 1):
+                raise ValueError(f"TrainConfig.{name} must be >= 0" + (" and < 1" if name in ("label_smoothing", "drop_path")
+                                                                       else "") + f", got {value}")
         for name in ("lam", "lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:

@@ -103,14 +103,15 @@ DAVIT_STEM_STRIDE = 4  # timm's DaViT Stem asserts stride 4
 
 def build_backbone(
     family: str, image_size: int, channels: int, classes: int, embed_dim: int, depth: int, num_heads: int,
-    patch_size: int,
+    patch_size: int, drop_path: float = 0.0,
 ) -> nn.Module:
     """A plain (unconditioned) timm model of ``family`` for (B, channels, image_size, image_size) inputs
     returning logits (B, classes) in train and eval mode. Seed torch before calling: this does not.
 
     Raises ValueError for an unknown family or sizes the family cannot take (the message says what fits).
     """
-    path, kwargs = backbone_spec(family, image_size, channels, classes, embed_dim, depth, num_heads, patch_size)
+    path, kwargs = backbone_spec(family, image_size, channels, classes, embed_dim, depth, num_heads, patch_size,
+                                 drop_path)
     module_name, class_name = path.rsplit(".", 1)
     model = getattr(importlib.import_module(module_name), class_name)(**kwargs)
     if family == "deit":
@@ -137,7 +138,7 @@ def build_timm_model(config: "TrainConfig", shape: "TaskShape") -> nn.Module:
 
 def backbone_spec(
     family: str, image_size: int, channels: int, classes: int, embed_dim: int, depth: int, num_heads: int,
-    patch_size: int,
+    patch_size: int, drop_path: float = 0.0,
 ) -> tuple[str, dict]:
     """The timm class path and constructor keyword arguments ``build_backbone`` uses (imports no timm)."""
     if family not in FAMILIES:
@@ -149,7 +150,7 @@ def backbone_spec(
             raise ValueError(f"{family}: {name} must be an int >= 1, got {value!r}")
     if embed_dim % num_heads:
         raise ValueError(f"{family}: num_heads ({num_heads}) must divide embed_dim ({embed_dim})")
-    common = dict(in_chans=channels, num_classes=classes, drop_path_rate=0.0)
+    common = dict(in_chans=channels, num_classes=classes, drop_path_rate=drop_path)  # timm's stochastic depth
     builder = {"vit": _vit, "deit": _vit, "swin": _swin, "xcit": _xcit, "davit": _davit, "xcit-noca": _xcit}[family]
     kwargs = {**common, **builder(family, image_size, embed_dim, depth, num_heads, patch_size)}
     log.info("%s backbone %s(%s)", family, _CLASSES[family].rsplit(".", 1)[1],

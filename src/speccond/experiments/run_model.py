@@ -51,7 +51,7 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     else:
         model = (build_timm_model(config, shape) if config.model.startswith(TIMM_PREFIX) else build_backbone(
             config.model, shape.image_size, shape.channels, shape.classes, embed_dim=config.embed_dim,
-            depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size,
+            depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size, drop_path=config.drop_path,
         ))
     if config.attention_norm == "none":
         _drop_attention_norms(conditioned or model, config)

@@ -85,6 +85,13 @@ class Supervised:
         # Without a validation split, the test split after every epoch (the published runs' protocol); with
         # one, "val" rows after every epoch and the test split once, at the end (issue 17's protocol).
         self.evaluates_each_epoch = not config.val_size
+        self.mixing = None
+        if (config.mixup or config.cutmix or config.label_smoothing) and self.shape.kind == "image":
+            from timm.data import Mixup
+
+            self.mixing = Mixup(mixup_alpha=config.mixup, cutmix_alpha=config.cutmix,
+                                label_smoothing=config.label_smoothing, num_classes=self.shape.classes,
+                                prob=1.0 if (config.mixup or config.cutmix) else 0.0)
         self.splits = {}
         if config.val_size:
             self.splits["val"] = {"size": config.val_size, "seed": VALIDATION_SEED,
@@ -102,13 +109,42 @@ class Supervised:
         labels = self.data["train_y"][chosen]  # (b,) classes, or (b, L) tokens for mlm
         if inputs.dim() == 4:
             inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
+        soft = None  # (b, classes) mixed and smoothed targets, when the recipe mixes (timm.data.Mixup)
+        if self.mixing is not None:
+            inputs, soft = self.mix(inputs, labels, config.seed * 10**6 + step)
         if self.shape.mlm:  # inputs (b, 2, L) ids and prediction flags, labels (b, L) with IGNORE
             masks = torch.Generator().manual_seed(config.seed * 10**6 + step)
             inputs, labels = mlm.mask_tokens(inputs, masks, self.shape.vocab)
         inputs = context.shard(inputs).to(context.device)  # (b / world, ...)
         local_targets = mlm.targets(context.shard(labels).to(context.device))  # (b / world,) or (n / world,)
-        local_mean = F.cross_entropy(model(inputs), local_targets)
+        if soft is not None:  # timm's soft-target cross-entropy over the mixed, smoothed targets
+            from timm.loss import SoftTargetCrossEntropy
+
+            local_mean = SoftTargetCrossEntropy()(model(inputs), context.shard(soft).to(context.device))
+        else:
+            local_mean = F.cross_entropy(model(inputs), local_targets)
         return local_mean, (local_targets.shape[0], mlm.targets(labels).shape[0]), {}
+
+    def mix(self, images: torch.Tensor, labels: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """timm's Mixup / CutMix with label smoothing on the global batch: (b, C, H, W) images and (b, classes)
+        soft targets. timm draws from numpy's global generator, so it is seeded per step here: a run is the
+        same whether or not it was resumed."""
+        import numpy as np
+
+        from timm.data.mixup import mixup_target
+
+        state = np.random.get_state()
+        np.random.seed(seed % 2**32)
+        try:
+            if images.shape[0] % 2 == 0:
+                return self.mixing(images, labels)
+            # timm mixes pairs of a batch: an odd last batch mixes all but its last example, which keeps
+            # its own (smoothed) target
+            mixed, soft = self.mixing(images[:-1], labels[:-1])
+            last = mixup_target(labels[-1:], self.shape.classes, 1.0, self.config.label_smoothing)
+            return torch.cat([mixed, images[-1:]]), torch.cat([soft, last])
+        finally:
+            np.random.set_state(state)
 
     def evaluate(self, model, split):
         return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.eval_batch_size)
