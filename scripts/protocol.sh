@@ -22,9 +22,10 @@
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
 [ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
+py=${SPECCOND_PYTHON:-.venv/bin/python}  # SPECCOND_PYTHON: another environment's interpreter
 full_arms=baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
 peers() {  # sets peer (BEST_PEER, else docs/RESULTS.md's rule over the full-protocol choices) and the reduced arms
-  peer=${BEST_PEER:-$(.venv/bin/python scripts/best_peer.py "$(choice_of fashion-mnist)" "$(choice_of cifar10)" 2>/dev/null)}
+  peer=${BEST_PEER:-$("$py" scripts/best_peer.py "$(choice_of fashion-mnist)" "$(choice_of cifar10)" 2>/dev/null)}
   peer=${peer:-undecided}  # before both full-protocol tasks have chosen; speccond tune refuses this arm
   # XCiT's XCA normalises q and k already, so qk-norm has nothing to do there (speccond refuses it): XCiT tasks
   # take the best peer that applies to them (XCA_PEER, default sigma-reparam), as docs/RESULTS.md registers.
@@ -53,7 +54,7 @@ finished() {  # task NAME's committed final table has every seed of every arm: n
   complete "$published/protocol-$1/final/holm.json"
 }
 complete() {  # the final table FILE (holm.json) owes no run
-  [ -f "$1" ] && .venv/bin/python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["owed"] != 0)' "$1"
+  [ -f "$1" ] && "$py" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["owed"] != 0)' "$1"
 }
 pretraining=runs/protocol-mlm  # <arm>/seed-<p>: the encoders the language arms fine-tune
 kept_pretraining=$published/protocol-mlm/kept  # their records and encoders, committed by publish (kept_runs --pretraining)
@@ -101,19 +102,19 @@ tune() {
   choice=$(choice_args "$name" "$@") || return 1
   [ "$1" != --choice-of ] || shift 2
   # shellcheck disable=SC2086  # --choice and its file are two words
-  .venv/bin/speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" $choice "$@"
+  "$py" -m speccond tune --jobs "${JOBS:-2}" --out "runs/tune-$name" $choice "$@"
 }
 kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final), committed in $published/protocol-NAME/kept
   [ "$2" = keep ] && [ ! -d "runs/tune-$1" ] && return 0
   [ "$2" = restore ] && [ ! -d "$published/protocol-$1/kept" ] && [ ! -f "$published/protocol-$1/kept.tar.xz" ] && return 0
-  .venv/bin/python -m speccond.experiments.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept" || return 1
+  "$py" -m speccond.experiments.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept" || return 1
   pack "$published/protocol-$1/kept"
 }
 pack() {  # a kept folder is committed packed (kept.tar.xz and its manifest; experiments/kept_runs.py)
-  [ ! -d "$1" ] || .venv/bin/python -m speccond.experiments.kept_runs pack "$1"
+  [ ! -d "$1" ] || "$py" -m speccond.experiments.kept_runs pack "$1"
 }
 kept_count() {  # kept_count KEPT STAGE: how many finished runs of STAGE (tune or final) KEPT holds, packed or not
-  .venv/bin/python -m speccond.experiments.kept_runs list "$1" 2>/dev/null | grep -c "^$2/"
+  "$py" -m speccond.experiments.kept_runs list "$1" 2>/dev/null | grep -c "^$2/"
 }
 plan() {  # what tune would do with task NAME on this machine, in one line; trains nothing
   name=$1
@@ -129,11 +130,11 @@ plan() {  # what tune would do with task NAME on this machine, in one line; trai
   fi
 }
 pretraining_count() {  # how many finished pre-training runs are in $pretraining
-  .venv/bin/python -c 'import sys; from pathlib import Path; from speccond.experiments.kept_runs import pretraining_runs
+  "$py" -c 'import sys; from pathlib import Path; from speccond.experiments.kept_runs import pretraining_runs
 print(len(pretraining_runs(Path(sys.argv[1]))))' "$pretraining"
 }
 plan_pretraining() {  # the language stage's first step, in one line: how many of the 10 encoders are kept or here
-  kept_count=$(.venv/bin/python -m speccond.experiments.kept_runs list --pretraining "$kept_pretraining" 2>/dev/null | wc -l)
+  kept_count=$("$py" -m speccond.experiments.kept_runs list --pretraining "$kept_pretraining" 2>/dev/null | wc -l)
   here_count=$(pretraining_count)
   rest="the rest are trained first"; [ "$kept_count" != 10 ] || rest="none to train"
   echo "pre-training: $kept_count of 10 encoders kept in $kept_pretraining, $here_count finished in $pretraining; $rest"
@@ -144,7 +145,7 @@ report() {
   choice=$(choice_args "$name" "$@") || return 0  # a task waiting for another's choice has nothing to report yet
   [ "$1" != --choice-of ] || shift 2
   # shellcheck disable=SC2086
-  .venv/bin/speccond tune --out "runs/tune-$name" $choice "$@" --stage report
+  "$py" -m speccond tune --out "runs/tune-$name" $choice "$@" --stage report
 }
 publish() {
   name=$1; shift
@@ -166,21 +167,21 @@ publish() {
   echo "published $target"
 }
 publish_pretraining() {  # keep the finished encoders; once all 10 are here, commit their report too
-  .venv/bin/python -m speccond.experiments.kept_runs keep --pretraining "$pretraining" "$kept_pretraining" || return 1
+  "$py" -m speccond.experiments.kept_runs keep --pretraining "$pretraining" "$kept_pretraining" || return 1
   pack "$kept_pretraining" || return 1
   [ "$(pretraining_count)" = 10 ] || return 0
-  .venv/bin/speccond report "$pretraining" > /dev/null || return 1
+  "$py" -m speccond report "$pretraining" > /dev/null || return 1
   for file in results.md results.json comparison.png kappa.png; do cp "$pretraining/$file" "$published/protocol-mlm/"; done
   echo "published $published/protocol-mlm (the pre-training report)"
 }
 mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arms compare's arguments name
   # shellcheck disable=SC2086
-  .venv/bin/speccond compare --task mlm --preset full --seeds 2 --out "$pretraining" --set flush_denormal=1 "$@"
+  "$py" -m speccond compare --task mlm --preset full --seeds 2 --out "$pretraining" --set flush_denormal=1 "$@"
 }
 pretrain() {  # the language arms' encoders, in two chains side by side; those kept in the repository are not trained again
   peers
   if [ -d "$kept_pretraining" ] || [ -f "$kept_pretraining.tar.xz" ]; then
-    .venv/bin/python -m speccond.experiments.kept_runs restore --pretraining "$pretraining" "$kept_pretraining" || return 1
+    "$py" -m speccond.experiments.kept_runs restore --pretraining "$pretraining" "$kept_pretraining" || return 1
   fi
   export SPECCOND_PARALLEL_JOBS=2
   mlm --methods "baseline,spectral,$peer" > "$pretraining-a.log" 2>&1 &

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import pytest
 import torch
@@ -206,8 +207,8 @@ def test_the_reduced_protocol_takes_the_peer_that_leads_the_baseline_most_on_val
 
 
 def _protocol(*arguments: str, checkout) -> list[str]:
-    """scripts/protocol.sh's output lines in ``checkout``, a copy of the scripts beside this checkout's virtual
-    environment, with no runs/ and only the docs/results/ the test puts there (a fresh clone's view)."""
+    """scripts/protocol.sh's output lines in ``checkout``, a copy of the scripts run by this interpreter
+    (SPECCOND_PYTHON), with no runs/ and only the docs/results/ the test puts there (a fresh clone's view)."""
     import shutil
     import subprocess
     from pathlib import Path
@@ -216,9 +217,7 @@ def _protocol(*arguments: str, checkout) -> list[str]:
     (checkout / "scripts").mkdir(parents=True, exist_ok=True)
     for script in ("protocol.sh", "best_peer.py"):
         shutil.copy(root / "scripts" / script, checkout / "scripts" / script)
-    if not (checkout / ".venv").exists():
-        (checkout / ".venv").symlink_to(root / ".venv")
-    environment = {k: v for k, v in os.environ.items() if k != "BEST_PEER"}
+    environment = {**{k: v for k, v in os.environ.items() if k != "BEST_PEER"}, "SPECCOND_PYTHON": sys.executable}
     return subprocess.run(["sh", str(checkout / "scripts" / "protocol.sh"), *arguments], capture_output=True,
                           text=True, check=True, env=environment).stdout.splitlines()
 
