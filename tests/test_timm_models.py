@@ -64,7 +64,7 @@ def test_compare_trains_and_reports_a_timm_model_by_name(tmp_path):
 @pytest.mark.parametrize("arguments, message", [
     (["--model", "timm:vit_smal_patch16_224"], "unknown timm model 'vit_smal_patch16_224'; nearest: vit_small_patch16_224"),
     (["--model", "timm:"], "TrainConfig.model must be one of"),
-    (["--set", "model_args=depth=1"], "TrainConfig.model_args sets a timm:<name> model's constructor arguments"),
+    (["--set", "model_args=depth=1"], "TrainConfig.model_args sets a timm:<name> or hf:<type> model's constructor arguments"),
     (["--model", "timm:vit_small_patch16_224", "--set", "model_args=depth"], "TrainConfig.model_args takes key=value pairs"),
 ])
 def test_a_wrong_timm_model_or_argument_is_one_line_and_writes_nothing(tmp_path, capsys, arguments, message):

@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit, xcit-noca (XCiT without "
                             "class attention); nystromformer for lra-* tasks; "
                             "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes; or "
-                            "timm:<any registered timm model> for image tasks, sized by --set model_args=k=v,k=v")
+                            "timm:<any registered timm model> for image tasks or hf:<any transformers model type> for "
+                            "the language tasks, sized by --set model_args=k=v,k=v")
     comparison.add_argument("--methods", type=method_list, default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")
     comparison.add_argument("--seeds", type=positive_int, default=3, metavar="N",

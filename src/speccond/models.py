@@ -36,12 +36,12 @@ def build_named_model(name: str, overrides: dict) -> nn.Module:
     if family == "timm":
         import timm
 
-        _refuse_unknown(model_name, timm.list_models(), "timm model")
+        refuse_unknown(model_name, timm.list_models(), "timm model")
     else:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import CONFIG_MAPPING
 
-        _refuse_unknown(model_name, list(CONFIG_MAPPING.keys()), "hf model type")
+        refuse_unknown(model_name, list(CONFIG_MAPPING.keys()), "hf model type")
     try:
         return _build(family, model_name, overrides)
     except (TypeError, ValueError, RuntimeError, AssertionError, AttributeError, IndexError, KeyError) as error:
@@ -60,7 +60,7 @@ def _build(family: str, model_name: str, overrides: dict) -> nn.Module:
     return AutoModel.from_config(AutoConfig.for_model(model_name, **overrides)).eval()
 
 
-def _refuse_unknown(name: str, known: list[str], kind: str) -> None:
+def refuse_unknown(name: str, known: list[str], kind: str) -> None:
     """ValueError naming the nearest known names (difflib) when ``name`` is not one of ``known``."""
     if name in known:
         return

@@ -12,6 +12,7 @@ from speccond.experiments.config_fields import ConfigFields
 from speccond.experiments.methods import METHODS  # the registry of methods (methods.py)
 
 TIMM_PREFIX = "timm:"  # model names of any registered timm model ("timm:vit_small_patch16_224")
+HF_PREFIX = "hf:"  # model names of any transformers model type, for the language tasks ("hf:roberta")
 
 
 
@@ -21,7 +22,8 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*), "bert" (mlm, glue-*)
     #                     or families.DETECTION_FAMILIES (Mask R-CNN on a timm trunk, fashion-scenes), or
     #                     "timm:<registered name>" (any timm model, image tasks; sized by model_args, not below)
-    model_args: str = ""  # timm:<name> only: constructor arguments "key=value,key=value" (Python literals)
+    #                     or "hf:<model type>" (any transformers encoder, language tasks; its config from model_args)
+    model_args: str = ""  # timm:<name> and hf:<type> only: "key=value,key=value" (Python literals)
     method: str = "spectral"  # one of methods.METHODS (the registry)
     lam: float = 10.0  # identity correction scale (method "spectral")
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
@@ -69,12 +71,16 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
         from speccond.experiments.families import MODELS  # no timm, no transformers
 
         models = MODELS
-        if self.model not in models and not (self.model.startswith(TIMM_PREFIX) and len(self.model) > len(TIMM_PREFIX)):
-            raise ValueError(f"TrainConfig.model must be one of {models} or timm:<a registered timm model name>, "
-                             f"got {self.model!r}")
-        if self.model_args and not self.model.startswith(TIMM_PREFIX):
-            raise ValueError(f"TrainConfig.model_args sets a timm:<name> model's constructor arguments; model "
-                             f"{self.model!r} is sized by embed_dim, depth, num_heads and patch_size")
+        named = any(self.model.startswith(prefix) and len(self.model) > len(prefix) for prefix in (TIMM_PREFIX, HF_PREFIX))
+        if self.model not in models and not named:
+            raise ValueError(f"TrainConfig.model must be one of {models}, timm:<a registered timm model name> or "
+                             f"hf:<a transformers model type>, got {self.model!r}")
+        if self.model_args and not named:
+            raise ValueError(f"TrainConfig.model_args sets a timm:<name> or hf:<type> model's constructor arguments; "
+                             f"model {self.model!r} is sized by embed_dim, depth, num_heads and patch_size")
+        if self.init_from and self.model.startswith(HF_PREFIX):
+            raise ValueError("TrainConfig.init_from starts the project's BERT from a pre-trained encoder; an hf:<type> "
+                             "model is trained from its config's random weights (leave init_from empty)")
         self.model_kwargs()  # a malformed model_args is refused here, before any run
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")

@@ -200,7 +200,7 @@ def _title(shared: dict) -> str:
     if family == "bert":
         start = shared.get("init_from", "(varies)")
         model, sizes = f"transformers BERT, encoder from {start or 'random weights'}", sizes[:3]
-    if family and family.startswith("timm:"):  # sized by its own constructor arguments, not by the fields above
+    if family and family.startswith(("timm:", "hf:")):  # sized by its own arguments, not by the fields above
         arguments = shared.get("model_args", "(varies)")
         return f"{shared.get('task', 'several tasks')}, {family} ({arguments or 'timm defaults'})"
     size = ", ".join(text.format(shared[f]) if f in shared else text.format("varies") for f, text in sizes)

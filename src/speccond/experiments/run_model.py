@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 from speccond.experiments.bert_model import build_bert
-from speccond.experiments.config import TIMM_PREFIX, TrainConfig
+from speccond.experiments.config import HF_PREFIX, TIMM_PREFIX, TrainConfig
 from speccond.experiments.families import (
     DETECTION_FAMILIES, FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone, build_timm_model,
 )
+from speccond.experiments.hf_text_model import build_hf_text_model
 from speccond.experiments.methods import apply_method
 from speccond.experiments.sequence_model import build_nystromformer, padded_length
 from speccond.experiments.tasks import TaskShape, task_shape
@@ -27,8 +28,8 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     kinds = {"image": (FAMILIES, "an image task"), "sequence": (SEQUENCE_FAMILIES, "a token-sequence task (lra-...)"),
              "text": (LANGUAGE_FAMILIES, "a language task (mlm, glue-...)"),
              "scenes": (DETECTION_FAMILIES, "a detection task (fashion-scenes)")}
-    kind = "image" if config.model.startswith(TIMM_PREFIX) else next(
-        k for k, (models, _) in kinds.items() if config.model in models)
+    kind = ("image" if config.model.startswith(TIMM_PREFIX) else "text" if config.model.startswith(HF_PREFIX)
+            else next(k for k, (models, _) in kinds.items() if config.model in models))
     if kind != shape.kind:
         raise ValueError(f"model {config.model!r} takes {kinds[kind][1]}, but task {config.task!r} is {shape.kind}s; "
                          f"choose model from {kinds[shape.kind][0]}")
@@ -40,6 +41,8 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
         model = build_maskrcnn(config.model, shape.image_size, shape.classes, config.embed_dim, config.depth,
                                config.num_heads, config.patch_size, config.fpn_channels)
         conditioned = model.backbone.trunk
+    elif kind == "text" and config.model.startswith(HF_PREFIX):
+        model = build_hf_text_model(config.model, shape.vocab, shape.classes, shape.mlm, config.model_kwargs())
     elif kind == "text":
         model = build_bert(shape.vocab, shape.classes, config.embed_dim, config.depth, config.num_heads,
                            masked_lm=shape.mlm, length=shape.length)
