@@ -41,8 +41,13 @@ fi
 [ "$PROTOCOL64_DEVICE" = cpu ] || "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
   || { say "torch sees no CUDA device; this is the GPU instance"; exit 2; }
 say "data unpacked; budget $budget s"
+inst=""; [ "$PROTOCOL64_DEVICE" = cuda ] && inst="gpu-"
+pilot_of() { [ "$1" = 10 ] && echo "${inst}pilot" || echo "${inst}pilot${1}ep"; }  # a pilot's folder name
 pilot_pids=""
 for epochs in $pilots; do
+  if [ -f "$kept/protocol64-$(pilot_of "$epochs")/baseline/seed-0/metrics.jsonl" ]; then
+    say "the $epochs-epoch pilot is kept in $kept: not trained again"; continue
+  fi
   PILOT_EPOCHS=$epochs timeout "$(left)" scripts/protocol64.sh pilot >>"$log" 2>&1 &
   pilot_pids="$pilot_pids $!"
 done
@@ -51,13 +56,15 @@ timeout "$(left)" scripts/protocol64.sh fashion-mnist >>"$log" 2>&1; status=$?
 say "Fashion-MNIST ended with status $status"
 if [ "$status" = 0 ]; then
   first=${pilots%% *}
-  first_pid=${pilot_pids# }; wait "${first_pid%% *}"  # the shorter pilot decides what comes next
-  inst=""; [ "$PROTOCOL64_DEVICE" = cuda ] && inst="gpu-"
-  suffix=""; [ "$first" = 10 ] || suffix="${first}ep"
-  pilot_dir="$runs/tune64-${inst}pilot$suffix"; tuned="$runs/tune64-${inst}fashion-mnist"
+  pilot_dir="$kept/protocol64-$(pilot_of "$first")/baseline/seed-0"  # kept by an earlier call, or trained now
+  if [ ! -f "$pilot_dir/metrics.jsonl" ]; then
+    first_pid=${pilot_pids# }; wait "${first_pid%% *}"  # the shorter pilot decides what comes next
+    pilot_dir="$runs/tune64-$(pilot_of "$first")/baseline/seed-0"
+  fi
+  tuned="$runs/tune64-${inst}fashion-mnist"
   gap=$("$py" -c "
 from pathlib import Path; from speccond.experiments.tuning import outcome
-pilot, base = outcome(Path('$pilot_dir/baseline/seed-0'), 'val'), outcome(Path('$tuned/tune/baseline-lr=0.001/seed-0'), 'val')
+pilot, base = outcome(Path('$pilot_dir'), 'val'), outcome(Path('$tuned/tune/baseline-lr=0.001/seed-0'), 'val')
 print('none' if pilot is None or base is None else f'{100 * (pilot - base):.2f} {int(pilot - base > 0.01)}')")
   say "plateau rule: the $first-epoch pilot minus the 5-epoch baseline at lr 1e-3 = ${gap% *} points"
   if [ "${gap#* }" = 1 ]; then
