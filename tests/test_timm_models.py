@@ -16,14 +16,9 @@ VIT_FAMILY = ["vit_small_patch16_224", "deit_tiny_patch16_224", "vit_base_patch1
               "vit_relpos_small_patch16_224"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def data_home(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECCOND_DATA", str(tmp_path_factory.getbasetemp() / "data"))
-        from speccond import data
-
-        data.prepare("digits")
-        yield
+@pytest.fixture(autouse=True)
+def digits(digits_home, monkeypatch):
+    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
 
 
 @pytest.mark.parametrize("name", VIT_FAMILY)
