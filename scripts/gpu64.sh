@@ -33,7 +33,9 @@ mkdir -p "$out"
 log="$out/gpu64.log"
 left() { s=$((budget - ($(date +%s) - start) - 45)); [ "$s" -gt 1 ] && echo "$s" || echo 1; }  # less 45 s to publish and pack
 say() { echo "[gpu64 $(($(date +%s) - start)) s] $*" | tee -a "$log"; }
-stop_all() { pkill -TERM -f "multiprocessing.spawn" 2>/dev/null; pkill -TERM -f "speccond compare" 2>/dev/null; sleep 2; }
+# Every phase runs under timeout, which signals its whole process group (a tune's pool workers too) at its
+# deadline; stop_all ends the pilots still running the same way, and nothing else on the machine.
+stop_all() { for pid in $pilot_pids; do kill -TERM "$pid" 2>/dev/null; done; sleep 2; }
 
 if [ "$pack" != - ]; then  # "-": the datasets are already prepared in $SPECCOND_DATA
   "$py" -m speccond data unpack "$pack" >>"$log" 2>&1 || { say "the data pack $pack did not unpack (see $log)"; exit 2; }

@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--cluster", choices=("auto", "local", "slurm", "debug"), default="auto",
                         help="submitit's executor (default auto)")
     tuning.add_argument("--slurm-partition", default="", help="submitit on Slurm: the partition")
-    tuning.add_argument("--gpus-per-node", type=int, default=0, help="submitit on Slurm: GPUs per job")
+    tuning.add_argument("--gpus-per-node", type=non_negative_int, default=0, metavar="N",
+                        help="submitit on Slurm: GPUs per job")
     tuning.add_argument("--jobs", type=positive_int, default=1, metavar="N",
                         help="runs trained side by side, each in its own process (default 1)")
     tuning.add_argument("--choice", metavar="PATH",
