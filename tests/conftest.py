@@ -73,3 +73,10 @@ def digits_home(tmp_path_factory):
 
         data.prepare("digits")
     return home
+
+
+@pytest.fixture
+def digits_data(digits_home, monkeypatch):
+    """SPECCOND_DATA pointed at the session's digits cache for one test."""
+    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
+    return digits_home

@@ -16,8 +16,8 @@ TUNE = ["--task", "digits", "--preset", "quick", "--val-size", "144", "--set", "
 
 
 @pytest.fixture(autouse=True)
-def digits(digits_home, monkeypatch):
-    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
+def digits(digits_data):
+    """Every test here trains on the session's digits cache (conftest.py)."""
 
 
 def test_a_sweep_through_submitit_equals_the_process_pools(tmp_path):

@@ -17,8 +17,8 @@ SETS = ["task=digits", "embed_dim=32", "depth=1", "num_heads=2", "patch_size=2",
 
 
 @pytest.fixture(autouse=True)
-def digits(digits_home, monkeypatch):
-    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
+def digits(digits_data):
+    """Every test here trains on the session's digits cache (conftest.py)."""
 
 
 def metrics(run):
@@ -47,7 +47,7 @@ def test_float32_uses_no_autocast_and_stores_no_scaler(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "autocast", lambda *a, **k: entered.append(a) or (_ for _ in ()).throw(AssertionError))
     train(TrainConfig().with_overrides(SETS), tmp_path / "run", progress=False)
     assert not entered
-    state = torch.load(checkpoint.latest(tmp_path / "run") / "state.pt", weights_only=False)
+    state = torch.load(checkpoint.latest(tmp_path / "run") / "state.pt", weights_only=True)
     assert set(state) == {"optimizer"}  # the checkpoint of every published run
 
 
@@ -58,7 +58,7 @@ def test_an_interrupted_float16_run_resumes_to_the_same_bytes_with_its_gradient_
     resumed = train(config, tmp_path / "cut", progress=False)
     assert resumed == straight
     assert metrics(tmp_path / "cut") == metrics(tmp_path / "straight")
-    state = torch.load(checkpoint.latest(tmp_path / "cut") / "state.pt", weights_only=False)
+    state = torch.load(checkpoint.latest(tmp_path / "cut") / "state.pt", weights_only=True)
     assert state["grad_scaler"]["scale"] > 0
 
 

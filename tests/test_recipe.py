@@ -17,8 +17,8 @@ SETS = ["task=digits", "embed_dim=32", "depth=1", "num_heads=2", "patch_size=2",
 
 
 @pytest.fixture(autouse=True)
-def digits(digits_home, monkeypatch):
-    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
+def digits(digits_data):
+    """Every test here trains on the session's digits cache (conftest.py)."""
 
 
 def rows(run):

@@ -17,8 +17,8 @@ VIT_FAMILY = ["vit_small_patch16_224", "deit_tiny_patch16_224", "vit_base_patch1
 
 
 @pytest.fixture(autouse=True)
-def digits(digits_home, monkeypatch):
-    monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
+def digits(digits_data):
+    """Every test here trains on the session's digits cache (conftest.py)."""
 
 
 @pytest.mark.parametrize("name", VIT_FAMILY)

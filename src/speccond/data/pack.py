@@ -12,12 +12,12 @@ records (``speccond.data.store``), so a damaged pack is refused, never trained o
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import lzma
 import os
 from pathlib import Path
 
+from speccond.checksum import file_sha256
 from speccond.data.store import ARRAYS, data_dir
 
 MANIFEST = "manifest.json"
@@ -38,8 +38,8 @@ def pack(names: list[str], to: Path) -> Path:
             while chunk := source.read(CHUNK):
                 target.write(chunk)
         os.replace(partial, packed)
-        entries[name] = {"file": packed.name, "size": packed.stat().st_size, "sha256": _sha256(packed),
-                         "arrays_size": arrays.stat().st_size, "arrays_sha256": _sha256(arrays)}
+        entries[name] = {"file": packed.name, "size": packed.stat().st_size, "sha256": file_sha256(packed),
+                         "arrays_size": arrays.stat().st_size, "arrays_sha256": file_sha256(arrays)}
     manifest = to / MANIFEST
     manifest.write_text(json.dumps(entries, indent=2) + "\n")
     return manifest
@@ -54,7 +54,7 @@ def unpack(source: Path) -> list[Path]:
     written = []
     for name, entry in json.loads(manifest.read_text()).items():
         packed = source / entry["file"]
-        if not packed.is_file() or _sha256(packed) != entry["sha256"]:
+        if not packed.is_file() or file_sha256(packed) != entry["sha256"]:
             raise ValueError(f"{packed} is missing or does not match its SHA-256 in {manifest}; pack it again")
         arrays = data_dir() / name / ARRAYS
         arrays.parent.mkdir(parents=True, exist_ok=True)
@@ -62,17 +62,10 @@ def unpack(source: Path) -> list[Path]:
         with lzma.open(packed, "rb") as compressed, partial.open("wb") as target:
             while chunk := compressed.read(CHUNK):
                 target.write(chunk)
-        if _sha256(partial) != entry["arrays_sha256"]:
+        if file_sha256(partial) != entry["arrays_sha256"]:
             partial.unlink()
             raise ValueError(f"{packed} decompresses to other arrays than the manifest records; pack it again")
         os.replace(partial, arrays)
         written.append(arrays)
     return written
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()

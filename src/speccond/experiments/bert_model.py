@@ -48,6 +48,12 @@ def bert_config(vocab: int, classes: int, embed_dim: int, depth: int, num_heads:
     )
 
 
+def segment_ids(tokens: torch.Tensor) -> torch.Tensor:
+    """BERT's pair template: 0 up to and including the first [SEP], 1 after it, 0 on PAD; (B, L) -> (B, L)."""
+    seps = (tokens == SEP).long()  # (B, L)
+    return ((seps.cumsum(-1) - seps) > 0).long() * (tokens != PAD)
+
+
 class MaskedLanguageModel(nn.Module):
     """BertForMaskedLM predicting only where asked: inputs (B, 2, L) -> logits (n, vocab), n flags set."""
 
@@ -78,9 +84,7 @@ class TextClassifier(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.dim() != 2:
             raise ValueError(f"TextClassifier: expected tokens (batch, length), got {tuple(tokens.shape)}")
-        seps = (tokens == SEP).long()  # (B, L)
-        segments = ((seps.cumsum(-1) - seps) > 0).long() * (tokens != PAD)  # (B, L): 1 after the first [SEP]
-        output = self.bert(input_ids=tokens, attention_mask=(tokens != PAD).long(), token_type_ids=segments)
+        output = self.bert(input_ids=tokens, attention_mask=(tokens != PAD).long(), token_type_ids=segment_ids(tokens))
         return output.logits  # (B, classes)
 
 

@@ -58,9 +58,10 @@ class Submitit:
         for job, handle in zip(jobs, submitted):
             try:
                 handle.result()
+                print(f"[{stage}] finished: {job.run}", flush=True)
             except Exception as error:  # noqa: BLE001 (submitit wraps any failure of the job)
                 failures.append((job, error))
-            print(f"[{stage}] {'failed' if failures and failures[-1][0] is job else 'finished'}: {job.run}", flush=True)
+                print(f"[{stage}] failed: {job.run} ({error})", flush=True)
         return failures
 
 

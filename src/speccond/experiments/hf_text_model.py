@@ -18,8 +18,8 @@ import os
 import torch
 from torch import nn
 
-from speccond.data.wordpiece import PAD, SEP
-from speccond.experiments.bert_model import MAX_POSITIONS
+from speccond.data.wordpiece import PAD
+from speccond.experiments.bert_model import MAX_POSITIONS, segment_ids
 
 HF_PREFIX = "hf:"
 DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "dropout",
@@ -52,10 +52,7 @@ class HFTextClassifier(nn.Module):
         self.segments = getattr(config, "type_vocab_size", 1) > 1
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        extra = {}
-        if self.segments:
-            seps = (tokens == SEP).long()  # (B, L)
-            extra["token_type_ids"] = ((seps.cumsum(-1) - seps) > 0).long() * (tokens != PAD)  # (B, L)
+        extra = {"token_type_ids": segment_ids(tokens)} if self.segments else {}  # (B, L)
         return self.model(input_ids=tokens, attention_mask=(tokens != PAD).long(), **extra).logits  # (B, classes)
 
 

@@ -113,10 +113,7 @@ def run_jobs(jobs: list[Job], parallel: int, stage: str, engine: Optional["Submi
     if engine is not None and pending:
         import torch
 
-        failures = engine.run(pending, max(1, torch.get_num_threads() // parallel), parallel, stage)
-        if failures:
-            job, error = failures[0]
-            raise ValueError(f"{len(failures)} of {len(pending)} runs failed; the first, {job.run}: {error}") from error
+        _raise_failures(engine.run(pending, max(1, torch.get_num_threads() // parallel), parallel, stage), pending)
         return
     if parallel == 1:
         for index, job in enumerate(pending, 1):
@@ -148,6 +145,11 @@ def run_jobs(jobs: list[Job], parallel: int, stage: str, engine: Optional["Submi
         except KeyboardInterrupt:
             pool.shutdown(cancel_futures=True)
             raise
+    _raise_failures(failures, pending)
+
+
+def _raise_failures(failures: list[tuple[Job, BaseException]], pending: list[Job]) -> None:
+    """A ValueError naming the first failed run, once every run of the stage has ended."""
     if failures:
         job, error = failures[0]
         raise ValueError(f"{len(failures)} of {len(pending)} runs failed; the first, {job.run}: {error}") from error
@@ -321,12 +323,12 @@ def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, 
     choice lands on the grid's edge also runs one step past it (:func:`edge_extensions`) and chooses over
     its extended grid."""
     run_jobs(tuning_jobs(arms, lrs, seeds, out), parallel, "tuning", engine)
-    if extend_edges:
-        extra = edge_extensions(choose(tuning_scores(arms, lrs, seeds, out)), lrs)
-        jobs = [Job(dataclasses.replace(arms[name], lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
-                for seed in range(seeds) for name, lr in extra.items()]
+    extra = edge_extensions(choose(tuning_scores(arms, lrs, seeds, out)), lrs) if extend_edges else {}
+    jobs = [Job(dataclasses.replace(arms[name], lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
+            for seed in range(seeds) for name, lr in extra.items()]
+    if jobs:
         run_jobs(jobs, parallel, "edges", engine)
-    return choose(protocol_scores(arms, lrs, seeds, out, extend_edges))
+    return choose(tuning_scores(arms, lrs, seeds, out, extra))
 
 
 def write_tuning(scores: dict[str, dict[str, list]], out: Path, metric: str = "accuracy") -> Optional[dict]:
