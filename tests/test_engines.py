@@ -37,3 +37,10 @@ def test_an_unknown_cluster_is_refused_by_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["tune", *TUNE, "--engine", "submitit", "--cluster", "moon", "--out", str(tmp_path / "jobs")])
     assert "invalid choice: 'moon'" in capsys.readouterr().err
+
+
+def test_submitit_flags_without_the_submitit_engine_are_refused_not_ignored(tmp_path, capsys):
+    out = tmp_path / "pool"
+    assert main(["tune", *TUNE, "--cluster", "slurm", "--gpus-per-node", "1", "--out", str(out)]) == 2
+    assert "--cluster, --gpus-per-node set(s) submitit's jobs; add --engine submitit" in capsys.readouterr().err
+    assert not out.exists()

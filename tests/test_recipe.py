@@ -65,3 +65,15 @@ def test_drop_path_builds_timms_stochastic_depth():
 def test_out_of_range_recipe_settings_are_refused(setting):
     with pytest.raises(ValueError, match=f"TrainConfig.{setting.split('=')[0]} must be >= 0"):
         TrainConfig().with_overrides([setting])
+
+
+def test_mixing_asked_of_a_task_that_is_not_image_classification_is_refused_not_ignored(tmp_path):
+    config = TrainConfig().with_overrides(["task=lra-listops", "model=nystromformer", "mixup=0.8"])
+    with pytest.raises(ValueError, match="TrainConfig.mixup mix image classification batches"):
+        train(config, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_drop_path_for_a_model_it_does_not_size_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="give drop_path_rate in model_args"):
+        TrainConfig().with_overrides(["model=timm:vit_small_patch16_224", "drop_path=0.1"])

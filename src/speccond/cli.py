@@ -267,6 +267,10 @@ def _tune(args: argparse.Namespace) -> None:
     from speccond.experiments.training_tasks import task_class
 
     _refuse_owned("--set", args.set, TUNE_OWNS)
+    submitit_only = [flag for flag, given in (("--cluster", args.cluster != "auto"), ("--slurm-partition",
+                     bool(args.slurm_partition)), ("--gpus-per-node", bool(args.gpus_per_node))) if given]
+    if submitit_only and args.engine != "submitit":
+        raise ValueError(f"{', '.join(submitit_only)} set(s) submitit's jobs; add --engine submitit, or leave them out")
     base = _base_config(args, f"val_size={args.val_size}", "flush_denormal=1")
     arms = {}
     for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:

@@ -68,7 +68,7 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     init_from: str = ""
 
     def __post_init__(self) -> None:
-        from speccond.experiments.families import MODELS  # no timm, no transformers
+        from speccond.experiments.families import FAMILIES, MODELS  # no timm, no transformers
 
         models = MODELS
         named = any(self.model.startswith(prefix) and len(self.model) > len(prefix) for prefix in (TIMM_PREFIX, HF_PREFIX))
@@ -82,6 +82,9 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError("TrainConfig.init_from starts the project's BERT from a pre-trained encoder; an hf:<type> "
                              "model is trained from its config's random weights (leave init_from empty)")
         self.model_kwargs()  # a malformed model_args is refused here, before any run
+        if self.drop_path and self.model not in FAMILIES:
+            raise ValueError(f"TrainConfig.drop_path sets the stochastic depth of the named timm families {FAMILIES}; "
+                             f"for model {self.model!r} give drop_path_rate in model_args (timm:<name>), or leave it 0")
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
         if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):

@@ -171,5 +171,10 @@ def task_class(config: TrainConfig) -> type:
 
 
 def training_task(config: TrainConfig) -> TrainingTask:
-    """The TrainingTask of ``config.task``, its data loaded."""
+    """The TrainingTask of ``config.task``, its data loaded. Mixup, cutmix and label smoothing act on image
+    classification only: asked of another task they are refused, not ignored."""
+    mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
+    if mixing and task(config.task).reading != "image":
+        raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); task "
+                         f"{config.task!r} is not one: leave {' and '.join(mixing)} at 0")
     return task_class(config)(config)
