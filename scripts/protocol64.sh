@@ -12,6 +12,9 @@
 # and records are apart from the CPU instance's (runs/tune64-gpu-NAME, docs/results/protocol64-gpu-NAME).
 # EXTRA64 (tune arguments) and PILOT_EXTRA64 (--set ...) shrink the runs for a smoke test of this script.
 # EPOCHS64 overrides Fashion-MNIST's epochs (the plateau rule's 10-epoch branch), with its own folders.
+# CHOICE64=gpu runs the CPU final runs at the GPU instance's committed choice (docs/RESULTS.md, "Final runs on
+# the CPU at the GPU instance's choice"): no tuning run; folders runs/tune64-gpuchoice-NAME and
+# docs/results/protocol64-gpuchoice-NAME.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
 [ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
@@ -28,6 +31,13 @@ case ${PROTOCOL64_DEVICE:-cpu} in
   *) echo "PROTOCOL64_DEVICE must be cpu or cuda, got $PROTOCOL64_DEVICE" >&2; exit 2 ;;
 esac
 [ "$fashion_epochs" = 5 ] || instance="${instance}${fashion_epochs}ep-"
+choice_from=""
+case ${CHOICE64:-own} in
+  own) ;;
+  gpu) [ -z "$instance" ] || { echo "CHOICE64=gpu runs on the CPU at 5 epochs only (PROTOCOL64_DEVICE=cpu, no EPOCHS64)" >&2; exit 2; }
+       choice_from="gpu-"; instance="gpuchoice-" ;;
+  *) echo "CHOICE64 must be own or gpu, got $CHOICE64" >&2; exit 2 ;;
+esac
 model="$model $hardware"
 
 args() {  # the speccond tune arguments of task NAME
@@ -46,9 +56,14 @@ tune() {  # tune NAME [--stage S]
   name=$1; shift
   a=$(args "$name") || exit 2
   keep restore "$name" || exit 1
+  choice=""
+  if [ -n "$choice_from" ]; then
+    choice="--choice $kept/protocol64-$choice_from$name/choice.json"
+    [ -f "$kept/protocol64-$choice_from$name/choice.json" ] || { echo "no committed choice at $kept/protocol64-$choice_from$name/choice.json: run the GPU instance's tuning of $name first" >&2; exit 2; }
+  fi
   # shellcheck disable=SC2086  # the task's arguments are words
   "$py" -m speccond tune --jobs "${JOBS:-2}" --out "$runs/tune64-$instance$name" --arms "$arms" --tuning-seeds 1 \
-    --extend-edges $a $EXTRA64 "$@"
+    --extend-edges $choice $a $EXTRA64 "$@"
 }
 case "${1:-plan}" in
   pilot)
