@@ -40,6 +40,18 @@ def test_a_final_table_becomes_rows_verdicts_and_a_matrix(tmp_path, monkeypatch)
     assert "- Fashion-MNIST (ViT, full protocol): `scripts/protocol.sh tier1`" in matrix  # owed, with its command
 
 
+def test_an_arm_with_too_few_seeds_for_a_comparison_is_shown_and_says_why():
+    """One seed per arm (the first seed of a protocol cut short): every arm keeps its row and its test score;
+    none is compared, and the row says so instead of the arm vanishing from the table."""
+    figures = {"baseline": {100: 0.80}, "spectral": {100: 0.60}, "qk-norm": {}}
+    text, record = final_table(figures, {arm: 1e-3 for arm in figures}, "baseline", "accuracy", 5, "# t", "Seeds;")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["spectral"] == ("| spectral | 0.001 | 1 | 60 (n=1) | - | - | - | "
+                                "not compared: 1 seed(s) in common with baseline, 2 needed |")
+    assert "qk-norm" not in rows and record["comparisons"] == [] and record["owed"] == 13
+    assert "m = 0 comparisons" in text
+
+
 def test_a_final_table_that_is_not_one_is_refused_with_what_it_lacks(tmp_path):
     path = tmp_path / "holm.json"
     path.write_text(json.dumps({"metric": "accuracy", "arms": {}}))

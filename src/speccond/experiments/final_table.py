@@ -38,6 +38,13 @@ def final_table(figures: dict[str, dict[int, float]], lrs: dict[str, float], ref
         lines.append(f"| {c.arm} | {lr_text(lrs[c.arm])} | {len(c.seeds)} | "
                      f"{mean_interval([100 * figures[c.arm][s] for s in c.seeds])} | {c.difference.scaled(100)} | "
                      f"{c.p:.3g} | {c.holm:.3g} | {c.verdict} |")
+    compared = {c.arm for c in comparisons}
+    for name, values in figures.items():
+        if name == reference or name in compared or not values:
+            continue
+        common = len(set(values) & set(figures.get(reference, {})))
+        lines.append(f"| {name} | {lr_text(lrs[name])} | {len(values)} | {mean_interval([100 * v for v in values.values()])} "
+                     f"| - | - | - | not compared: {common} seed(s) in common with {reference}, 2 needed |")
     record = {"metric": metric, "reference": reference, "seeds": seeds, "owed": owed,
               "arms": {name: {"lr": lrs[name], "figures": {str(s): v for s, v in sorted(f.items())}}
                        for name, f in figures.items()},
