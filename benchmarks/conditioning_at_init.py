@@ -15,8 +15,8 @@ import time
 
 import torch
 
-import speccond
 from speccond import diagnostics as dx
+import speccond
 
 SETTINGS = {
     "plain": None,

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from speccond import data
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.tasks import task_shape
-from speccond.experiments.run_model import build_model
-from speccond.experiments.train import augment, evaluate, learning_rate, load_task, make_optimizer, train
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import build_model
+from speccond.harness.tasks.datasets import task_shape
+from speccond.harness.training.train import augment, evaluate, learning_rate, load_task, make_optimizer, train
 
 
 def bare_loop(config: TrainConfig) -> float:

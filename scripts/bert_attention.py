@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 
 from speccond.diagnostics import attention_entropy
-from speccond.experiments import checkpoint
-from speccond.experiments.presets import preset
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.runs import load_model, read_run
-from speccond.experiments.tasks import load_task
-from speccond.experiments.run_model import model_for
+from speccond.harness.config.presets import preset
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import model_for
+from speccond.harness.tasks.datasets import load_task
+from speccond.harness.training import checkpoint
+from speccond.harness.training.runs import load_model, read_run
 
 AT_INIT = {"lam = 0 (baseline)": {"method": "baseline"}, "lam = 1": {"method": "spectral", "lam": 1.0},
            "lam = 10": {"method": "spectral", "lam": 10.0}, "lam = auto": {"method": "spectral", "target_kappa": 2.0}}

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/best_peer.py runs/tune-fashion-mnist/choice.json runs/tune-cifar10/choice.json
 
-Prints the peer's arm name (experiments/tuning.py best_peer gives the rule; docs/RESULTS.md registers it),
+Prints the peer's arm name (harness/protocol/tuning.py best_peer gives the rule; docs/RESULTS.md registers it),
 then, on stderr, each peer's mean lead over the baseline on validation. scripts/protocol.sh calls it when
 BEST_PEER is not set.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.experiments.tuning import best_peer, read_choice, validation_leads  # noqa: E402
+from speccond.harness.protocol.tuning import best_peer, read_choice, validation_leads  # noqa: E402
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
-from speccond.experiments.report import holds_detection_runs, write_report
+from speccond.harness.reporting.report import shared_reading, write_report
 
 # ImageNet-1k top-1, baseline -> spectral conditioning, as the paper reports (docs/THEORY.md section 4).
 PAPER_IMAGENET = {
@@ -66,7 +66,7 @@ def summarise(argument: str, docs: Path) -> list[str]:
         folders = [Path(p) for p in paths.split(",") if p]
         target = docs / name
         write_report(folders, target)
-    elif holds_detection_runs([argument]):  # its own table (box and mask AP), copied as it is; no summary row
+    elif shared_reading([argument]) == "scenes":  # its own table (box and mask AP), copied as it is; no summary row
         folder, target = Path(argument), docs / Path(argument).name
         target.mkdir(parents=True, exist_ok=True)
         report = write_report([folder], folder)

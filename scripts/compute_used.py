@@ -3,7 +3,7 @@
     .venv/bin/python scripts/compute_used.py runs/long-budget runs/tune-*
 
 Per folder: finished runs (a final eval row in metrics.jsonl), runs not finished, runs whose timing is
-incomplete (experiments/timing.py: a kill lost the time since its last record, so the sum undercounts) and
+incomplete (harness/training/timing.py: a kill lost the time since its last record, so the sum undercounts) and
 the wall time recorded, in hours. Every issue-17 run has one thread, so its wall time is its core time.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from speccond.diagnostics.records import read_metrics
-from speccond.experiments.timing import FILE, read_timing
+from speccond.harness.training.timing import FILE, read_timing
 
 
 def used(folder: Path) -> tuple[int, int, int, float]:

@@ -20,11 +20,11 @@ import torch
 from torch.nn.functional import normalize
 
 from speccond import data
-from speccond.detection.model import IMAGE_MEAN, IMAGE_STD
 from speccond.diagnostics.entropy import row_entropy
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.presets import preset
-from speccond.experiments.run_model import model_for
+from speccond.harness.config.presets import preset
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import model_for
+from speccond.harness.tasks.detection.model import IMAGE_MEAN, IMAGE_STD
 
 
 def attention_logits(module, tokens: torch.Tensor) -> torch.Tensor:

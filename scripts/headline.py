@@ -5,7 +5,7 @@
 
 Reads docs/results/protocol-<task>/final/holm.json (``scripts/protocol.sh publish`` copies them from
 runs/tune-<task>) and docs/results/long-budget/holm.json (scripts/long_budget_report.py); both are
-experiments/final_table.py's records. The language task's row averages its eight glue-* tables (four
+harness/reporting/final_table.py's records. The language task's row averages its eight glue-* tables (four
 tasks, two pre-training seeds): :func:`language_table`. Per task: each arm's test figure at the lr it chose on validation, its
 difference from the baseline paired by seed, Holm over the task's arms, and the verdict (win or loss: adjusted
 p < 0.05). A task without a committed table is listed as owed, with the command that runs it. headline.md
@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.detection.report import NAMES as METRIC_NAMES  # noqa: E402
 from speccond.diagnostics.plot import save_figure  # noqa: E402
-from speccond.experiments.final_table import final_table, lr_text, read_final_table  # noqa: E402
-from speccond.experiments.stats import Interval, family, mean_interval  # noqa: E402
-from speccond.experiments.tuning import ARM_NAMES as ARMS, PEERS  # noqa: E402
+from speccond.harness.protocol.tuning import ARM_NAMES as ARMS, PEERS  # noqa: E402
+from speccond.harness.reporting.final_table import final_table, lr_text, read_final_table  # noqa: E402
+from speccond.harness.reporting.numbers import METRIC_NAMES  # noqa: E402
+from speccond.harness.reporting.stats import Interval, family, mean_interval  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "headline.md"

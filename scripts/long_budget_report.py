@@ -8,7 +8,7 @@ tracker's rows at the epoch ends: attention entropy (mean over layers and heads)
 trained W_q, W_k, W_v (mean over layers and roles; W itself, not W + C), against lam. At the end: test
 accuracy once per run, differences against the baseline with paired t-test p and Holm over the arms,
 and the reading registered before the runs for lam = 10 at the last epoch. Writes OUT/long-budget.md and
-OUT/long-budget.png, and the test table alone as OUT/holm.md and holm.json (experiments/final_table.py,
+OUT/long-budget.png, and the test table alone as OUT/holm.md and holm.json (harness/reporting/final_table.py,
 with the reading) for scripts/headline.py; unfinished runs count up to the epoch they reached.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.diagnostics.records import read_metrics  # noqa: E402
-from speccond.experiments.final_table import final_table, write_final_table  # noqa: E402
-from speccond.experiments.stats import mean_interval, paired_difference  # noqa: E402
+from speccond.harness.reporting.final_table import final_table, write_final_table  # noqa: E402
+from speccond.harness.reporting.stats import mean_interval, paired_difference  # noqa: E402
 
 REFERENCE = "baseline"
 COLLAPSED = "spectral"  # lam = 10 on q, k, v: the arm the registered reading is about
@@ -127,7 +127,7 @@ def markdown(result: dict) -> str:
 
 
 def final_table_of(result: dict) -> tuple[str, dict]:
-    """The test accuracy at the end, once per run: experiments/final_table.py's table and record."""
+    """The test accuracy at the end, once per run: harness/reporting/final_table.py's table and record."""
     tests, config = result["tests"], result["config"]
     return final_table({arm: tests.get(arm, {}) for arm in result["arms"]}, {arm: config["lr"] for arm in result["arms"]},
                        REFERENCE, "accuracy", REGISTERED_SEEDS, "## Test accuracy, scored once per run at the end",

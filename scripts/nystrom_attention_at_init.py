@@ -18,10 +18,10 @@ import torch
 from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
 
 from speccond.diagnostics.entropy import row_entropy
-from speccond.experiments.presets import preset
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.tasks import load_task, task_shape
-from speccond.experiments.run_model import build_model
+from speccond.harness.config.presets import preset
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import build_model
+from speccond.harness.tasks.datasets import load_task, task_shape
 
 
 def entropy(p: torch.Tensor) -> float:

@@ -107,14 +107,14 @@ tune() {
 kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final), committed in $published/protocol-NAME/kept
   [ "$2" = keep ] && [ ! -d "runs/tune-$1" ] && return 0
   [ "$2" = restore ] && [ ! -d "$published/protocol-$1/kept" ] && [ ! -f "$published/protocol-$1/kept.tar.xz" ] && return 0
-  "$py" -m speccond.experiments.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept" || return 1
+  "$py" -m speccond.harness.protocol.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept" || return 1
   pack "$published/protocol-$1/kept"
 }
-pack() {  # a kept folder is committed packed (kept.tar.xz and its manifest; experiments/kept_runs.py)
-  [ ! -d "$1" ] || "$py" -m speccond.experiments.kept_runs pack "$1"
+pack() {  # a kept folder is committed packed (kept.tar.xz and its manifest; harness/protocol/kept_runs.py)
+  [ ! -d "$1" ] || "$py" -m speccond.harness.protocol.kept_runs pack "$1"
 }
 kept_count() {  # kept_count KEPT STAGE: how many finished runs of STAGE (tune or final) KEPT holds, packed or not
-  "$py" -m speccond.experiments.kept_runs list "$1" 2>/dev/null | grep -c "^$2/"
+  "$py" -m speccond.harness.protocol.kept_runs list "$1" 2>/dev/null | grep -c "^$2/"
 }
 plan() {  # what tune would do with task NAME on this machine, in one line; trains nothing
   name=$1
@@ -130,11 +130,11 @@ plan() {  # what tune would do with task NAME on this machine, in one line; trai
   fi
 }
 pretraining_count() {  # how many finished pre-training runs are in $pretraining
-  "$py" -c 'import sys; from pathlib import Path; from speccond.experiments.kept_runs import pretraining_runs
+  "$py" -c 'import sys; from pathlib import Path; from speccond.harness.protocol.kept_runs import pretraining_runs
 print(len(pretraining_runs(Path(sys.argv[1]))))' "$pretraining"
 }
 plan_pretraining() {  # the language stage's first step, in one line: how many of the 10 encoders are kept or here
-  kept_count=$("$py" -m speccond.experiments.kept_runs list --pretraining "$kept_pretraining" 2>/dev/null | wc -l)
+  kept_count=$("$py" -m speccond.harness.protocol.kept_runs list --pretraining "$kept_pretraining" 2>/dev/null | wc -l)
   here_count=$(pretraining_count)
   rest="the rest are trained first"; [ "$kept_count" != 10 ] || rest="none to train"
   echo "pre-training: $kept_count of 10 encoders kept in $kept_pretraining, $here_count finished in $pretraining; $rest"
@@ -167,7 +167,7 @@ publish() {
   echo "published $target"
 }
 publish_pretraining() {  # keep the finished encoders; once all 10 are here, commit their report too
-  "$py" -m speccond.experiments.kept_runs keep --pretraining "$pretraining" "$kept_pretraining" || return 1
+  "$py" -m speccond.harness.protocol.kept_runs keep --pretraining "$pretraining" "$kept_pretraining" || return 1
   pack "$kept_pretraining" || return 1
   [ "$(pretraining_count)" = 10 ] || return 0
   "$py" -m speccond report "$pretraining" > /dev/null || return 1
@@ -181,7 +181,7 @@ mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arm
 pretrain() {  # the language arms' encoders, in two chains side by side; those kept in the repository are not trained again
   peers
   if [ -d "$kept_pretraining" ] || [ -f "$kept_pretraining.tar.xz" ]; then
-    "$py" -m speccond.experiments.kept_runs restore --pretraining "$pretraining" "$kept_pretraining" || return 1
+    "$py" -m speccond.harness.protocol.kept_runs restore --pretraining "$pretraining" "$kept_pretraining" || return 1
   fi
   export SPECCOND_PARALLEL_JOBS=2
   mlm --methods "baseline,spectral,$peer" > "$pretraining-a.log" 2>&1 &

@@ -50,7 +50,7 @@ args() {  # the speccond tune arguments of task NAME
 keep() {  # keep|restore NAME
   [ "$1" = keep ] && [ ! -d "$runs/tune64-$instance$2" ] && return 0
   [ "$1" = restore ] && [ ! -d "$kept/protocol64-$instance$2/kept" ] && [ ! -f "$kept/protocol64-$instance$2/kept.tar.xz" ] && return 0
-  "$py" -m speccond.experiments.kept_runs "$1" "$runs/tune64-$instance$2" "$kept/protocol64-$instance$2/kept"
+  "$py" -m speccond.harness.protocol.kept_runs "$1" "$runs/tune64-$instance$2" "$kept/protocol64-$instance$2/kept"
 }
 tune() {  # tune NAME [--stage S]
   name=$1; shift
@@ -81,7 +81,7 @@ case "${1:-plan}" in
         [ ! -f "$out/$f" ] || cp "$out/$f" "$dest/"
       done
       keep keep "$name" || exit 1
-      [ ! -d "$dest/kept" ] || "$py" -m speccond.experiments.kept_runs pack "$dest/kept" || exit 1
+      [ ! -d "$dest/kept" ] || "$py" -m speccond.harness.protocol.kept_runs pack "$dest/kept" || exit 1
     done
     for pilot in "$runs"/tune64-"${instance}"pilot*; do
       [ -d "$pilot" ] || continue
@@ -92,7 +92,7 @@ case "${1:-plan}" in
     done ;;
   plan)
     for name in fashion-mnist cifar10; do
-      n=$("$py" -m speccond.experiments.kept_runs list "$kept/protocol64-$instance$name/kept" 2>/dev/null | wc -l)
+      n=$("$py" -m speccond.harness.protocol.kept_runs list "$kept/protocol64-$instance$name/kept" 2>/dev/null | wc -l)
       echo "$name: $n finished runs kept; scripts/protocol64.sh $name resumes it"
     done ;;
   *) echo "usage: scripts/protocol64.sh pilot|fashion-mnist|cifar10|publish|plan" >&2; exit 2 ;;

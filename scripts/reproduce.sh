@@ -10,7 +10,7 @@
 #                                   about 15 min each), then the four glue-* tasks fine-tuned from it (3 seeds,
 #                                   about 10 min per method and seed), then the GLUE-like table
 #                                   (runs/language-full/glue.md). PRESET=quick: minutes in all; SEEDS=5 the paper's count; METHODS=... adds
-#                                   peers (any of speccond.experiments.methods.METHODS).
+#                                   peers (any of speccond.harness.methods.METHODS).
 #   scripts/reproduce.sh language-peers  the same with baseline, lam = 10, lam = auto and the three peers, each
 #                                   pre-trained on its own (PRESET=quick by default: about 50 min in all)
 #   scripts/reproduce.sh detection  Mask R-CNN on fashion-scenes, baseline vs lam = 10, 3 seeds: the XCiT trunk

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/width64_table.py --write   # writes docs/results/protocol64-runs.md
 
 Read from the kept archives (docs/results/protocol64-*/kept.tar.xz, checked against their manifests by
-speccond.experiments.kept_runs) and the pilots' folders (docs/results/protocol64-*pilot*/baseline/seed-0).
+speccond.harness.protocol.kept_runs) and the pilots' folders (docs/results/protocol64-*pilot*/baseline/seed-0).
 Per run: its validation accuracy (tuning runs and pilots score validation only), the attention entropy as
 a fraction of uniform attention (mean over layers and heads, at step 0 and at the last tracked step), and
 the largest kappa(W + C) of the whole q, k or v projection over the blocks (the tracker's block figure, also for
@@ -22,7 +22,7 @@ RESULTS = ROOT / "docs" / "results"
 PAGE = RESULTS / "protocol64-runs.md"
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.experiments.tuning import ARM_NAMES  # noqa: E402  (the arms' display names)
+from speccond.harness.protocol.tuning import ARM_NAMES  # noqa: E402  (the arms' display names)
 
 
 def run_summary(config: dict, rows: list[dict]) -> dict:
@@ -57,7 +57,7 @@ def run_summary(config: dict, rows: list[dict]) -> dict:
 def archive_runs(kept: Path) -> dict[str, dict]:
     """{run path inside the kept records ("tune/baseline-lr=0.001/seed-0"): its summary}, read through the
     checked archive (kept_runs.opened refuses one that differs from its manifest)."""
-    from speccond.experiments.kept_runs import opened
+    from speccond.harness.protocol.kept_runs import opened
 
     with opened(kept) as folder:
         return {str(metrics.parent.relative_to(folder)): folder_run(metrics.parent)

@@ -6,7 +6,7 @@ check, issue 17; docs/RESULTS.md). Reads the 20 validation-scored runs of
 
 kept in docs/results/xca-v-correction/kept (packed: kept.tar.xz, read through kept_runs.opened; or any folder of
 the same layout) and writes holm.md and holm.json
-there (experiments/final_table.py): each arm against the baseline, paired by seed, Holm over the 3 arms.
+there (harness/reporting/final_table.py): each arm against the baseline, paired by seed, Holm over the 3 arms.
 
     .venv/bin/python scripts/xca_v_correction.py [FOLDER]
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from speccond.experiments.final_table import final_table, write_final_table
-from speccond.experiments.kept_runs import opened
-from speccond.experiments.tuning import outcome
+from speccond.harness.protocol.kept_runs import opened
+from speccond.harness.protocol.tuning import outcome
+from speccond.harness.reporting.final_table import final_table, write_final_table
 
 FOLDER = Path(__file__).resolve().parents[1] / "docs" / "results" / "xca-v-correction"
 LR = 3e-3

@@ -88,7 +88,7 @@ def test_adapters_find_exactly_the_listed_projections_and_add_lam_identity_per_b
     model = _build(case)
     before = _stored(model, case)
     report = _quiet_apply(model, _config(case, backend=backend))
-    found = {a.qualified_name: a for a in speccond.backends.attachments(model)}
+    found = {a.qualified_name: a for a in speccond.core.backends.attachments(model)}
     assert set(found) == set(case.params)  # nothing missed, nothing extra (output projections stay plain)
     assert len(report) == sum(len(layout.roles) for layout in case.params.values())
     for name, layout in case.params.items():
@@ -571,6 +571,6 @@ def test_unrecognised_separate_grouped_query_projections_get_a_complete_declarat
     reference = reference_at_w_plus_c(model, layouts, LAM)
     report = _quiet_apply(model, _declaration(message))
     assert {row.module for row in report} == {"attn.q_proj", "attn.k_proj", "attn.v_proj"}
-    found = {a.qualified_name: a.correction.layout for a in speccond.backends.attachments(model)}
+    found = {a.qualified_name: a.correction.layout for a in speccond.core.backends.attachments(model)}
     assert found == layouts
     assert_close(_run(model, (x,)), _run(reference, (x,)))

@@ -71,7 +71,7 @@ def test_conditioned_exactly_as_declared(case, backend):
     before = {name: model.get_parameter(name).detach().clone() for name in case.params}
     reference = reference_at_w_plus_c(model, case.params, LAM)
     _apply(model, case, backend=backend)
-    found = {a.qualified_name: a for a in speccond.backends.attachments(model)}
+    found = {a.qualified_name: a for a in speccond.core.backends.attachments(model)}
     assert set(found) == set(case.params)  # nothing missed, nothing extra
     for name, layout in case.params.items():
         assert found[name].correction.layout.to_dict() == layout.to_dict(), name

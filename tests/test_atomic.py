@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import speccond
-from speccond.correction import SpectralCorrection
+from speccond.core.correction import SpectralCorrection
 from tests.models import InterleavedAttention
 
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -114,7 +114,7 @@ def _check(monkeypatch, model: nn.Module, inputs: tuple, verb: str, config, k: i
         speccond.apply(model, config)
     if verb == "refresh":  # move W, so that refresh has something to change
         with torch.no_grad():
-            for found in speccond.backends.attachments(model):
+            for found in speccond.core.backends.attachments(model):
                 found.stored_weight().add_(0.1 * torch.randn_like(found.stored_weight()))
     reference = copy.deepcopy(model)
     before = _state(model, inputs)

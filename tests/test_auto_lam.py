@@ -34,10 +34,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 import speccond
-from speccond.backends import attachments
-from speccond.correction import SpectralCorrection
-from speccond.layout import ProjectionLayout
-from speccond.spectral import auto_lam, kappa, weyl_identity_bound
+from speccond.core.backends import attachments
+from speccond.core.correction import SpectralCorrection
+from speccond.core.layout import ProjectionLayout
+from speccond.core.spectral import auto_lam, kappa, weyl_identity_bound
 from tests.adapter_models import case as adapter_case
 from tests.conftest import assert_close
 from tests.models import CASES as CORE_CASES

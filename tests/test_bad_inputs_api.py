@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-import speccond
 from speccond import diagnostics as dx
+import speccond
 
 X = (2, 5, 16)  # (B, N, D) of the example input
 

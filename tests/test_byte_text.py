@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import speccond
 from speccond import data
+import speccond
 from speccond.data import byte_text
 from speccond.data.store import Source, arrays_sha256, prepare
-from speccond.experiments.presets import preset
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.sequence_model import PAD, PairClassifier, build_nystromformer, pooled
-from speccond.experiments.tasks import load_task, task_shape
-from speccond.experiments.run_model import build_model
-from speccond.experiments.train import train
+from speccond.harness.config.presets import preset
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import build_model
+from speccond.harness.models.sequence import PAD, PairClassifier, build_nystromformer, pooled
+from speccond.harness.tasks.datasets import load_task, task_shape
+from speccond.harness.training.train import train
 
 # SHA-256 of the arrays each dataset must produce (store.arrays_sha256): the split and the encoding are fixed.
 TEXT_ARRAYS_SHA256 = "6f5a78f049c9d7737bd0e83af5b3813fac62bac0bcee290beffb401057f2be94"

@@ -22,11 +22,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-import speccond
 from speccond import checkpoint as ckpt
-from speccond.backends import attachments
+import speccond
 from speccond.checkpoint_files import refuse_partly_loaded
-from speccond.correction import MARKER
+from speccond.core.backends import attachments
+from speccond.core.correction import MARKER
 
 transformers = pytest.importorskip("transformers")
 
@@ -304,7 +304,7 @@ def test_load_conditioned_conditions_any_module_as_saved(tmp_path):
 
 
 def test_the_harness_loader_names_load_conditioned(tmp_path):
-    from speccond.experiments import checkpoint as runs
+    from speccond.harness.training import checkpoint as runs
 
     conditioned = bert()
     _apply(conditioned, lam="auto")
@@ -319,8 +319,8 @@ def test_the_harness_loader_names_load_conditioned(tmp_path):
 # 5. checkpoints written before the markers --------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_checkpoints_without_markers_still_load(tmp_path, backend, caplog):
-    from speccond.experiments import checkpoint as runs
     from speccond.data.store import sha256
+    from speccond.harness.training import checkpoint as runs
 
     model = _trained("bert", backend, "auto")
     expected = _logits(model)
@@ -334,7 +334,7 @@ def test_checkpoints_without_markers_still_load(tmp_path, backend, caplog):
         return built
 
     loaded = fresh()
-    with caplog.at_level(logging.DEBUG, logger="speccond.correction"):
+    with caplog.at_level(logging.DEBUG, logger="speccond.core.correction"):
         assert loaded.load_state_dict(old, strict=True).missing_keys == []  # torch, strict
     assert "no marker" in caplog.text
     assert torch.equal(_logits(loaded), expected)

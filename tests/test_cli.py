@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from speccond.cli import main
+from speccond.harness.cli import main
 from tests.test_diagnostics import _tracked_run
 
 VIT = ["timm:vit_tiny_patch16_224", "--set", "img_size=32", "--set", "patch_size=8", "--set", "depth=2"]

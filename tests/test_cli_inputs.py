@@ -1,7 +1,7 @@
 """Bad numbers on the command line: every one exits 2 with a message naming the flag or field, before any data
 is read or any file is written; good values still parse.
 
-Each case runs ``speccond.cli.main`` in-process in an empty working directory (so a default output folder
+Each case runs ``speccond.harness.cli.main`` in-process in an empty working directory (so a default output folder
 would land there too) with ``data.prepare`` and ``train`` replaced by a tripwire: a case that got past
 validation fails loudly instead of reading a dataset or training.
 """
@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from speccond.cli import build_parser, main
+from speccond.harness.cli import build_parser, main
 
 VIT = "timm:vit_tiny_patch16_224"
 POSITIVE = r"expected a positive integer \(1, 2, \.\.\.\), got "
@@ -28,15 +28,15 @@ class _Reached(Exception):
 @pytest.fixture(autouse=True)
 def _tripwires(tmp_path, monkeypatch):
     import speccond.data
-    import speccond.experiments.compare
-    import speccond.experiments.train
+    import speccond.harness.protocol.compare
+    import speccond.harness.training.train
 
     def reached(*args, **kwargs):
         raise _Reached(f"validation let the command through to data or training: {args}")
 
     monkeypatch.setattr(speccond.data, "prepare", reached)
-    monkeypatch.setattr(speccond.experiments.train, "train", reached)
-    monkeypatch.setattr(speccond.experiments.compare, "train", reached)
+    monkeypatch.setattr(speccond.harness.training.train, "train", reached)
+    monkeypatch.setattr(speccond.harness.protocol.compare, "train", reached)
     monkeypatch.chdir(tmp_path)
 
 

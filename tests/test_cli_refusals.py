@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from speccond.cli import main
+from speccond.harness.cli import main
 
 SMALL = ["--set", "depth=1", "--set", "epochs=1", "--set", "train_size=64", "--set", "test_size=50"]
 
@@ -28,23 +28,23 @@ class _Reached(Exception):
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch, digits_home):
-    import speccond.experiments.compare
-    import speccond.experiments.tuning
+    import speccond.harness.protocol.compare
+    import speccond.harness.protocol.tuning
 
     def reached(*args, **kwargs):
         raise _Reached(f"validation let the command through to training: {args[:2]}")
 
     monkeypatch.setenv("SPECCOND_DATA", str(digits_home))
-    monkeypatch.setattr(speccond.experiments.compare, "train", reached)
-    monkeypatch.setattr(speccond.experiments.tuning, "run_jobs", reached)
+    monkeypatch.setattr(speccond.harness.protocol.compare, "train", reached)
+    monkeypatch.setattr(speccond.harness.protocol.tuning, "run_jobs", reached)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
 def _digits_run(folder: Path, **fields) -> None:
     """A run directory started by ``speccond compare --task digits`` (its config.json, as train writes it)."""
-    from speccond.experiments.config import TrainConfig
-    from speccond.experiments.run_dir import write_config
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.training.run_dir import write_config
 
     write_config(folder, TrainConfig(task="digits", method="baseline", **fields))
 
@@ -150,7 +150,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, message, workdir,
 
 def test_a_garbled_timing_file_is_named_and_does_not_block_the_report(workdir, capsys, caplog):
     """timing.json cut short: report still writes, the run's wall time is left out, the file is named."""
-    from speccond.experiments.runs import read_run
+    from speccond.harness.training.runs import read_run
 
     run = workdir / "cmp" / "baseline" / "seed-0"
     _digits_run(run)

@@ -12,7 +12,7 @@ import torch
 
 import speccond
 from speccond.collapse import COLLAPSE_NATS
-from speccond.experiments.families import build_backbone
+from speccond.harness.models.families import build_backbone
 
 ONE_HOT = "nearly one-hot"
 
@@ -123,7 +123,7 @@ def test_the_recommended_setting_keeps_attention_spread_at_head_width_64(model_n
 def test_the_quick_start_and_the_demo_use_the_recommended_setting():
     from pathlib import Path
 
-    from speccond.cli import build_parser
+    from speccond.harness.cli import build_parser
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     quick_start = readme[readme.index("## Quick start"):readme.index("## Monitor your training")]

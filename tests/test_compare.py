@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.stats import Interval, mean_interval, paired_difference
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.reporting.stats import Interval, mean_interval, paired_difference
 
 needs_data = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir(),
@@ -65,7 +65,7 @@ def comparison(data_home, tmp_path_factory):
     """`speccond compare` of baseline vs spectral (lam 10) over seeds 0 and 1, tracked every 4 steps."""
     import torch
 
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("compare") / "cmp"
@@ -76,9 +76,9 @@ def comparison(data_home, tmp_path_factory):
 
 @needs_data
 def test_report_regenerates_what_compare_wrote(comparison, capsys):
-    from speccond.cli import main
-    from speccond.experiments import checkpoint
-    from speccond.experiments.runs import checkpoint_kappa, read_run
+    from speccond.harness.cli import main
+    from speccond.harness.training import checkpoint
+    from speccond.harness.training.runs import checkpoint_kappa, read_run
 
     folder, args = comparison
     written = (folder / "results.md").read_bytes()
@@ -128,8 +128,8 @@ def test_report_regenerates_what_compare_wrote(comparison, capsys):
 
 @needs_data
 def test_runs_are_grouped_by_config_wherever_they_are(comparison, tmp_path, monkeypatch):
-    from speccond.experiments.report import write_report
-    from speccond.experiments.train import train
+    from speccond.harness.reporting.report import write_report
+    from speccond.harness.training.train import train
 
     folder, _ = comparison
     lam3 = TINY.with_overrides(["method=spectral", "lam=3"])
@@ -169,8 +169,8 @@ def test_runs_are_grouped_by_config_wherever_they_are(comparison, tmp_path, monk
 
 @needs_data
 def test_a_diverged_run_is_reported_not_dropped(comparison, tmp_path):
-    from speccond.experiments.report import write_report
-    from speccond.experiments.train import train
+    from speccond.harness.reporting.report import write_report
+    from speccond.harness.training.train import train
 
     folder, _ = comparison
     hot = TINY.with_overrides(["method=spectral", "lr=1000"])  # AdamW steps of ~1000: NaN loss within 4 steps
@@ -191,7 +191,7 @@ def test_a_diverged_run_is_reported_not_dropped(comparison, tmp_path):
     runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["finished", "finished", "diverged", "diverged"]
     # run_status, the cheap count that opens no checkpoint, agrees with the report's reading of each run
-    from speccond.experiments.runs import read_run, run_status
+    from speccond.harness.training.runs import read_run, run_status
 
     paths = [folder / "baseline" / "seed-0", folder / "baseline" / "seed-1", tmp_path / "hot" / "seed-0", tmp_path / "hot" / "seed-1"]
     assert [run_status(path) for path in paths] == [r["status"] for r in runs]
@@ -203,8 +203,8 @@ def test_a_diverged_run_is_reported_not_dropped(comparison, tmp_path):
 
 
 def test_bad_input_is_a_clear_error(tmp_path, capsys):
-    from speccond.cli import main
-    from speccond.experiments.report import write_report
+    from speccond.harness.cli import main
+    from speccond.harness.reporting.report import write_report
 
     (tmp_path / "empty").mkdir()
     expected = "expected a run directory .holding config.json. or a comparison folder holding <method>/seed-<k>/"
@@ -234,9 +234,9 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.parametrize("task", ["fashion-mnist", "cifar10", "digits", "lra-image", "lra-pathfinder", "lra-listops"])
 @pytest.mark.parametrize("name", ["quick", "full"])
 def test_every_preset_builds_a_model_for_its_task(task, name):
-    from speccond.experiments.presets import preset
-    from speccond.experiments.tasks import task_shape
-    from speccond.experiments.run_model import build_model
+    from speccond.harness.config.presets import preset
+    from speccond.harness.models.run_model import build_model
+    from speccond.harness.tasks.datasets import task_shape
 
     config = TrainConfig(task=task).with_overrides(preset(name, task))
     shape = task_shape(task)
@@ -251,7 +251,7 @@ def test_every_preset_builds_a_model_for_its_task(task, name):
 
 
 def test_a_sweep_runs_each_method_at_the_values_it_reads():
-    from speccond.experiments.compare import parse_sweep, variants
+    from speccond.harness.protocol.compare import parse_sweep, variants
 
     sweep = parse_sweep(["lam=2,10", "weight_decay=0,0.05"])
     assert sweep == {"lam": ["2", "10"], "weight_decay": ["0", "0.05"]}
@@ -279,7 +279,7 @@ def test_a_sweep_runs_each_method_at_the_values_it_reads():
 
 @needs_data
 def test_a_sweep_is_reported_in_value_order_with_labels(data_home, tmp_path):
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     torch.set_num_threads(1)
     folder = tmp_path / "sweep"
@@ -301,8 +301,8 @@ def test_a_sweep_is_reported_in_value_order_with_labels(data_home, tmp_path):
 
 
 def test_a_sweep_is_the_one_numeric_field_a_methods_groups_differ_in():
-    from speccond.experiments.report import Group
-    from speccond.experiments.report_sweep import swept_field
+    from speccond.harness.reporting.report import Group
+    from speccond.harness.reporting.sweep import swept_field
 
     def group(method, **settings):
         return Group(method, method, {"method": method, "lam": 10.0, "corrected": "qkv", **settings}, ())
@@ -320,7 +320,7 @@ def test_a_sweep_is_the_one_numeric_field_a_methods_groups_differ_in():
 def test_the_plots_line_says_what_each_figure_shows(data_home, tmp_path):
     """Two epochs: comparison.png has the per-epoch panel; one epoch: it is left out, and the line says so.
     kappa.png names attention entropy only when the runs tracked it (a ViT here)."""
-    from speccond.experiments.compare import compare
+    from speccond.harness.protocol.compare import compare
 
     for epochs, per_epoch in ((2, True), (1, False)):
         config = TINY.with_overrides([f"epochs={epochs}", "track_every=3", "method=baseline"])

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import speccond
-from speccond.spectral import kappa
+from speccond.core.spectral import kappa
 from tests.conftest import assert_close
 from tests.models import CASE_IDS, CASES, Case, expected_identity, reference_at_w_plus_c
 
@@ -37,7 +37,7 @@ def _stored(model: nn.Module, case: Case) -> dict[str, torch.Tensor]:
 
 def _effective(model: nn.Module, case: Case) -> dict[str, torch.Tensor]:
     """W_eff as the model reads it: the attribute, or W + C for the activation backend."""
-    found = {a.qualified_name: a for a in speccond.backends.attachments(model)}
+    found = {a.qualified_name: a for a in speccond.core.backends.attachments(model)}
     return {name: found[name].effective_weight().detach() for name in case.params}
 
 
@@ -176,7 +176,7 @@ def test_gradient_at_stored_weight_equals_plain_gradient_at_w_eff(case, backend)
     assert all(not b.requires_grad for b in model.buffers())
     model(*inputs).square().sum().backward()
     reference(*inputs).square().sum().backward()
-    stored = {a.qualified_name: a.stored_weight() for a in speccond.backends.attachments(model)}
+    stored = {a.qualified_name: a.stored_weight() for a in speccond.core.backends.attachments(model)}
     for name in case.params:
         assert_close(stored[name].grad, reference.get_parameter(name).grad)
 

@@ -15,8 +15,8 @@ from speccond import data
 from speccond.data import cifar10, digits, fashion_mnist
 from speccond.data.split import stratified_split
 from speccond.data.store import Source, load, prepare
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.tasks import image_tasks, load_task, task_shape
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.tasks.datasets import image_tasks, load_task, task_shape
 
 needs_fashion_mnist = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir(),
@@ -97,7 +97,7 @@ def test_read_idx_rejects_a_truncated_file(tmp_path):
 
 @needs_fashion_mnist
 def test_cli_prepares_and_reports_errors(data_home, capsys):
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     assert main(["data", "prepare", "fashion-mnist"]) == 0
     assert "arrays.safetensors" in capsys.readouterr().out

@@ -68,7 +68,7 @@ def test_prepare_repairs_a_damaged_cache(cache, damage, caplog):
 
 def test_the_cli_turns_a_damaged_cache_into_one_line(cache, capsys, monkeypatch):
     """`speccond data prepare` repairs; a command that only loads names the repair."""
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     path, _ = cache
     path.write_bytes(path.read_bytes()[:100])

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from speccond.cli import main
 from speccond.data import pack
+from speccond.harness.cli import main
 
 
 @pytest.fixture

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-import speccond
 from speccond import data
+import speccond
 from speccond.data import fashion_mnist, fashion_scenes
 from speccond.data.fashion_scenes import SceneConfig, generate, resize
-from speccond.detection.metrics import coco_evaluate, coco_ground_truth, detections
-from speccond.detection.task import batch_of
-from speccond.experiments import checkpoint
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.run_model import model_for
-from speccond.experiments.train import train
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import model_for
+from speccond.harness.tasks.detection.metrics import coco_evaluate, coco_ground_truth, detections
+from speccond.harness.tasks.detection.task import batch_of
+from speccond.harness.training import checkpoint
+from speccond.harness.training.train import train
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 needs_data = pytest.mark.skipif(
@@ -142,7 +142,7 @@ def test_splits_draw_from_disjoint_source_items(tmp_path, monkeypatch):
 
 
 def test_the_spec_is_registered_and_pinned_but_not_an_image_classification_task():
-    from speccond.experiments.tasks import image_tasks
+    from speccond.harness.tasks.datasets import image_tasks
 
     spec = data.spec("fashion-scenes")
     assert spec.generated_sha256 and len(spec.generated_sha256) == 64 and spec.classes == fashion_mnist.CLASSES
@@ -266,7 +266,7 @@ def test_killed_run_resumes_to_the_same_weights(tiny_task, tmp_path, method):
 
 @needs_data
 def test_cli_compare_and_report_for_the_detection_task(tiny_task, tmp_path, capsys):
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     sets = [f"{k}={v}" for k, v in TINY.to_dict().items() if k not in ("task", "model", "method", "seed")]
     out = tmp_path / "compare"
@@ -296,7 +296,7 @@ def test_a_detection_run_written_before_the_one_harness_resumes_and_reports(tiny
     """Run directories of detection/train.py (config.json with "kind": "detection" and DetectionConfig's
     fields, a final row with "split" and "accuracy") stay readable: resumed, they return their recorded row;
     reported, they give the table of a new run."""
-    from speccond.experiments.report import write_report
+    from speccond.harness.reporting.report import write_report
 
     new, old = tmp_path / "new" / "baseline" / "seed-0", tmp_path / "old" / "baseline" / "seed-0"
     config = dataclasses.replace(TINY, method="baseline", epochs=1)
@@ -362,8 +362,8 @@ def test_torchrun_trains_the_detection_task_data_parallel(items, tmp_path):
 def test_the_tuning_protocol_runs_the_detection_task_on_box_ap(tiny_task, tmp_path, other):
     """speccond tune on detection, as scripts/protocol.sh runs it: tuning runs score the stored validation
     scenes, the choice and the final table read box AP, and the final runs score test once."""
-    from speccond.cli import main
     from speccond.diagnostics.records import read_metrics
+    from speccond.harness.cli import main
 
     sets = [f"{k}={v}" for k, v in TINY.to_dict().items()
             if k not in ("task", "model", "method", "seed", "lr", "val_size", "epochs", "tuning", "flush_denormal")]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-import speccond
 from speccond import diagnostics as dx
+import speccond
 from speccond.diagnostics.heads import head_cases
 from tests.models import timm_vit, transformer_encoder
 
@@ -293,7 +293,7 @@ def test_tracker_can_track_the_jacobian(tmp_path):
 def test_lam_ten_lowers_kappa_j_by_making_attention_the_identity():
     """docs/RESULTS.md: at init, lam = 10 makes every query attend to itself (P = I), so J w.r.t. the
     weights is X (x) I on the V block and kappa(J) equals kappa(X)."""
-    from speccond.spectral import spectrum
+    from speccond.core.spectral import spectrum
 
     model = _vit()
     speccond.apply(model, speccond.SpectralConfig(lam=10.0))

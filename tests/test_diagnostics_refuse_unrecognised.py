@@ -8,8 +8,8 @@ import warnings
 import pytest
 import torch
 
-import speccond
 from speccond import diagnostics as dx
+import speccond
 
 VOCAB = 64
 

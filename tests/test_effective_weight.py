@@ -1,4 +1,4 @@
-"""Writes into the weight backend's W + C reach the stored W (speccond.effective_weight).
+"""Writes into the weight backend's W + C reach the stored W (speccond.core.effective_weight).
 
 Every way code writes a weight in place (``.data =``, ``.data += d``, ``.data.copy_``, an in-place op,
 ``torch.nn.init``) stores (written value) - C, so the module then reads the written value, as
@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-import speccond
 from speccond import SpectralConfig
-from speccond.effective_weight import EffectiveWeight
+import speccond
+from speccond.core.effective_weight import EffectiveWeight
 
 WRITES = {
     "data_assign": lambda m, value: setattr(m.weight, "data", value),

@@ -1,4 +1,4 @@
-"""Sweeps through submitit (experiments/engines.py): a tune of 2 arms x 2 final seeds submitted as submitit
+"""Sweeps through submitit (harness/protocol/engines.py): a tune of 2 arms x 2 final seeds submitted as submitit
 jobs on this machine (its local executor: one process per job, as on a cluster node) writes the same runs,
 figures and Holm table as the one-machine process pool."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from speccond.cli import main
+from speccond.harness.cli import main
 
 pytest.importorskip("submitit")
 

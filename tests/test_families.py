@@ -1,4 +1,4 @@
-"""The timm families of experiments/families.py, table-driven over FAMILIES x {28 px 1 channel,
+"""The timm families of harness/models/families.py, table-driven over FAMILIES x {28 px 1 channel,
 32 px 3 channels} at the sizes the experiments use (embed_dim 64, depth 4, 4 heads, patch 4).
 
 Each model must give finite logits (B, 10) in train and eval mode, give every parameter a finite
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import speccond
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.families import FAMILIES, backbone_spec, build_backbone
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.families import FAMILIES, backbone_spec, build_backbone
 
 SIZES = {"28px-1ch": (28, 1), "32px-3ch": (32, 3)}
 DIMS = dict(classes=10, embed_dim=64, depth=4, num_heads=4, patch_size=4)
@@ -149,8 +149,8 @@ def test_documented_configurations(family, image):
 
 def test_vit_family_is_the_training_model():
     """The "vit" family is the model run_model.build_model builds (same class, arguments and seed)."""
-    from speccond.experiments.tasks import task_shape
-    from speccond.experiments.run_model import build_model
+    from speccond.harness.models.run_model import build_model
+    from speccond.harness.tasks.datasets import task_shape
 
     config = TrainConfig(method="baseline", embed_dim=64, depth=4, num_heads=4, patch_size=4, seed=5)
     expected = build_model(config, task_shape("fashion-mnist")).state_dict()

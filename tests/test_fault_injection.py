@@ -51,7 +51,7 @@ FAULTS = [
 
 def _arm(fault) -> None:
     """In the child: install ``fault`` (see FAULTS) by wrapping StepLoop.advanced and os.replace."""
-    from speccond.experiments import run_dir
+    from speccond.harness.training import run_dir
 
     steps, replaces, interrupted = [0], [0], [False]
     kind = fault[0] if fault else None
@@ -88,7 +88,7 @@ def _child(argv, fault) -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")  # pytest's capture objects stay the parent's
     import torch
 
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     torch.set_num_threads(1)
     _arm(fault)

@@ -56,8 +56,8 @@ DBRX_WQKV = r"^blocks\.\d+\.norm_attn_norm\.attn\.Wqkv\.weight$"
 def test_verify_accepts_the_right_layout_of_a_module_that_clamps_its_qkv():
     """DBRX splits the clamped Wqkv output [q: 4 heads | k: 2 | v: 2] (blocked); with lam = 10 the values
     land in the clamp, which must not read as 'not the values'."""
-    import speccond
     from speccond import ProjectionLayout
+    import speccond
 
     model = _dbrx()
     ids = {"input_ids": torch.randint(3, 64, (2, 8))}
@@ -69,8 +69,8 @@ def test_verify_accepts_the_right_layout_of_a_module_that_clamps_its_qkv():
 
 
 def test_verify_still_rejects_the_wrong_layout_of_a_module_that_clamps_its_qkv():
-    import speccond
     from speccond import ProjectionLayout
+    import speccond
 
     model = _dbrx()
     state = {k: v.clone() for k, v in model.state_dict().items()}

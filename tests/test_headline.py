@@ -1,13 +1,13 @@
 """scripts/headline.py: README's summary and RESULTS' opening table are what it makes of the committed
-final tables (issue 17), and it reads a final table as experiments/final_table.py writes it."""
+final tables (issue 17), and it reads a final table as harness/reporting/final_table.py writes it."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from speccond.experiments.final_table import final_table, read_final_table, write_final_table
-from speccond.experiments.stats import holm, paired_p_value
+from speccond.harness.reporting.final_table import final_table, read_final_table, write_final_table
+from speccond.harness.reporting.stats import holm, paired_p_value
 from tests.scripts import load_script
 
 

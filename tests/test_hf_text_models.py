@@ -1,4 +1,4 @@
-"""Any transformers encoder on the language tasks (``--model hf:<model_type>``, experiments/hf_text_model.py):
+"""Any transformers encoder on the language tasks (``--model hf:<model_type>``, harness/models/hf_text.py):
 built from its config with the task's vocabulary, classes and positions, conditioned by the run's method,
 trained for classification and masked-LM pre-training, resumed to the same bytes; unknown types and
 misplaced settings are refused before anything is written."""
@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import speccond
-from speccond.cli import main
-from speccond.experiments import checkpoint
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.run_model import model_for
-from speccond.experiments.train import train
+from speccond.harness.cli import main
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import model_for
+from speccond.harness.training import checkpoint
+from speccond.harness.training.train import train
 from tests.test_language import language_home, prepared, sources, tiny_arrays  # noqa: F401 (fixtures)
 
 ROBERTA = "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64"

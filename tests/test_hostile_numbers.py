@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import speccond
-from speccond.backends import attachments
+from speccond.core.backends import attachments
 
 LAYOUT = speccond.ProjectionLayout("qkv", num_heads=2)
 DECLARED = {r"qkv\.weight$": LAYOUT}

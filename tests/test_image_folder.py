@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from speccond.cli import main
+from speccond.harness.cli import main
 
 
 def write_folder(root, per_class=(12, 4), size=(20, 24), classes=("spots", "stripes")):

@@ -39,7 +39,7 @@ def test_inferred_layout_conditions_exactly_q_k_v_with_unequal_lam(name):
     before = {n: model.get_parameter(n).detach().clone() for n in case.params}
     report = _apply(model, lam_q=UNEQUAL["q"], lam_k=UNEQUAL["k"], lam_v=UNEQUAL["v"])
     assert {row.module + ".weight" for row in report} == set(case.params)
-    found = {a.qualified_name: a for a in speccond.backends.attachments(model)}
+    found = {a.qualified_name: a for a in speccond.core.backends.attachments(model)}
     for param, layout in case.params.items():
         change = found[param].effective_weight().detach() - before[param]
         torch.testing.assert_close(change, expected_identity(before[param], layout, UNEQUAL), rtol=0, atol=1e-12,
@@ -70,7 +70,7 @@ def test_an_unnamed_per_head_attention_is_inferred_verified_and_measurable():
     report = _apply(model, lam_q=1.0, lam_k=2.0, lam_v=3.0)
     assert {row.module for row in report} == {"0.to_qkv", "1.to_qkv"}
     layout = speccond.ProjectionLayout("qkv", 4, arrangement="per_head")
-    attachment = next(speccond.backends.attachments(model))
+    attachment = next(speccond.core.backends.attachments(model))
     assert attachment.correction.layout == layout
     change = attachment.effective_weight().detach() - before
     torch.testing.assert_close(change, expected_identity(before, layout, UNEQUAL), rtol=0, atol=1e-12)

@@ -294,9 +294,9 @@ def test_auto_never_reports_an_unconverged_kappa(monkeypatch):
     """method="auto" on a J above the exact threshold (lowered here): with a budget that cannot converge,
     kappa and kappa_nonzero are nan and the bracket holds the exact value; with the default budget, the
     value; through attention_jacobian the Records row carries the same fields."""
-    import speccond.diagnostics.jacobian as jacobian_module
     from speccond import diagnostics as dx
     from speccond.diagnostics.heads import head_cases
+    import speccond.diagnostics.jacobian as jacobian_module
     from tests.models import timm_vit
 
     head = _head(1, 16, 32, 8, 0)

@@ -1,4 +1,4 @@
-"""Kept run records are committed packed (kept.tar.xz and kept.manifest.json, experiments/kept_runs.py): the
+"""Kept run records are committed packed (kept.tar.xz and kept.manifest.json, harness/protocol/kept_runs.py): the
 archive restores every file bit for bit, the same records always pack to the same bytes, and a damaged
 archive or manifest is refused, naming the file, before anything is read."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from speccond.experiments import kept_runs
+from speccond.harness.protocol import kept_runs
 
 
 def _records(folder):

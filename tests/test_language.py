@@ -23,18 +23,20 @@ from safetensors.torch import load_file
 from speccond.data import byte_text, cifar10, language, wordpiece
 from speccond.data.store import prepare, sha256
 from speccond.data.wordpiece import CLS, MASK, PAD, SEP, SPECIAL_COUNT
-from speccond.experiments import checkpoint, kept_runs, mlm
-from speccond.experiments.bert_model import ENCODER, POOLER
-from speccond.experiments.compare import compare
-from speccond.experiments.glue import glue_table
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.methods import METHODS
-from speccond.experiments.pretrained import KEPT_ENCODER, load_pretrained
-from speccond.experiments.runs import read_run
-from speccond.experiments.stats import mean_interval, paired_difference
-from speccond.experiments.tasks import load_task, task_shape
-from speccond.experiments.run_model import build_model
-from speccond.experiments.train import train
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.methods import METHODS
+from speccond.harness.models.bert import ENCODER, POOLER
+from speccond.harness.models.run_model import build_model
+from speccond.harness.protocol import kept_runs
+from speccond.harness.protocol.compare import compare
+from speccond.harness.reporting.glue import glue_table
+from speccond.harness.reporting.stats import mean_interval, paired_difference
+from speccond.harness.tasks import mlm
+from speccond.harness.tasks.datasets import load_task, task_shape
+from speccond.harness.training import checkpoint
+from speccond.harness.training.pretrained import KEPT_ENCODER, load_pretrained
+from speccond.harness.training.runs import read_run
+from speccond.harness.training.train import train
 
 TINY = language.LanguageConfig(vocab_size=1000, documents=30, examples=600)
 BERT = dict(model="bert", embed_dim=32, depth=1, num_heads=2, warmup_steps=1)
@@ -333,7 +335,7 @@ def test_every_method_trains_bert_on_mlm_and_classification(method):
 
 
 def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own_pretraining(prepared, pretrained, tmp_path):
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     base = dataclasses.replace(FINETUNE, init_from=str(pretrained / "{method}" / "seed-0"))
     folders = []
@@ -371,6 +373,6 @@ def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own
     ("qk-norm", "qk-norm"),
 ])
 def test_glue_rows_line_up_whatever_pre_training_path_each_method_named(label, row):
-    from speccond.experiments.glue import row_label
+    from speccond.harness.reporting.glue import row_label
 
     assert row_label(label) == row

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from speccond.experiments.final_table import final_table, write_final_table
+from speccond.harness.reporting.final_table import final_table, write_final_table
 from tests.scripts import load_script
 
 

@@ -1,4 +1,4 @@
-"""The peer methods of the comparison (speccond.experiments.methods): each equals its reference
+"""The peer methods of the comparison (speccond.harness.methods): each equals its reference
 implementation, keeps the property that defines it after training, trains, and survives a state_dict."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from torch import nn
 
 import speccond
 from speccond.adapters import find_projections
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.methods import METHODS
-from speccond.experiments.methods import apply_method
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.methods import METHODS
+from speccond.harness.methods import apply_method
 
 from .conftest import assert_close
 

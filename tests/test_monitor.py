@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import speccond
 from speccond import diagnostics as dx
+import speccond
 from speccond.layers import attention_layers
 from speccond.monitor import Monitor, Schedule, read_csv_metrics
 

@@ -1,11 +1,11 @@
-"""The one optimiser recipe (experiments/optimizer.py) and what each harness exempts from weight decay."""
+"""The one optimiser recipe (harness/training/optimizer.py) and what each harness exempts from weight decay."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
 
-from speccond.experiments.optimizer import adamw
+from speccond.harness.training.optimizer import adamw
 
 timm = pytest.importorskip("timm")
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-import speccond
 from speccond import peers
+import speccond
 
 from .conftest import assert_close
 

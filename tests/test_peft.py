@@ -5,7 +5,7 @@
   and loading it onto a freshly conditioned base all give the function of the unmerged model; the model
   stays conditioned, and speccond.remove afterwards still gives the same function;
 - the weight backend is exact for every tuner: writes into the W + C it hands out (PEFT's merge writes
-  ``base_layer.weight.data``) are stored as (value - C) in W (speccond.effective_weight);
+  ``base_layer.weight.data``) are stored as (value - C) in W (speccond.core.effective_weight);
 - the activation backend under a tuner that rescales the output (IA3, DoRA) is refused: by apply on a
   PEFT model, and at the first forward when PEFT wrapped a conditioned model; LoRA for
   nn.MultiheadAttention is refused by apply;
@@ -22,10 +22,10 @@ import pytest
 import torch
 from torch import nn
 
-import speccond
 from speccond import SpectralConfig
-from speccond.backends import attachments
-from speccond.peft_layers import is_tuner_layer
+import speccond
+from speccond.core.backends import attachments
+from speccond.core.peft_layers import is_tuner_layer
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")

@@ -1,4 +1,4 @@
-"""Mixed precision in the harness (experiments/precision.py): bfloat16 and float16 autocast of the training
+"""Mixed precision in the harness (harness/training/precision.py): bfloat16 and float16 autocast of the training
 forward on the CPU, float16's gradient scaler kept in checkpoints so an interrupted run resumes to the same
 bytes, and float32, the default, left untouched."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from speccond.experiments import checkpoint
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.train import train
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.training import checkpoint
+from speccond.harness.training.train import train
 
 SETS = ["task=digits", "embed_dim=32", "depth=1", "num_heads=2", "patch_size=2", "epochs=2", "batch_size=64",
         "warmup_steps=2", "method=spectral-svd", "test_size=128", "checkpoint_every=5"]

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.run_model import model_for
-from speccond.experiments.train import train
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import model_for
+from speccond.harness.training.train import train
 
 SETS = ["task=digits", "embed_dim=32", "depth=1", "num_heads=2", "patch_size=2", "epochs=2", "batch_size=45",
         "warmup_steps=2", "method=baseline", "test_size=128", "checkpoint_every=5"]
@@ -44,7 +44,7 @@ def test_mixup_and_cutmix_train_on_soft_targets_and_resume_to_the_same_bytes(tmp
 
 
 def test_label_smoothing_alone_smooths_without_mixing(tmp_path, monkeypatch):
-    from speccond.experiments.training_tasks import training_task
+    from speccond.harness.training.training_tasks import training_task
 
     task = training_task(TrainConfig().with_overrides([*SETS, "label_smoothing=0.1"]))
     images, soft = task.mix(torch.ones(4, 1, 8, 8), torch.tensor([0, 1, 2, 3]), seed=0)

@@ -14,8 +14,8 @@ import warnings
 import pytest
 import torch
 
-import speccond
 from speccond import ProjectionLayout as L
+import speccond
 from speccond.adapters.inferred import InferredAttentionAdapter
 from tests.test_architectures import CASES, REFUSED, _build, _inputs
 

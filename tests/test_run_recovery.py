@@ -17,8 +17,8 @@ import pytest
 import torch
 from torch import nn
 
-from speccond.experiments import checkpoint
-from speccond.experiments.run_dir import resume
+from speccond.harness.training import checkpoint
+from speccond.harness.training.run_dir import resume
 
 
 class Injected(RuntimeError):
@@ -146,7 +146,7 @@ def _hold_lock(folder, ready) -> None:
     """In a forked child: take ``folder``'s lock, say so, and keep it until killed."""
     import time
 
-    from speccond.experiments.folder_lock import writing
+    from speccond.harness.training.folder_lock import writing
 
     with writing(folder):
         ready.set()
@@ -170,7 +170,7 @@ def holder(tmp_path):
 
 
 def test_a_locked_folder_refuses_a_second_writer_naming_the_holder(holder):
-    from speccond.experiments.folder_lock import writing
+    from speccond.harness.training.folder_lock import writing
 
     process, out = holder
     with pytest.raises(ValueError, match=rf"{out} is being written by another process \(pid {process.pid}, lock "):
@@ -181,7 +181,7 @@ def test_a_locked_folder_refuses_a_second_writer_naming_the_holder(holder):
 def test_a_killed_holder_leaves_no_lock(holder):
     import signal
 
-    from speccond.experiments.folder_lock import writing
+    from speccond.harness.training.folder_lock import writing
 
     process, out = holder
     os.kill(process.pid, signal.SIGKILL)
@@ -191,7 +191,7 @@ def test_a_killed_holder_leaves_no_lock(holder):
 
 
 def test_compare_and_train_on_a_locked_folder_exit_2_naming_the_pid_and_write_nothing(holder, digits, capsys):
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     process, out = holder
     before = sorted(p.name for p in out.rglob("*"))
@@ -215,8 +215,8 @@ def digits(digits_home, monkeypatch):
 
 
 def test_a_kill_before_the_first_checkpoint_does_not_duplicate_the_trackers_step_0_rows(tmp_path, digits):
-    from speccond.experiments.config import TrainConfig
-    from speccond.experiments.train import train
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.training.train import train
 
     config = TrainConfig().with_overrides([f.removeprefix("--set=") for f in TINY_FLAGS] + [
         "task=digits", "track_every=2", "checkpoint_every=100"])

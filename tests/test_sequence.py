@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import speccond
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.sequence_model import PAD, attention_mode, build_nystromformer, padded_length
-from speccond.experiments.tasks import load_task, pixel_tokens, task_shape
-from speccond.experiments.run_model import build_model
-from speccond.experiments.train import train
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import build_model
+from speccond.harness.models.sequence import PAD, attention_mode, build_nystromformer, padded_length
+from speccond.harness.tasks.datasets import load_task, pixel_tokens, task_shape
+from speccond.harness.training.train import train
 
 
 
@@ -103,7 +103,7 @@ def test_an_example_gets_the_same_output_alone_and_in_a_batch(lam):
 
 
 def test_a_report_names_the_attention_its_nystromformer_runs_computed():
-    from speccond.experiments.report import _title
+    from speccond.harness.reporting.report import _title
 
     length = task_shape("lra-listops").length
     shared = {"task": "lra-listops", "model": "nystromformer", "embed_dim": 64, "depth": 2, "num_heads": 2}

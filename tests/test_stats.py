@@ -1,4 +1,4 @@
-"""The harness statistics: paired t-test p-values and Holm's adjustment (experiments/stats.py)."""
+"""The harness statistics: paired t-test p-values and Holm's adjustment (harness/reporting/stats.py)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from speccond.experiments.stats import holm, paired_p_value, t_two_sided_p
+from speccond.harness.reporting.stats import holm, paired_p_value, t_two_sided_p
 
 
 def test_the_paired_t_test_agrees_with_scipy():
@@ -44,7 +44,7 @@ def test_holm_steps_down_keeps_order_and_ignores_nan():
 
 
 def test_a_family_pairs_each_arm_by_its_common_seeds_and_adjusts_over_the_arms_it_tested():
-    from speccond.experiments.stats import against_reference, family
+    from speccond.harness.reporting.stats import against_reference, family
 
     reference = {0: 0.50, 1: 0.60, 2: 0.55}
     arms = {"up": {0: 0.60, 1: 0.71, 2: 0.64}, "flat": {0: 0.52, 1: 0.58, 2: 0.55}, "one seed": {5: 0.9, 0: 0.9}}

@@ -34,9 +34,9 @@ import torch
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from speccond.correction import SpectralCorrection
-from speccond.layout import ProjectionLayout
-from speccond.spectral import (
+from speccond.core.correction import SpectralCorrection
+from speccond.core.layout import ProjectionLayout
+from speccond.core.spectral import (
     kappa,
     rectangular_identity,
     spectrum,

@@ -1,4 +1,4 @@
-"""timing.json (experiments/timing.py): a run's wall time over every resume, recorded at each checkpoint, and
+"""timing.json (harness/training/timing.py): a run's wall time over every resume, recorded at each checkpoint, and
 marked incomplete when a kill lost some of it, so that no reader reports an undercount as a wall time.
 
 Every run here is a real training run of the tiny ViT of test_compare (12 steps, a checkpoint every 6).
@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from speccond.experiments.compare import train_timed
-from speccond.experiments.timing import read_timing, recorded_seconds
-from speccond.experiments.train import train
+from speccond.harness.protocol.compare import train_timed
+from speccond.harness.training.timing import read_timing, recorded_seconds
+from speccond.harness.training.train import train
 from tests import test_compare
 from tests.test_compare import TINY, needs_data
 
@@ -71,7 +71,7 @@ def test_a_resume_past_the_recorded_time_marks_it_incomplete_for_good(data_home,
     train_timed(TINY, run, progress=False)
     assert read_timing(run) == lost  # asked again: still incomplete, nothing added
 
-    from speccond.experiments.runs import read_run
+    from speccond.harness.training.runs import read_run
 
     record = read_run(run)
     assert record.status == "finished" and record.seconds is None

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from speccond.cli import main
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.run_model import model_for
+from speccond.harness.cli import main
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import model_for
 
 VIT_FAMILY = ["vit_small_patch16_224", "deit_tiny_patch16_224", "vit_base_patch16_224", "eva02_tiny_patch14_224",
               "vit_relpos_small_patch16_224"]

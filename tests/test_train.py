@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from speccond.experiments import checkpoint
-from speccond.experiments.config import TrainConfig
-from speccond.experiments.tasks import task_shape
-from speccond.experiments.run_model import build_model
-from speccond.experiments.train import train
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.models.run_model import build_model
+from speccond.harness.tasks.datasets import task_shape
+from speccond.harness.training import checkpoint
+from speccond.harness.training.train import train
 
 needs_data = pytest.mark.skipif(
     not Path("/usr/share/datasets/fashion-mnist").is_dir(),
@@ -100,7 +100,7 @@ def test_resuming_with_another_config_is_refused(prepared, tmp_path):
 
 @needs_data
 def test_cli_train_and_resume(prepared, tmp_path, capsys):
-    from speccond.cli import main
+    from speccond.harness.cli import main
 
     sets = ["--set", "embed_dim=32", "--set", "depth=1", "--set", "num_heads=2", "--set", "patch_size=7",
             "--set", "train_size=128", "--set", "test_size=50", "--set", "batch_size=64", "--set", "method=baseline"]
@@ -140,8 +140,8 @@ def test_shifted_init_equals_spectral_at_step_zero_but_carries_no_correction():
 
 @needs_data
 def test_a_diverging_run_stops_keeps_a_good_checkpoint_and_stays_diverged(prepared, tmp_path, capsys):
-    from speccond.cli import main
     from speccond.diagnostics.records import read_metrics
+    from speccond.harness.cli import main
 
     config = TINY.with_overrides(["method=baseline", "lr=1000", "grad_clip=0"])
     result = train(config, tmp_path / "run", progress=False)
@@ -244,7 +244,7 @@ def test_torchrun_two_processes_match_one_process_with_the_same_global_batch(pre
 
 
 def test_device_is_validated_and_cuda_without_a_gpu_is_a_clear_error():
-    from speccond.experiments.distributed import Context
+    from speccond.harness.training.distributed import Context
 
     with pytest.raises(ValueError, match="device must be 'auto', 'cpu' or 'cuda', got 'gpu'"):
         TrainConfig(device="gpu")
@@ -287,8 +287,8 @@ def test_attention_norm_none_drops_the_layernorm_before_attention():
 @needs_data
 def test_refresh_every_keeps_the_svd_correction_on_the_current_weights(prepared, tmp_path):
     import speccond
-    from speccond.backends import attachments
-    from speccond.experiments.run_model import model_for
+    from speccond.core.backends import attachments
+    from speccond.harness.models.run_model import model_for
 
     def drift(refresh_every: int) -> float:
         """Largest change of a saved svd correction when recomputed from the saved weights."""
@@ -310,7 +310,7 @@ def test_refresh_every_keeps_the_svd_correction_on_the_current_weights(prepared,
 
 def test_target_kappa_trains_with_lam_auto_and_refresh_rechooses_it():
     import speccond
-    from speccond.backends import attachments
+    from speccond.core.backends import attachments
 
     config = TINY.with_overrides(["method=spectral", "target_kappa=2", "granularity=projection"])
     model = build_model(config, FASHION)
@@ -332,7 +332,7 @@ def test_a_validation_split_is_held_out_the_same_for_every_run_and_test_is_score
     """val_size holds out the same training examples for every seed and method (pinned in config.json by
     the SHA-256 of their indices); "val" rows follow every epoch and the test split is scored once, at the
     end. Without val_size the published protocol is unchanged (a test row after every epoch)."""
-    from speccond.experiments.tasks import load_task, split_indices
+    from speccond.harness.tasks.datasets import load_task, split_indices
 
     config = TINY.with_overrides(["val_size=96"])
     held = {}
@@ -361,7 +361,7 @@ def test_a_validation_split_is_held_out_the_same_for_every_run_and_test_is_score
 @needs_data
 def test_flush_denormal_holds_for_the_run_and_is_undone_after_it(prepared, tmp_path, monkeypatch):
     seen = []
-    import speccond.experiments.train as loop
+    import speccond.harness.training.train as loop
 
     real = loop.train_run
 

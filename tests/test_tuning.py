@@ -1,4 +1,4 @@
-"""speccond tune (experiments/tuning.py): issue 17's protocol on scikit-learn's digits, seconds per run."""
+"""speccond tune (harness/protocol/tuning.py): issue 17's protocol on scikit-learn's digits, seconds per run."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-from speccond.cli import main
 from speccond.diagnostics.records import read_metrics
-from speccond.experiments import tuning
-from speccond.experiments.config import TrainConfig
+from speccond.harness.cli import main
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.protocol import tuning
 
 TWO_EPOCHS = ["--task", "digits", "--preset", "quick", "--val-size", "144", "--set", "epochs=2"]
 
@@ -112,7 +112,7 @@ def test_the_tuning_table_and_plot_name_the_figure_the_task_is_tuned_on(tmp_path
 
 
 def test_the_final_table_names_its_figure_box_ap_for_detection():
-    from speccond.experiments.final_table import final_table
+    from speccond.harness.reporting.final_table import final_table
 
     figures = {"baseline": {100: 0.40, 101: 0.41}, "spectral": {100: 0.38, 101: 0.37}}
     text, record = final_table(figures, {"baseline": 3e-3, "spectral": 1e-3}, "baseline", "box_ap", 2, "# t", "d.")
@@ -143,8 +143,8 @@ def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_a
     import subprocess
     from pathlib import Path
 
-    from speccond.cli import build_parser
-    from speccond.experiments.methods import METHODS
+    from speccond.harness.cli import build_parser
+    from speccond.harness.methods import METHODS
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "protocol.sh"
     registered = ["baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
@@ -363,11 +363,11 @@ def test_the_language_tasks_of_pre_training_seed_1_take_the_choice_made_from_see
 
 
 def test_kept_tuning_runs_restore_on_a_fresh_machine_as_finished_and_nothing_is_overwritten(tmp_path, one_thread):
-    """experiments/kept_runs.py: the records of finished tuning runs (config.json, metrics.jsonl, timing.json)
+    """harness/protocol/kept_runs.py: the records of finished tuning runs (config.json, metrics.jsonl, timing.json)
     kept in the repository come back as finished runs, so speccond tune trains none of them again and
     chooses as the machine that trained them did; keeping refuses other records of a run it already keeps,
     and restoring leaves a run the folder already has alone."""
-    from speccond.experiments import kept_runs
+    from speccond.harness.protocol import kept_runs
 
     arms = ["--arms", "baseline,spectral", "--lrs", "1e-3", "--tuning-seeds", "1", "--stage", "tune"]
     first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
@@ -402,8 +402,8 @@ def test_kept_final_runs_restore_as_finished_and_report_the_same_figures_and_kap
     """A final run is kept too (its records and kappa.json, the kappa its report computes from the checkpoint
     that is not kept): restored on a fresh machine with the committed choice, no run is trained again and
     the final report gives the same figures, kappa at the end included, as the machine that trained them."""
-    from speccond.experiments import kept_runs
-    from speccond.experiments.runs import read_run
+    from speccond.harness.protocol import kept_runs
+    from speccond.harness.training.runs import read_run
 
     arms = ["--arms", "baseline,spectral", "--lrs", "1e-3", "--tuning-seeds", "1", "--final-seeds", "2"]
     first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"

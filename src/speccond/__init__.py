@@ -11,8 +11,8 @@
 """
 from speccond.api import apply, describe, is_conditioned, refresh, remove
 from speccond.checkpoint import from_pretrained, load_conditioned, save_conditioned, save_pretrained
-from speccond.config import SpectralConfig
-from speccond.layout import ProjectionLayout
+from speccond.core.config import SpectralConfig
+from speccond.core.layout import ProjectionLayout
 from speccond.peft_adapters import load_adapter, save_adapter
 from speccond.report import ReportRow, SpectralReport
 from speccond.verify import VerificationError, verify

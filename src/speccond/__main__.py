@@ -1,4 +1,4 @@
 """``python -m speccond ...`` (and ``torchrun -m speccond train ...``): the command line."""
-from speccond.cli import main
+from speccond.harness.cli import main
 
 raise SystemExit(main())

@@ -23,14 +23,14 @@ from speccond.adapters import (
 )
 from speccond.adapters.base import is_conv1d
 from speccond.adapters.unrecognised import state_space_mixers
-from speccond.backends import Undo, attach, attachments, detach, merged_weight, restore
 from speccond.checkpoint_files import refuse_partly_loaded
 from speccond.checks import check_example_input, received, require_bool, require_module
-from speccond.config import SpectralConfig
-from speccond.correction import SpectralCorrection
-from speccond.peft_layers import is_tuner_layer, rescaling_reason
+from speccond.core.backends import Undo, attach, attachments, detach, merged_weight, restore
+from speccond.core.config import SpectralConfig
+from speccond.core.correction import SpectralCorrection
+from speccond.core.peft_layers import is_tuner_layer, rescaling_reason
+from speccond.core.sharded import is_sharded
 from speccond.report import PendingRows, SpectralReport, rows_for
-from speccond.sharded import is_sharded
 from speccond.verify import verify
 
 log = logging.getLogger(__name__)
@@ -357,7 +357,7 @@ def _placement(model: nn.Module, site: ProjectionSite) -> tuple[Optional[nn.Modu
 
 def _check_not_rewritten_by_peft(model: nn.Module, site: ProjectionSite, backend: str) -> None:
     """PEFT wraps a Linear (or Conv1D) and calls it: the correction on the wrapped layer then holds (see
-    speccond.peft_layers), except on the activation backend under a tuner that rescales the output (IA3,
+    speccond.core.peft_layers), except on the activation backend under a tuner that rescales the output (IA3,
     DoRA). PEFT's other tuner layers (LoRA for nn.MultiheadAttention) delete and re-register the wrapped
     module's weights around every forward, which would take the correction off. Those are refused."""
     parent, _ = _placement(model, site)

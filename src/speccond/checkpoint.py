@@ -1,7 +1,7 @@
 """Saving and loading conditioned models: a checkpoint says that it is conditioned, and how.
 
 Every SpectralCorrection saves a marker in the state dict (``<proj>.parametrizations.weight.0.speccond`` or
-``<proj>.spectral_correction.speccond``: its description as JSON, ``speccond.correction``), so whatever
+``<proj>.spectral_correction.speccond``: its description as JSON, ``speccond.core.correction``), so whatever
 wrote the state dict (``model.save_pretrained``, ``Trainer.save_model``, safetensors' ``save_file``), the
 checkpoint names every conditioned parameter, its backend and its correction. From that this module
 rebuilds the conditioning and loads every tensor exactly:
@@ -40,17 +40,17 @@ from torch import nn
 
 from speccond.adapters import attention_modules, find_projections, unrecognised_attention
 from speccond.api import apply, is_conditioned, remove
-from speccond.backends import attachments
-from speccond.config import AUTO, SpectralConfig
-from speccond.correction import decode_marker, describe_marker, essentials
+from speccond.core.backends import attachments
+from speccond.core.config import SpectralConfig
+from speccond.core.correction import decode_marker, describe_marker, essentials
 from speccond.checkpoint_files import (
     LOADED, TENSORS_SHA256, WEIGHTS, WEIGHTS_INDEX, check_files, checkpoint_files, files_sha256,
     holds_conditioned_keys, marker_site, read_verified,
 )
 from speccond.checks import received, require_module
 from speccond.checksum import tensors_sha256
-from speccond.layout import ProjectionLayout
-from speccond.sharded import is_sharded
+from speccond.core.layout import ProjectionLayout
+from speccond.core.sharded import is_sharded
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ def inferred_config(model: nn.Module, recorded: Mapping[str, dict]) -> SpectralC
         warnings.simplefilter("ignore", UserWarning)
         found = _default_sites(model, SpectralConfig(**base))
         layouts = {
-            f"^{re.escape(name)}$": ProjectionLayout(**described["layout"])
+            f"^{re.escape(name)}$": ProjectionLayout.from_dict(described["layout"])
             for name, described in recorded.items()
             if name not in found or found[name].layout.to_dict() != described["layout"]
         }
@@ -432,13 +432,13 @@ def _saved_config(folder: Optional[Path]) -> Optional[SpectralConfig]:
         raise ValueError(f"{path}: unreadable ({error}); expected the JSON speccond.save_pretrained writes") from None
     if record.get("format", 0) > FORMAT:
         raise ValueError(f"{path}: format {record['format']} was written by a newer speccond; upgrade to load it")
-    fields["layouts"] = {k: ProjectionLayout(**v) for k, v in (fields.get("layouts") or {}).items()}
-    for name in ("lam", "lam_q", "lam_k", "lam_v"):
-        if fields.get(name) not in (None, AUTO):
-            fields[name] = float(fields[name])
     with warnings.catch_warnings():  # apply warned about a lam in (0, 2] when it was applied
         warnings.simplefilter("ignore", UserWarning)
-        return SpectralConfig(**fields)
+        try:
+            return SpectralConfig.from_dict(fields)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}: its config is not a SpectralConfig ({error}); expected the JSON "
+                             "speccond.save_pretrained writes") from None
 
 
 def _name(source: Source) -> str:

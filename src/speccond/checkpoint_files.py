@@ -15,9 +15,9 @@ from typing import Mapping, Optional
 import torch
 from torch import nn
 
-from speccond.backends import CHILD_NAME
 from speccond.checksum import file_sha256, tensors_sha256
-from speccond.correction import MARKER
+from speccond.core.backends import CHILD_NAME
+from speccond.core.correction import MARKER
 
 log = logging.getLogger(__name__)
 

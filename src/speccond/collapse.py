@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from speccond.sharded import gathered
+from speccond.core.sharded import gathered
 
 COLLAPSE_NATS = 0.5  # mean attention entropy below this: nearly one-hot (over 0.9 of the weight on one key)
 PROBE_TOKENS = 64

@@ -16,7 +16,7 @@ import warnings
 from typing import Callable, Iterator, Optional, Sequence
 
 from speccond.collapse import COLLAPSE_NATS, CollapseRisk
-from speccond.config import AUTO, SpectralConfig
+from speccond.core.config import AUTO, SpectralConfig
 
 Predictor = Callable[[SpectralConfig], Optional[Sequence[CollapseRisk]]]
 

@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from speccond.adapters import attention_modules, find_projections
-from speccond.peft_layers import is_tuner_layer, unmerged_delta, unmerged_tuner_layers
-from speccond.backends import AddCorrectionHook, Attachment, attachments
-from speccond.config import SpectralConfig
-from speccond.sharded import gathered
-from speccond.layout import ProjectionLayout
+from speccond.core.backends import AddCorrectionHook, Attachment, attachments
+from speccond.core.config import SpectralConfig
+from speccond.core.layout import ProjectionLayout
+from speccond.core.peft_layers import is_tuner_layer, unmerged_delta, unmerged_tuner_layers
+from speccond.core.sharded import gathered
 
 
 @dataclass(frozen=True)

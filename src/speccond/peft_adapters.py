@@ -12,7 +12,7 @@ adapter's tensors and its LoraConfig, so:
 adapter that ``PeftModel.from_pretrained`` loads as before) records whether the base was conditioned,
 and for every conditioned projection (named as in the plain base model: ``bert.encoder.layer.0.
 attention.self.query.weight``) its correction as the checkpoint markers describe it
-(``speccond.correction.essentials``) and the Frobenius norm of C, which tells apart corrections that
+(``speccond.core.correction.essentials``) and the Frobenius norm of C, which tells apart corrections that
 follow the weights (svd, lam="auto") computed from different weights. ``load_adapter`` refuses, with what
 to do, a base conditioned differently or not at all, and a conditioned base for an adapter folder that
 has no record (saved with PEFT's own save_pretrained: nothing says what it was trained on). The backend
@@ -31,8 +31,8 @@ from typing import Union
 import torch
 from torch import nn
 
-from speccond.backends import attachments
-from speccond.correction import describe_marker, essentials
+from speccond.core.backends import attachments
+from speccond.core.correction import describe_marker, essentials
 
 BASE_FILE = "speccond_base.json"
 FORMAT = 1  # of speccond_base.json

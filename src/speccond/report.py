@@ -26,10 +26,10 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional
 
-from speccond.backends import Attachment, attachments
-from speccond.config import AUTO
-from speccond.sharded import gathered
-from speccond.spectral import spectrum
+from speccond.core.backends import Attachment, attachments
+from speccond.core.config import AUTO
+from speccond.core.sharded import gathered
+from speccond.core.spectral import spectrum
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,10 @@ import torch
 from torch import nn
 
 from speccond.adapters import attention_modules
-from speccond.backends import Attachment, attachments
 from speccond.checks import check_example_input, require_module
+from speccond.core.backends import Attachment, attachments
+from speccond.core.sharded import is_sharded
 from speccond.layers import projection_bias
-from speccond.sharded import is_sharded
 
 
 # Names of an attention module's output projection (a direct Linear or Conv1D child): the probe observes
@@ -149,7 +149,7 @@ def _is_leaf(module: nn.Module) -> bool:
 def _is_correction_machinery(module: nn.Module) -> bool:
     from torch.nn.utils import parametrize
 
-    from speccond.correction import SpectralCorrection
+    from speccond.core.correction import SpectralCorrection
 
     return isinstance(module, (SpectralCorrection, parametrize.ParametrizationList, nn.ModuleDict))
 

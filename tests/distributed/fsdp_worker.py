@@ -22,8 +22,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 import speccond
+from speccond.core.sharded import gathered
 from speccond.diagnostics import attention_entropy, projection_spectra
-from speccond.sharded import gathered
 
 CORRECTIONS = {"identity": dict(lam=10.0), "svd": dict(correction="svd"), "auto": dict(lam="auto")}
 STEPS, BATCH = 3, 8

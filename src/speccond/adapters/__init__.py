@@ -14,13 +14,12 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from speccond.adapters.base import Adapter, ProjectionSpec, is_conv1d
-from speccond.peft_layers import tuned_layer
 from speccond.adapters.hf_deberta import HF_DEBERTA_V2
 from speccond.adapters.hf_fused_qkv import HF_FUSED_QKV
 from speccond.adapters.hf_gpt2 import HFGPT2AttentionAdapter
 from speccond.adapters.hf_relative_bias import HF_MPNET, HF_T5
-from speccond.adapters.inferred import InferredAttentionAdapter
 from speccond.adapters.hf_separate_qkv import HF_ALBERT, HF_BERT, HF_DISTILBERT, HF_QKV_PROJ
+from speccond.adapters.inferred import InferredAttentionAdapter
 from speccond.adapters.timm_attention import TIMM_ATTENTION
 from speccond.adapters.timm_attention_pool import TimmAttentionPoolAdapter
 from speccond.adapters.timm_davit import TIMM_DAVIT_CHANNEL, TIMM_DAVIT_CHANNEL_V2, TIMM_DAVIT_WINDOW
@@ -28,6 +27,7 @@ from speccond.adapters.timm_eva import TIMM_BEIT, TIMM_EVA, TIMM_SWINV2
 from speccond.adapters.timm_fused import TIMM_CAIT_TALKING_HEADS, TIMM_CONVIT_MHSA, TIMM_FASTVIT
 from speccond.adapters.timm_pooled import TIMM_HIERA, TIMM_MVIT
 from speccond.adapters.timm_refused import TIMM_REFUSED
+from speccond.core.peft_layers import tuned_layer
 from speccond.adapters.timm_separate import (
     TIMM_CONVIT_GPSA, TIMM_CROSSVIT, TIMM_MVIT_POOL_FIRST, TIMM_REDUCED_KV, TIMM_TNT,
 )
@@ -36,8 +36,8 @@ from speccond.adapters.timm_windowed import TIMM_GCVIT, TIMM_MAXVIT, TIMM_NEST, 
 from speccond.adapters.timm_xcit import TIMM_XCA, TimmClassAttnAdapter
 from speccond.adapters.torch_mha import TorchMultiheadAttentionAdapter
 from speccond.adapters.unrecognised import UnrecognisedAttention, find_unrecognised, unrecognised_message
-from speccond.config import SpectralConfig
-from speccond.layout import ProjectionLayout
+from speccond.core.config import SpectralConfig
+from speccond.core.layout import ProjectionLayout
 
 # First match wins. The timm and transformers entries match disjoint class paths; the transformers
 # entries also require their q/k/v attribute names, so their order does not matter either, except that

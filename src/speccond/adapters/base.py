@@ -9,8 +9,8 @@ from typing import Protocol
 
 from torch import nn
 
-from speccond.layout import ProjectionLayout
-from speccond.peft_layers import tuned_layer
+from speccond.core.layout import ProjectionLayout
+from speccond.core.peft_layers import tuned_layer
 
 # Why apply's collapse warning (speccond.collapse) does not apply to a module: its logits do not grow with lam.
 NORMALISED_QK_EXEMPT = (
@@ -81,7 +81,7 @@ def class_path(module: nn.Module) -> str:
 
 
 def is_linear(module: object) -> bool:
-    """An nn.Linear, also inside a PEFT tuner layer (see :func:`speccond.peft_layers.tuned_layer`)."""
+    """An nn.Linear, also inside a PEFT tuner layer (see :func:`speccond.core.peft_layers.tuned_layer`)."""
     return isinstance(module, nn.Module) and isinstance(tuned_layer(module)[0], nn.Linear)
 
 

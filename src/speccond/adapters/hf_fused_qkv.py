@@ -35,7 +35,7 @@ from torch import nn
 from speccond.adapters.base import ProjectionSpec, class_path, is_linear
 from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, hidden_states
 from speccond.adapters.hf_separate_qkv import hf_head_inputs
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 LayoutOf = Callable[[nn.Module], Optional[ProjectionLayout]]
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from speccond.adapters.base import ProjectionSpec, class_path, is_conv1d
 from speccond.adapters.head_inputs import HeadInputs, additive_mask, hidden_states
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 
 class HFGPT2AttentionAdapter:

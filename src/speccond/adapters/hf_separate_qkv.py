@@ -31,7 +31,7 @@ from speccond.adapters.base import (
     NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
 )
 from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, has_module, hidden_states
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 _HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads")
 _NORM_ATTRS = ("q_norm", "k_norm", "query_norm", "key_norm", "q_layernorm", "k_layernorm")

@@ -47,7 +47,7 @@ from torch import nn
 
 from speccond.adapters.base import ProjectionSpec, class_path, is_conv1d, is_linear
 from speccond.adapters.unrecognised import projection_roles
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from speccond.adapters.base import (
     NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
 )
 from speccond.adapters.head_inputs import HeadInputs, RebuiltByForm, has_module, hidden_states
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 HeadForm = Callable[[nn.Module, tuple, dict], HeadInputs]
 

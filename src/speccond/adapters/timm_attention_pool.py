@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from speccond.adapters.base import QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 
 PROBE_SKIP = "the module's output passes through its own MLP, so output signatures cannot isolate the attention"

@@ -31,7 +31,7 @@ from speccond.adapters.base import (
 )
 from speccond.adapters.head_inputs import HeadInputs, Rotary, bound_arguments, has_module, hidden_states
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 SWINV2_COSINE_NOTE = (
     "SwinV2 cosine attention L2-normalises every head's q and k and multiplies the logits by a learned, "

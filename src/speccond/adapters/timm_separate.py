@@ -31,7 +31,7 @@ from torch import nn
 from speccond.adapters.base import ProjectionSpec, class_path, is_linear
 from speccond.adapters.head_inputs import HeadInputs, RebuiltByForm, hidden_states
 from speccond.adapters.timm_attention import HeadForm
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from torch import nn
 from speccond.adapters.base import ProjectionSpec
 from speccond.adapters.head_inputs import HeadInputs, argument
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 GCVIT_GLOBAL_NOTE = (
     "GCViT global attention takes its queries from the global query generator (convolutions), not from a "

@@ -16,7 +16,7 @@ from torch import nn
 
 from speccond.adapters.base import QK_L2_OVER_TOKENS, ProjectionSpec, class_path, is_linear
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 XCA_NORM_NOTE = (
     "XCA L2-normalises every q and k channel over the tokens and rescales the logits by a learned "

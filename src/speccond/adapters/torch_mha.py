@@ -13,7 +13,7 @@ from torch import nn
 
 from speccond.adapters.base import ProjectionSpec
 from speccond.adapters.head_inputs import HeadInputs, argument, hidden_states
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 
 
 class TorchMultiheadAttentionAdapter:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from speccond.adapters.base import class_path, is_conv1d
-from speccond.peft_layers import tuned_layer
+from speccond.core.peft_layers import tuned_layer
 
 _NAME = re.compile(
     r"^(?:to_|w_?|c_)?(?P<core>query_key_value|qkv|qk|kv|query|key|value|q|k|v)"

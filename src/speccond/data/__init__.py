@@ -22,7 +22,7 @@ from speccond.data import cifar10, digits, fashion_mnist
 from speccond.data import listops  # two specs: listops (LRA's sizes) and listops-small
 from speccond.data import byte_text  # two specs: text-bytes and pairs-bytes (analogues of LRA's Text and Retrieval)
 from speccond.data import pathfinder  # two specs: pathfinder (LRA's sizes) and pathfinder-small
-from speccond.data import fashion_scenes  # generated detection scenes (speccond.detection), not an image task
+from speccond.data import fashion_scenes  # generated detection scenes (speccond.harness.tasks.detection), not an image task
 from speccond.data import language  # the language experiment: tokenizer, MLM corpus, four GLUE-like tasks
 from speccond.data import image_folder  # your own images: imagefolder:DIR (not registered: any folder)
 from speccond.data.store import DatasetSpec, data_dir

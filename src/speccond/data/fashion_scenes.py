@@ -219,7 +219,7 @@ SPEC = DatasetSpec(
     parse=parse,
     hint="generated from Fashion-MNIST: apt-get install dataset-fashion-mnist (offline on Debian)",
     format_version=1,
-    image_shape=None,  # not an image-classification dataset: the detection tasks read it (speccond.detection)
+    image_shape=None,  # not an image-classification dataset: the detection tasks read it (speccond.harness.tasks.detection)
     classes=CLASSES,
     generated_sha256="6f86e8054aa5f96c3a1f4b9124663c7cf84da2a1404ac238afd9c64c9791ff20",
 )

@@ -23,7 +23,7 @@ documents only; stored as the bytes of its tokenizer.json (``tokenizer`` uint8).
 
 **MLM blocks**: each split's documents, in split order, as one token stream with [SEP] after every
 document, cut into ``BLOCK`` = 128-token rows ``[CLS] + 127 tokens``: 21,039 train / 931 test blocks
-(2.81 M tokens, 11 of them [UNK]). Masking is done at training time (experiments/mlm.py).
+(2.81 M tokens, 11 of them [UNK]). Masking is done at training time (harness/tasks/mlm.py).
 
 **Tasks** (``SUBSETS``), labelled by the ``target_scores`` key with score 1, duplicates merged and
 conflicting ones dropped (``byte_text.deduplicate``), split 80 / 10 / 10 % per class into train / val /

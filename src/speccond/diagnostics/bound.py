@@ -5,7 +5,7 @@
 for one sample X (N, D) of A(X) = softmax(X W_Q W_K^T X^T) X W_V (docs/THEORY.md section 2, reconstructed from
 summaries). How each term is formed here:
 
-- kappa(X), kappa(W_Q), kappa(W_K), kappa(W_V), kappa(P): ``speccond.spectral.spectrum`` of the float64
+- kappa(X), kappa(W_Q), kappa(W_K), kappa(W_V), kappa(P): ``speccond.core.spectral.spectrum`` of the float64
   matrix (min(rows, cols)-th singular value; inf when it is numerically zero).
 - P = the head's softmax matrix for this sample, (N, N) (``probabilities()``: its own scale, biases and
   mask).
@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 import torch
 
+from speccond.core.spectral import spectrum
 from speccond.diagnostics.jacobian import HeadLike, SingularSummary, jacobian_spectrum
-from speccond.spectral import spectrum
 
 Tensor = torch.Tensor
 

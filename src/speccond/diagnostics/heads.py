@@ -26,9 +26,9 @@ from torch import nn
 
 from speccond.adapters.head_inputs import HeadInputs, head_refusal
 from speccond.checks import check_example_input, require_module
+from speccond.core.sharded import unsharded
 from speccond.diagnostics.attention_head import AttentionHead
 from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias, unrecognised_refusal
-from speccond.sharded import unsharded
 
 Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one tensor
 

@@ -12,10 +12,10 @@ from typing import Optional
 from torch import nn
 
 from speccond.checks import received, require_bool, require_module
-from speccond.config import SpectralConfig
+from speccond.core.config import SpectralConfig
+from speccond.core.spectral import spectrum
 from speccond.diagnostics.records import Records
 from speccond.layers import attention_layers, unrecognised_refusal
-from speccond.spectral import spectrum
 
 
 def spectra_refusal(model: nn.Module, config: Optional[SpectralConfig] = None) -> str:

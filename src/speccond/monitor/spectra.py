@@ -5,7 +5,7 @@ float64, one SVD per matrix, for reports), here for a training loop: the singula
 the weights' own precision (float32; float16 and bfloat16, which the SVD does not take, in float32), all
 heads of a block in one batched call, and only the ratio sigma_max / sigma_min in float64 (Python
 floats). A matrix whose sigma_min is at most eps * max(rows, cols) * sigma_max, eps of the weights'
-dtype, is singular: kappa inf, as in :class:`speccond.spectral.Spectrum`.
+dtype, is singular: kappa inf, as in :class:`speccond.core.spectral.Spectrum`.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from speccond.adapters import ProjectionSite
 from speccond.adapters.base import QK_L2_OVER_TOKENS
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 from speccond.peers.hooks import PeerHook
 from speccond.peers.targets import projection_sites
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.utils import parametrize
 
-from speccond.backends import give_own_class
+from speccond.core.backends import give_own_class
 from speccond.peers.hooks import PeerHook
 from speccond.peers.sigma_reparam_all import MatrixSigmaReparam
 from speccond.peers.spectral_norm import BlockSpectralNorm

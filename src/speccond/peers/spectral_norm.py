@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from speccond.layout import ProjectionLayout
+from speccond.core.layout import ProjectionLayout
 from speccond.peers.targets import check_unparametrized, projection_sites
 
 # Power iterations when a block's u, v are first set; then one per training-mode forward. spectral_norm

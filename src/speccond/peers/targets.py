@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from speccond.adapters import ProjectionSite, find_projections, unrecognised_attention, unrecognised_message
-from speccond.config import SpectralConfig
+from speccond.core.config import SpectralConfig
 
 
 def projection_sites(

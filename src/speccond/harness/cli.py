@@ -1,0 +1,420 @@
+"""Command line: ``speccond demo | inspect | plot | data prepare``."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts (seeds, batch, iterations): an integer >= 1."""
+    return _checked_int(text, 1, "a positive integer (1, 2, ...)")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type=`` for seeds and other values that may be 0: an integer >= 0."""
+    return _checked_int(text, 0, "a non-negative integer (0, 1, ...)")
+
+
+def _checked_int(text: str, smallest: int, expected: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < smallest:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse ``type=`` for scales such as lam: a finite number >= 0 (not nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 10 or 0.5), got {text!r}")
+    return value
+
+
+def method_list(text: str) -> list[str]:
+    """argparse ``type=`` for ``--methods``: comma-separated names from harness.methods.METHODS, at least one."""
+    from speccond.harness.methods import METHODS
+
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if not methods or unknown:
+        got = f"unknown {', '.join(map(repr, unknown))} in {text!r}" if unknown else repr(text)
+        raise argparse.ArgumentTypeError(f"expected comma-separated methods from {', '.join(METHODS)}, got {got}")
+    return methods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``speccond`` parser: every numeric flag is checked by its ``type=`` before any command runs."""
+    parser = argparse.ArgumentParser(prog="speccond", description="Spectral conditioning of attention.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="condition a real timm ViT and print what changed")
+    demo.add_argument("--lam", type=non_negative_float, default=10.0,
+                      help="scale of the identity correction (default 10, the paper's; --correction identity)")
+    demo.add_argument("--correction", choices=("identity", "svd"), default="svd",
+                      help="svd (default: SVD per head, the setting README recommends) or identity (the paper's "
+                           "lam * I)")
+    demo.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="model and input seed (default 0)")
+
+    inspect = commands.add_parser("inspect", help="per-layer conditioning table of a named model")
+    inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download)")
+    inspect.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
+    inspect.add_argument("--plain", action="store_true", help="do not condition; inspect the model as built")
+    inspect.add_argument("--lam", type=non_negative_float, default=10.0, help="correction scale (default 10)")
+    inspect.add_argument("--correction", choices=("identity", "svd"), default="identity")
+    inspect.add_argument("--checkpoint", help="a safetensors state_dict to load after conditioning")
+    inspect.add_argument("--per-head", action="store_true", help="one row per head as well")
+    inspect.add_argument("--entropy", action="store_true", help="attention entropy on a random probe batch")
+    inspect.add_argument("--jacobian", action="store_true", help="kappa(J) w.r.t. W_Q, W_K, W_V per layer (head 0)")
+    inspect.add_argument("--jacobian-iterations", type=positive_int, default=50, metavar="N",
+                         help="Lanczos steps (matrix-free; default 50)")
+    inspect.add_argument("--batch", type=positive_int, default=2, metavar="N",
+                         help="probe batch size for entropy and Jacobian (default 2)")
+    inspect.add_argument("--json", help="also write the rows to this JSON file")
+
+    plot = commands.add_parser("plot", help="conditioning figures from tracked runs")
+    plot.add_argument("runs", nargs="+", help="run directories holding metrics.jsonl")
+    plot.add_argument("--out", default="plots", help="folder for the PNGs (default ./plots)")
+
+    run = commands.add_parser("train", help="one training run into a run directory (resumable)")
+    run.add_argument("--out", help="run directory (new run)")
+    run.add_argument("--resume", help="run directory to continue with its recorded config")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+
+    comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
+    comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
+    comparison.add_argument("--task", help="task (default fashion-mnist): an image dataset (fashion-mnist, cifar10, digits, ...), "
+                            "a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval), "
+                            "a language task (mlm, glue-sentiment, glue-fact, glue-pairs, glue-hyperbaton) "
+                            "or the detection task fashion-scenes")
+    comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit, xcit-noca (XCiT without "
+                            "class attention); nystromformer for lra-* tasks; "
+                            "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes; or "
+                            "timm:<any registered timm model> for image tasks or hf:<any transformers model type> for "
+                            "the language tasks, sized by --set model_args=k=v,k=v")
+    comparison.add_argument("--methods", type=method_list, default="baseline,spectral",
+                            help="comma-separated (default baseline,spectral); the reference is baseline when present")
+    comparison.add_argument("--seeds", type=positive_int, default=3, metavar="N",
+                            help="number of seeds, run as seeds 0, 1, ..., N-1 (default 3)")
+    comparison.add_argument("--preset", choices=("quick", "full"), default="quick")
+    comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+    comparison.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                            help="run every method at each value (repeat for a grid), e.g. --sweep lam=1,10; "
+                                 "values a method does not read (lam for baseline) are not rerun")
+
+    tuning = commands.add_parser("tune", help="every method at its own best lr on a validation split, then new "
+                                 "seeds scored on test once (docs/RESULTS.md, the pre-registered protocol)")
+    tuning.add_argument("--out", required=True, help="output folder (resumable)")
+    tuning.add_argument("--task", help="task (default fashion-mnist), as for compare")
+    tuning.add_argument("--model", help="model family, as for compare")
+    tuning.add_argument("--arms", default="baseline,spectral",
+                        help="comma-separated methods, each optionally with settings after a colon joined by '+' "
+                             "(spectral:corrected=q, spectral:target_kappa=2); default baseline,spectral")
+    tuning.add_argument("--lrs", default="3e-4,1e-3,3e-3", help="peak learning rates tried (default 3e-4,1e-3,3e-3)")
+    tuning.add_argument("--val-size", type=positive_int, required=True, metavar="N",
+                        help="validation examples held out of the training data")
+    tuning.add_argument("--tuning-seeds", type=positive_int, default=2, metavar="N", help="seeds per lr (default 2)")
+    tuning.add_argument("--final-seeds", type=positive_int, default=5, metavar="N",
+                        help="new seeds (100, 101, ...) at the chosen lr (default 5)")
+    tuning.add_argument("--preset", choices=("quick", "full"), default="full")
+    tuning.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+    tuning.add_argument("--stage", choices=("tune", "all", "report"), default="all",
+                        help="tune: stop after the choice; all: then the final runs (default); report: train "
+                             "nothing, write the tables of the runs finished so far")
+    tuning.add_argument("--extend-edges", action="store_true",
+                        help="an arm whose chosen lr is the grid's smallest or largest also runs one step past it "
+                             "(3e-4 -> 1e-4, 3e-3 -> 1e-2) and chooses over its extended grid")
+    tuning.add_argument("--engine", choices=("pool", "submitit"), default="pool",
+                        help="pool: runs side by side on this machine (default); submitit: each run a submitit job "
+                             "(Slurm where srun exists, else local processes; docs/HARNESS.md)")
+    tuning.add_argument("--cluster", choices=("auto", "local", "slurm", "debug"), default="auto",
+                        help="submitit's executor (default auto)")
+    tuning.add_argument("--slurm-partition", default="", help="submitit on Slurm: the partition")
+    tuning.add_argument("--gpus-per-node", type=non_negative_int, default=0, metavar="N",
+                        help="submitit on Slurm: GPUs per job")
+    tuning.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                        help="runs trained side by side, each in its own process (default 1)")
+    tuning.add_argument("--choice", metavar="PATH",
+                        help="take the choice from this choice.json (one speccond tune wrote for the same arms, lrs "
+                             "and --tuning-seeds, e.g. a committed docs/results/protocol-*/choice.json) instead of "
+                             "the tuning runs, which a fresh clone does not have; checked before it is used")
+
+    summary = commands.add_parser("report", help="tables and plots from finished runs (no training)")
+    summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
+    summary.add_argument("--out", help="folder for results.md, results.json and plots "
+                         "(default: the comparison folder when one is given, else ./report)")
+    summary.add_argument("--glue", action="store_true", help="one table over comparison folders of the language tasks "
+                         "(one per glue-* task, optionally mlm), laid out as the paper's GLUE table: OUT/glue.md")
+
+    data = commands.add_parser("data", help="obtain and cache datasets")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    prepare = data_commands.add_parser("prepare", help="obtain, verify and cache a dataset")
+    prepare.add_argument("name", help="dataset name, e.g. fashion-mnist")
+    packing = data_commands.add_parser("pack", help="compress prepared datasets for a machine that cannot obtain them")
+    packing.add_argument("names", nargs="+", help="dataset names, e.g. fashion-mnist cifar10")
+    packing.add_argument("--to", required=True, help="folder for NAME.safetensors.xz and manifest.json")
+    unpacking = data_commands.add_parser("unpack", help="a pack's datasets into the data dir ($SPECCOND_DATA), checked")
+    unpacking.add_argument("folder", help="the folder `speccond data pack --to` wrote")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = time.perf_counter()
+    try:
+        if args.command == "demo":
+            from speccond.harness.demo import run_demo
+
+            run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
+        elif args.command == "inspect":
+            _inspect(args)
+        elif args.command == "compare":
+            _compare(args)
+        elif args.command == "tune":
+            _tune(args)
+        elif args.command == "report":
+            _report(args)
+        elif args.command == "train":
+            code = _train(args)
+            if code:
+                return code
+        elif args.command == "data":
+            _data(args)
+        elif args.command == "plot":
+            from speccond.diagnostics.plot import plot_runs
+
+            for path in plot_runs(args.runs, args.out):
+                print(path)
+    except (ValueError, TypeError, OSError) as error:  # a user's input or file: one line, never a traceback
+        print(f"speccond {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"speccond {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    print(f"\ndone in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+def _base_config(args: argparse.Namespace, *fixed: str):
+    """The TrainConfig of compare and tune: the task's preset, then --task / --model, then --set, then
+    ``fixed`` (what the command itself requires)."""
+    from speccond.harness.config.presets import preset
+    from speccond.harness.config.train_config import TrainConfig
+
+    chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
+    task = TrainConfig().with_overrides([*chosen, *args.set]).task
+    return TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set, *fixed])
+
+
+# TrainConfig fields a command sets itself, each with the flag to use instead: --set or --sweep of one is
+# refused, never silently replaced.
+COMPARE_OWNS = {"seed": "compare runs seeds 0 to N-1 of --seeds N: use --seeds",
+                "method": "compare runs every method of --methods: use --methods"}
+TUNE_OWNS = {"seed": "tune runs seeds 0, 1, ... of --tuning-seeds, then 100, 101, ... of --final-seeds: use those",
+             "method": "tune runs the methods of --arms: use --arms (settings after a colon: spectral:lam=2)",
+             "lr": "tune tries every lr of --lrs: use --lrs", "val_size": "tune holds out --val-size: use --val-size",
+             "tuning": "tune sets it on its tuning runs only",
+             "flush_denormal": "tune always flushes subnormals (flush_denormal=1)"}
+
+
+def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        if key in owned:
+            raise ValueError(f"{flag} {pair}: {owned[key]}")
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from speccond import data
+    from speccond.harness.protocol.compare import compare, parse_sweep, variants
+    from speccond.harness.tasks.datasets import task as task_of
+    from speccond.harness.training.preflight import check_comparison_folder, check_writable
+
+    _refuse_owned("--set", args.set, COMPARE_OWNS)
+    _refuse_owned("--sweep", args.sweep, COMPARE_OWNS)
+    base = _base_config(args)
+    sweep = parse_sweep(args.sweep)
+    variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    check_writable(args.out, "--out")
+    check_comparison_folder(Path(args.out), base, sweep)
+    data.prepare(task_of(base.task).dataset)
+    compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep)
+    print((Path(args.out) / "results.md").read_text())
+    print(f"written: {Path(args.out) / 'results.md'}, results.json and the report's plots")
+
+
+def _tune(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    import dataclasses
+
+    from speccond import data
+    from speccond.harness.methods import METHODS
+    from speccond.harness.protocol import tuning
+    from speccond.harness.protocol.engines import engine_from
+    from speccond.harness.tasks.datasets import task as task_of
+    from speccond.harness.training.folder_lock import writing
+    from speccond.harness.training.preflight import check_comparison_folder, check_runnable, check_writable
+    from speccond.harness.training.training_tasks import task_class
+
+    _refuse_owned("--set", args.set, TUNE_OWNS)
+    submitit_only = [flag for flag, given in (("--cluster", args.cluster != "auto"), ("--slurm-partition",
+                     bool(args.slurm_partition)), ("--gpus-per-node", bool(args.gpus_per_node))) if given]
+    if submitit_only and args.engine != "submitit":
+        raise ValueError(f"{', '.join(submitit_only)} set(s) submitit's jobs; add --engine submitit, or leave them out")
+    base = _base_config(args, f"val_size={args.val_size}", "flush_denormal=1")
+    arms = {}
+    for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
+        if arm.partition(":")[0] not in METHODS:
+            raise ValueError(f"--arms: unknown method in {arm!r}; methods: {', '.join(METHODS)}")
+        name, config = tuning.arm_config(base, arm)
+        if name in arms:
+            raise ValueError(f"--arms names {name!r} twice; give each arm once")
+        arms[name] = config
+    if not arms:
+        raise ValueError(f"--arms {args.arms!r} names no arms; give comma-separated methods, e.g. baseline,spectral")
+    try:
+        lrs = [float(lr) for lr in args.lrs.split(",") if lr.strip()]
+    except ValueError:
+        raise ValueError(f"--lrs takes comma-separated numbers, got {args.lrs!r}") from None
+    if not lrs or not all(math.isfinite(lr) and lr > 0 for lr in lrs):
+        raise ValueError(f"--lrs takes positive learning rates, got {args.lrs!r}")
+    repeated = next((lr for i, lr in enumerate(lrs) if lr in lrs[:i]), None)
+    if repeated is not None:
+        raise ValueError(f"--lrs names {repeated:g} twice; give each learning rate once")
+    check_writable(args.out, "--out")
+    check_comparison_folder(Path(args.out), base)
+    out = Path(args.out)
+    adopted = (tuning.adopt_choice(Path(args.choice), arms, lrs, args.tuning_seeds, out, args.extend_edges)
+               if args.choice else None)
+    metric = task_class(base).metrics[0]  # the figure the arms are tuned on: accuracy, box AP for detection
+    if args.stage == "report":
+        scores = ({name: c["validation"] for name, c in adopted.items()} if adopted
+                  else tuning.protocol_scores(arms, lrs, args.tuning_seeds, out, args.extend_edges))
+        choice = tuning.write_tuning(scores, out, metric)
+        print((out / "tuning.md").read_text())
+        if choice is not None:
+            print(tuning.write_final(arms, choice, args.final_seeds, out))
+        return
+    data.prepare(task_of(base.task).dataset)
+    for config in arms.values():  # every arm builds and fits its data before the first run is written
+        check_runnable(dataclasses.replace(config, lr=lrs[0], tuning=1))
+    engine = engine_from(args.engine, out, args.cluster, slurm_partition=args.slurm_partition,
+                         gpus_per_node=args.gpus_per_node)
+    with writing(out):  # one tune per folder at a time (folder_lock.py); creates it
+        choice = adopted or tuning.tune(arms, lrs, args.tuning_seeds, out, args.jobs, args.extend_edges, engine)
+        tuning.write_tuning({name: c["validation"] for name, c in choice.items()}, out, metric)  # the scores it chose from
+        print((out / "tuning.md").read_text())
+        if args.stage == "all":
+            print(tuning.final(arms, choice, args.final_seeds, out, args.jobs, engine))
+
+
+def _data(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from speccond import data as datasets
+    from speccond.data import pack
+
+    if args.data_command == "prepare":
+        print(datasets.prepare(args.name))
+    elif args.data_command == "pack":
+        for name in args.names:
+            datasets.spec(name)  # every name checked before anything is written
+        print(pack.pack(args.names, Path(args.to)))
+    else:
+        for path in pack.unpack(Path(args.folder)):
+            print(path)
+
+
+def _report(args: argparse.Namespace) -> None:
+    if args.glue:
+        from pathlib import Path
+
+        from speccond.harness.reporting.glue import glue_table
+
+        print(glue_table(args.runs, args.out or "report"))
+        print(f"written: {Path(args.out or 'report') / 'glue.md'}")
+        return
+    from speccond.harness.reporting.report import write_report
+    from speccond.harness.training.preflight import check_writable
+
+    if args.out:
+        check_writable(args.out, "--out")
+    report = write_report(args.runs, args.out)
+    print(report.markdown)
+    print(f"written: {report.out / 'results.md'}, results.json, {', '.join(report.plots) or 'no plots'}")
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Exit status 0 when the run finished, 3 when it diverged (its row says at which step)."""
+    import json
+    import os
+    from pathlib import Path
+
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.tasks.datasets import task as task_of
+    from speccond.harness.training.preflight import check_writable
+    from speccond.harness.training.runs import read_config
+    from speccond.harness.training.train import train
+
+    if bool(args.out) == bool(args.resume):
+        raise ValueError("give exactly one of --out RUN_DIR (a new run) or --resume RUN_DIR")
+    if args.resume:
+        if not (Path(args.resume) / "config.json").is_file():
+            raise ValueError(f"{args.resume} has no config.json; nothing to resume")
+        config = read_config(args.resume).with_overrides(args.set)
+    else:
+        check_writable(args.out, "--out")
+        config = TrainConfig().with_overrides(args.set)
+    task_of(config.task)  # an unknown task is an error before the run directory is written
+    result = train(config, Path(args.out or args.resume))  # checks the model and data sizes before writing
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result))
+    return 3 if result.get("kind") == "diverged" else 0
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    from speccond import diagnostics as dx
+    import speccond
+    from speccond.harness.config.fields import parse_overrides
+    from speccond.harness.models.named import build_named_model, example_inputs
+
+    if args.json:
+        from speccond.harness.training.preflight import check_writable
+
+        check_writable(args.json, "--json", folder=False)
+    model = build_named_model(args.model, parse_overrides(args.set))
+    if not args.plain:
+        report = speccond.apply(model, speccond.SpectralConfig(lam=args.lam, correction=args.correction))
+        print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
+    if args.checkpoint:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(args.checkpoint))
+    rows = dx.projection_spectra(model, per_head=args.per_head)
+    print(rows)
+    probe = example_inputs(model, batch=args.batch)
+    if args.entropy:
+        print()
+        print(dx.attention_entropy(model, probe))
+    if args.jacobian:
+        jacobian = dx.jacobian_rows(model, probe, method="auto", max_iter=args.jacobian_iterations)
+        columns = ("layer", "head", "method", "shape", "sigma_max", "sigma_min_nonzero", "kappa", "kappa_lower",
+                   "kappa_upper", "kappa_nonzero", "kappa_nonzero_lower", "kappa_nonzero_upper", "converged")
+        print()
+        print(dx.Records([{c: r[c] for c in columns} for r in jacobian], "attention Jacobian w.r.t. W_Q, W_K, W_V"))
+    if args.json:
+        rows.save(args.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

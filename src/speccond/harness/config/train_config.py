@@ -1,0 +1,144 @@
+"""TrainConfig: one training run, every field typed and commented, validated once.
+
+``with_overrides(["lr=3e-4", "epochs=2"])`` (config/fields.py) parses ``key=value`` strings to each field's
+type and rejects unknown keys, so a command line can set any field and nothing else.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from speccond.harness.config.fields import ConfigFields, parse_overrides
+from speccond.harness.methods import METHODS  # the registry of methods (methods.py)
+
+TIMM_PREFIX = "timm:"  # model names of any registered timm model ("timm:vit_small_patch16_224")
+HF_PREFIX = "hf:"  # model names of any transformers model type, for the language tasks ("hf:roberta")
+
+
+
+@dataclass(frozen=True)
+class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
+    task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
+    model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*), "bert" (mlm, glue-*)
+    #                     or families.DETECTION_FAMILIES (Mask R-CNN on a timm trunk, fashion-scenes), or
+    #                     "timm:<registered name>" (any timm model, image tasks; sized by model_args, not below)
+    #                     or "hf:<model type>" (any transformers encoder, language tasks; its config from model_args)
+    model_args: str = ""  # timm:<name> and hf:<type> only: "key=value,key=value" (Python literals)
+    method: str = "spectral"  # one of methods.METHODS (the registry)
+    lam: float = 10.0  # identity correction scale (method "spectral")
+    correction: str = "identity"  # "identity" or "svd" (method "spectral")
+    target_kappa: float = 0.0  # > 1: lam="auto" (lam per block so the Weyl bound meets it; lam is ignored)
+    corrected: str = "qkv"  # which projections the spectral methods correct: any of q, k, v (ablation)
+    granularity: str = "head"  # svd correction per "head" or per "projection" block
+    refresh_every: int = 0  # steps between speccond.refresh (recomputes svd corrections; 0 = never)
+    attention_norm: str = "layernorm"  # "none" drops the LayerNorm before each attention (ablation; timm)
+    embed_dim: int = 128  # transformer width D
+    depth: int = 4  # number of blocks
+    num_heads: int = 4  # heads per block
+    patch_size: int = 4  # pixels per patch side
+    fpn_channels: int = 64  # detection: channels of every pyramid level and of the mask head's convolutions
+    epochs: int = 1  # passes over the training subset
+    train_size: int = 0  # use the first N training images (0 = all), after a seeded shuffle
+    val_size: int = 0  # validation examples held out of the training data, evaluated after each epoch (0 = none)
+    test_size: int = 0  # evaluate on the first N test images (0 = all)
+    batch_size: int = 128  # images per step
+    lr: float = 1e-3  # peak AdamW learning rate
+    weight_decay: float = 0.05  # decoupled weight decay (AdamW)
+    warmup_steps: int = 50  # linear warm-up, then cosine decay to 0
+    grad_clip: float = 1.0  # global gradient-norm clip (0 = off)
+    seed: int = 0  # model init, data order and augmentation
+    checkpoint_every: int = 100  # steps between checkpoints (and at the end of each epoch)
+    track_every: int = 0  # steps between diagnostics rows (0 = off)
+    eval_batch_size: int = 500  # examples per forward pass at evaluation
+    # 1: subnormal floats read as 0 during the run (torch.set_flush_denormal). Collapsed attention fills the
+    # softmax with them and runs slower on a CPU for that reason alone; flushing removes that cost and
+    # changes sums in their last bits. The published runs used 0.
+    flush_denormal: int = 0
+    tuning: int = 0  # 1: a tuning run: its final row scores the validation split; the test split is never scored
+    landmarks: int = 64  # Nystromformer landmarks (sequence tasks); sequences are padded to a multiple
+    device: str = "auto"  # "auto" (CUDA when available, else CPU), "cpu" or "cuda" (one GPU per torchrun rank)
+    mixup: float = 0.0  # mixup alpha (timm.data.Mixup; 0 = off), image classification
+    cutmix: float = 0.0  # cutmix alpha (timm.data.Mixup; 0 = off)
+    label_smoothing: float = 0.0  # of the targets, through timm.data.Mixup and SoftTargetCrossEntropy
+    drop_path: float = 0.0  # stochastic depth rate of the named timm families (timm's drop_path_rate)
+    precision: str = "float32"  # the training forward: "float32", or torch.amp autocast "bfloat16" / "float16"
+    #                             (float16 with a gradient scaler): harness/training/precision.py
+    # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
+    # from this config, e.g. runs/mlm/{method}/seed-0 or runs/mlm/{method}-lam={lam:g}/seed-{seed}. "" = none.
+    init_from: str = ""
+
+    def __post_init__(self) -> None:
+        from speccond.harness.models.families import FAMILIES, MODELS  # no timm, no transformers
+
+        models = MODELS
+        named = any(self.model.startswith(prefix) and len(self.model) > len(prefix) for prefix in (TIMM_PREFIX, HF_PREFIX))
+        if self.model not in models and not named:
+            raise ValueError(f"TrainConfig.model must be one of {models}, timm:<a registered timm model name> or "
+                             f"hf:<a transformers model type>, got {self.model!r}")
+        if self.model_args and not named:
+            raise ValueError(f"TrainConfig.model_args sets a timm:<name> or hf:<type> model's constructor arguments; "
+                             f"model {self.model!r} is sized by embed_dim, depth, num_heads and patch_size")
+        if self.init_from and self.model.startswith(HF_PREFIX):
+            raise ValueError("TrainConfig.init_from starts the project's BERT from a pre-trained encoder; an hf:<type> "
+                             "model is trained from its config's random weights (leave init_from empty)")
+        self.model_kwargs()  # a malformed model_args is refused here, before any run
+        if self.drop_path and self.model not in FAMILIES:
+            raise ValueError(f"TrainConfig.drop_path sets the stochastic depth of the named timm families {FAMILIES}; "
+                             f"for model {self.model!r} give drop_path_rate in model_args (timm:<name>), or leave it 0")
+        if self.method not in METHODS:
+            raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
+        if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):
+            raise ValueError(f"TrainConfig.corrected names projections from 'qkv' (e.g. 'qk', 'v'), got {self.corrected!r}")
+        if self.target_kappa != 0 and not (math.isfinite(self.target_kappa) and self.target_kappa > 1):
+            raise ValueError(f"TrainConfig.target_kappa must be 0 (off) or a number > 1, got {self.target_kappa}")
+        if self.granularity not in ("head", "projection"):
+            raise ValueError(f"TrainConfig.granularity must be 'head' or 'projection', got {self.granularity!r}")
+        if self.attention_norm not in ("layernorm", "none"):
+            raise ValueError(f"TrainConfig.attention_norm must be 'layernorm' or 'none', got {self.attention_norm!r}")
+        if self.precision not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"TrainConfig.precision must be 'float32', 'bfloat16' or 'float16', got {self.precision!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        for name in ("flush_denormal", "tuning"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"TrainConfig.{name} must be 0 or 1, got {getattr(self, name)}")
+        if self.tuning and not self.val_size:
+            raise ValueError("TrainConfig.tuning=1 scores the validation split, so it needs val_size > 0")
+        if self.correction not in ("identity", "svd"):
+            raise ValueError(f"TrainConfig.correction must be 'identity' or 'svd', got {self.correction!r}")
+        for name in ("embed_dim", "depth", "num_heads", "patch_size", "epochs", "batch_size", "checkpoint_every", "landmarks",
+                     "fpn_channels", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("train_size", "val_size", "test_size", "warmup_steps", "track_every", "refresh_every", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("mixup", "cutmix", "label_smoothing", "drop_path"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0) or (name in ("label_smoothing", "drop_path") and value >= 1):
+                raise ValueError(f"TrainConfig.{name} must be >= 0" + (" and < 1" if name in ("label_smoothing", "drop_path")
+                                                                       else "") + f", got {value}")
+        for name in ("lam", "lr", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"TrainConfig.{name} must be finite and >= 0, got {value}")
+        try:
+            self.init_path()
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ValueError(f"TrainConfig.init_from may name TrainConfig fields in braces, e.g. {{method}}, {{seed}}, "
+                             f"{{lam:g}}; got {self.init_from!r} ({type(error).__name__}: {error})") from None
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"TrainConfig.num_heads ({self.num_heads}) must divide embed_dim ({self.embed_dim})")
+
+    def model_kwargs(self) -> dict:
+        """model_args as keyword arguments: "drop_path_rate=0.1,depth=6" -> {"drop_path_rate": 0.1, "depth": 6}."""
+        pairs = [pair.strip() for pair in self.model_args.split(",") if pair.strip()]
+        try:
+            return parse_overrides(pairs)
+        except ValueError:
+            raise ValueError(f"TrainConfig.model_args takes key=value pairs joined by commas, e.g. "
+                             f"'drop_path_rate=0.1,depth=6'; got {self.model_args!r}") from None
+
+    def init_path(self) -> str:
+        """``init_from`` with its ``{field}`` placeholders filled from this config."""
+        return self.init_from.format(**self.to_dict())

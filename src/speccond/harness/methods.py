@@ -1,0 +1,166 @@
+"""The methods a comparison trains, applied in place to a freshly built model: ``apply_method(model, config)``.
+
+Every method targets the same q, k, v projections that ``speccond.apply`` conditions
+(``speccond.adapters.find_projections`` with the default SpectralConfig), so the peers differ from the
+fixed correction only in what they do to those projections:
+
+- "baseline": nothing.
+- "spectral": W + C with the fixed correction C (lam, correction) of Saratchandran and Lucey (2025).
+- "spectral-svd": W + C with the fixed SVD correction C = sigma_max U V^T.
+- "shifted-init": W0 + lam I baked into the initial weights, no correction afterwards (the ablation that
+  asks whether the fixed correction matters beyond initialisation, docs/THEORY.md section 3).
+- "sigma-reparam": W_hat = gamma / sigma(W) * W per q, k, v block, gamma learnable (Zhai et al., 2023).
+- "sigma-reparam-all": the same on every Linear and Conv2d, each one matrix, weights redrawn with std
+  0.02, as the authors apply it (peers/sigma_reparam_all.py).
+- "spectral-norm": W_hat = W / sigma(W) per q, k, v block (Miyato et al., 2018).
+- "qk-norm": LayerNorm over head_dim on every head of q and of k before the logits (Dehghani et al., 2023).
+- "layer-scale": gamma * attention(x), gamma learnable per channel from 0.1 (Touvron et al., 2021).
+
+The peers are the public functions of :mod:`speccond.peers`. Each method is one :class:`Method` in
+:data:`REGISTRY`: its name, how it is applied, the TrainConfig fields it reads beyond the shared ones,
+and whether it conditions q, k, v. Everything else derives from the registry: the names TrainConfig
+and the command line accept (:data:`METHODS`), the report's grouping (a baseline run ignores lam),
+labels, and the fields a pre-trained encoder must share. A new method is a function and one
+``register`` line.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from torch import nn
+
+from speccond import peers
+import speccond
+from speccond.harness.values import show_value
+
+log = logging.getLogger(__name__)
+
+# Fields a label shows only when they differ from TrainConfig's default (when the method reads them).
+LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "refresh_every": 0}
+
+
+class MethodSettings(Protocol):
+    """The fields of a run's config that a method reads (TrainConfig has them: config/train_config.py).
+    Named here so that this registry, which TrainConfig checks its ``method`` against, imports no config."""
+
+    method: str
+    lam: float
+    target_kappa: float
+    corrected: str
+    correction: str
+    granularity: str
+    refresh_every: int
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method a comparison can train.
+
+    Attributes:
+        name: what ``TrainConfig.method`` and ``--methods`` say.
+        apply: applies it in place to a freshly built model, given the run's config.
+        reads: the TrainConfig fields it depends on beyond the shared ones (the others never change its runs).
+        conditions: whether it conditions q, k, v with speccond (a pre-trained encoder must then match the
+            conditioning fields, pretrained.py).
+    """
+
+    name: str
+    apply: Callable[[nn.Module, MethodSettings], None]
+    reads: tuple[str, ...] = ()
+    conditions: bool = False
+
+
+REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add ``method`` to the registry (its name must be new)."""
+    if method.name in REGISTRY:
+        raise ValueError(f"method {method.name!r} is registered twice")
+    REGISTRY[method.name] = method
+    return method
+
+
+def apply_method(model: nn.Module, config: MethodSettings) -> None:
+    """Apply ``config.method`` to ``model`` in place (a freshly built model, not yet trained).
+
+    Raises:
+        ValueError: the method is unknown; the model has no q, k, v projections speccond recognises (or
+            attention that no adapter covers); a projection already carries a parametrization; qk-norm was
+            asked for an attention that reads its weight directly or already normalises q and k.
+    """
+    method = REGISTRY.get(config.method)
+    if method is None:
+        raise ValueError(f"unknown method {config.method!r}; known methods: {', '.join(REGISTRY)}")
+    method.apply(model, config)
+    log.info("applied method %s to %s", method.name, type(model).__name__)
+
+
+def parameters() -> tuple[str, ...]:
+    """Every field some method reads, in registration order."""
+    return tuple(dict.fromkeys(field for method in REGISTRY.values() for field in method.reads))
+
+
+def reads(method: str, field: str) -> bool:
+    """Whether runs of ``method`` depend on ``field``: any field that is not a method parameter, and the
+    method's own parameters (an unknown method, read from an old run: all of them)."""
+    known = REGISTRY.get(method)
+    return field not in parameters() or known is None or field in known.reads
+
+
+def label(values: dict) -> str:
+    """A label from a method's settings (the fields it reads, see ``reads``), e.g. "baseline",
+    "spectral lam=10", "spectral lam=auto(kappa<=50) correction=svd", "spectral-svd granularity=projection"."""
+    parts = [values["method"]]
+    if values.get("target_kappa") and values["method"] in ("spectral", "shifted-init"):
+        parts.append(f"lam=auto(kappa<={show_value(values['target_kappa'])})")
+    elif "lam" in values:
+        parts.append(f"lam={show_value(values['lam'])}")
+    if values.get("correction", "identity") != "identity":
+        parts.append(f"correction={values['correction']}")
+    parts += [f"{name}={show_value(values[name])}" for name, default in LABELLED_WHEN_SET.items()
+              if name in values and values[name] != default]
+    return " ".join(parts)
+
+
+# -- the methods -----------------------------------------------------------------------------------------
+def _spectral(model: nn.Module, config: MethodSettings) -> None:
+    speccond.apply(model, speccond.SpectralConfig(
+        lam=_lam(config), correction=config.correction, granularity=config.granularity,
+        target_kappa=config.target_kappa or 2.0, **_scales(config)))
+
+
+def _spectral_svd(model: nn.Module, config: MethodSettings) -> None:
+    speccond.apply(model, speccond.SpectralConfig(correction="svd", granularity=config.granularity, **_scales(config)))
+
+
+def _shifted_init(model: nn.Module, config: MethodSettings) -> None:
+    """W0 + C as a plain initialisation: weight decay then pulls it to 0, not to C."""
+    speccond.apply(model, speccond.SpectralConfig(
+        lam=_lam(config), granularity=config.granularity, target_kappa=config.target_kappa or 2.0, **_scales(config)))
+    speccond.remove(model, merge=True)
+
+
+def _lam(config: MethodSettings) -> float | str:
+    """config.lam, or "auto" when config.target_kappa is set."""
+    return "auto" if getattr(config, "target_kappa", 0) else config.lam
+
+
+def _scales(config: MethodSettings) -> dict[str, float | str]:
+    """lam_q, lam_k, lam_v: the lam for the projections in config.corrected, 0 (untouched) for the rest."""
+    return {f"lam_{role}": (_lam(config) if role in config.corrected else 0.0) for role in "qkv"}
+
+
+_CONDITIONING = ("corrected", "granularity", "target_kappa")
+register(Method("baseline", lambda model, config: None))
+register(Method("spectral", _spectral, ("lam", "correction", *_CONDITIONING, "refresh_every"), conditions=True))
+register(Method("spectral-svd", _spectral_svd, ("corrected", "granularity", "refresh_every"), conditions=True))
+register(Method("shifted-init", _shifted_init, ("lam", *_CONDITIONING), conditions=True))
+register(Method("sigma-reparam", lambda model, config: peers.sigma_reparam(model)))
+register(Method("sigma-reparam-all", lambda model, config: peers.sigma_reparam_all_layers(model)))
+register(Method("spectral-norm", lambda model, config: peers.spectral_norm(model)))
+register(Method("qk-norm", lambda model, config: peers.qk_norm(model)))
+register(Method("layer-scale", lambda model, config: peers.layer_scale(model)))
+METHODS = tuple(REGISTRY)  # in registration order: what TrainConfig.method and --methods accept

@@ -1,0 +1,98 @@
+"""``speccond compare``: the same training run per method and seed, then a table anyone can check.
+
+Every (method, seed) is an ordinary resumable run in ``<out>/<method>/seed-<k>`` (``<out>/<method>-lam=2/...``
+for a swept value, ``--sweep lam=2,10``); finished (or diverged)
+runs are not trained again, so an interrupted comparison continues where it stopped. The training wall
+time of each run is kept in its timing.json (harness/training/timing.py). The report is then built from the folder alone by
+:func:`speccond.harness.reporting.report.write_report`, the code behind ``speccond report``, so
+``speccond report <out>`` regenerates the same results.md; it covers every run in the folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.reporting.groups import config_key, reads
+from speccond.harness.reporting.report import Report, write_report
+from speccond.harness.training.folder_lock import writing
+from speccond.harness.training.preflight import check_comparison_folder, check_runnable
+from speccond.harness.training.timing import WallClock
+from speccond.harness.training.train import train
+
+def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out: Path, progress: bool = True,
+            sweep: Optional[Mapping[str, Sequence[str]]] = None) -> Report:
+    """Train every (variant, seed) that is not finished, then write the report of ``out``; return it.
+
+    Nothing is written before every variant is checked (preflight.py): it builds its model, its sizes fit
+    the task's data, and ``out`` holds no runs of another task or protocol.
+
+    ``sweep`` maps TrainConfig fields to values ({"lam": ["1", "10"]}): every method runs at every
+    combination of them that changes what it computes (see :func:`variants`).
+    """
+    out, sweep = Path(out), sweep or {}
+    chosen = variants(base, methods, sweep)
+    check_comparison_folder(out, base, sweep)
+    for _, config in chosen:  # every variant builds and fits its data before the first run is written
+        check_runnable(dataclasses.replace(config, seed=next(iter(seeds), 0)))
+    with writing(out):  # one compare per folder at a time (folder_lock.py)
+        for folder, config in chosen:
+            for seed in seeds:
+                train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
+        return write_report([out], out)
+
+
+def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequence[str]]) -> list[tuple[str, TrainConfig]]:
+    """(folder name, config) per method and combination of swept values, in that order.
+
+    A combination that only changes fields the method does not read (lam for the baseline) is the run
+    already listed and is not repeated; the folder name is the method plus the swept fields it reads,
+    e.g. ``spectral-lam=2`` (the same names as before for an empty sweep).
+    """
+    for name, values in sweep.items():
+        base.with_overrides([f"{name}={v}" for v in values])  # unknown field or bad value: ValueError now
+        if not values:
+            raise ValueError(f"--sweep {name}= names no values; give them comma-separated, e.g. {name}=1,10")
+    chosen, seen = [], set()
+    for method in methods:
+        for combination in itertools.product(*([(name, v) for v in values] for name, values in sweep.items())):
+            config = dataclasses.replace(base, method=method).with_overrides([f"{n}={v}" for n, v in combination])
+            if config_key(config) in seen:
+                continue
+            seen.add(config_key(config))
+            chosen.append(("-".join([method, *(f"{n}={v}" for n, v in combination if reads(method, n))]), config))
+    return chosen
+
+
+def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
+    """``["lam=1,10", "weight_decay=0,0.05"]`` -> {"lam": ["1", "10"], "weight_decay": ["0", "0.05"]}."""
+    sweep = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        if not sep or name in sweep:
+            raise ValueError(f"--sweep takes FIELD=V1,V2,... once per field, got {text!r}")
+        sweep[name] = [v.strip() for v in values.split(",") if v.strip()]
+    return sweep
+
+
+def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True,
+                trainer: Optional[Callable[..., dict]] = None) -> dict:
+    """``trainer(config, run_dir, progress=progress, on_checkpoint=...)`` (default: train.py's ``train``),
+    adding the wall time it spends to ``run_dir/timing.json`` (harness/training/timing.py) at every checkpoint and
+    at the end, so a kill loses only the time since the last checkpoint, whose steps are trained again on
+    resume anyway. A Ctrl-C records the time spent before it. A finished run asked again adds nothing."""
+    run_dir = Path(run_dir)
+    clock = WallClock(run_dir)
+    try:
+        final = (trainer or train)(config, run_dir, progress=progress, on_checkpoint=clock.record)
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the last checkpoint resumes
+        if run_dir.is_dir():
+            clock.record(clock.reached)
+        raise
+    if "step" in final and final["step"] > clock.step_before:
+        clock.record(final["step"])
+    elif not final:  # stopped at a step boundary (Ctrl-C), to be resumed
+        clock.record(clock.reached)
+    return final

@@ -1,0 +1,96 @@
+"""Where a comparison's runs train when not in the local process pool: as submitit jobs.
+
+    speccond tune ... --engine submitit                      # Slurm where srun exists, else local processes
+    speccond tune ... --engine submitit --cluster slurm --slurm-partition gpu --gpus-per-node 1
+
+Every run of a comparison (arm x lr x seed) is an independent, resumable job: it trains into its own
+folder and skips itself once finished, so the same command continues a sweep that was cut. submitit
+(the launcher the DeiT and DINO repositories use for Slurm) submits them as one job array per stage and
+waits; its "local" executor runs the same jobs as processes on this machine, which is what the tests do,
+and "debug" runs them in this process. Each job sets the thread count the process pool would give it,
+so a sweep trains the same bytes through either route (tests/test_engines.py). `speccond report` and
+the tables read the runs' folders, wherever the jobs ran.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from speccond.harness.config.train_config import TrainConfig
+
+CLUSTERS = ("auto", "local", "slurm", "debug")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a comparison: its config, trained into its own folder (skipped once finished)."""
+
+    config: "TrainConfig"
+    run: Path
+
+
+@dataclass(frozen=True)
+class Submitit:
+    folder: Path  # submitit's logs and pickles (OUT/submitit)
+    cluster: str = "auto"  # "auto": Slurm where srun exists, else local processes
+    timeout_min: int = 4320  # per job
+    slurm_partition: str = ""
+    gpus_per_node: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cluster not in CLUSTERS:
+            raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}, got {self.cluster!r}")
+
+    def run(self, jobs: list[Job], threads: int, parallel: int, stage: str) -> list[tuple[Job, BaseException]]:
+        """Submit ``jobs`` as one array, wait for all; the (job, error) of every one that failed."""
+        try:
+            import submitit
+        except ImportError:
+            raise ValueError("--engine submitit needs the submitit package: pip install submitit") from None
+        executor = submitit.AutoExecutor(folder=str(self.folder / "%j"),
+                                         cluster=None if self.cluster == "auto" else self.cluster)
+        parameters = {"name": f"speccond-{stage}", "timeout_min": self.timeout_min, "cpus_per_task": threads,
+                      "slurm_array_parallelism": parallel}
+        if self.slurm_partition:
+            parameters["slurm_partition"] = self.slurm_partition
+        if self.gpus_per_node:
+            parameters["gpus_per_node"] = self.gpus_per_node
+        executor.update_parameters(**parameters)
+        submitted = executor.map_array(train_job, jobs, [threads] * len(jobs), [parallel] * len(jobs))
+        print(f"[{stage}] {len(submitted)} jobs submitted through submitit ({executor.cluster}); logs in {self.folder}",
+              flush=True)
+        failures = []
+        for job, handle in zip(jobs, submitted):
+            try:
+                handle.result()
+                print(f"[{stage}] finished: {job.run}", flush=True)
+            except Exception as error:  # noqa: BLE001 (submitit wraps any failure of the job)
+                failures.append((job, error))
+                print(f"[{stage}] failed: {job.run} ({error})", flush=True)
+        return failures
+
+
+def train_job(job: Job, threads: int, parallel: int) -> None:
+    """One run, as the process pool's worker trains it: ``threads`` torch threads, the pool's job count
+    recorded in config.json's "arithmetic", no progress bar."""
+    import torch
+
+    from speccond.harness.protocol.compare import train_timed
+    from speccond.harness.training.run_dir import PARALLEL_JOBS
+
+    torch.set_num_threads(threads)
+    os.environ[PARALLEL_JOBS] = str(parallel)
+    train_timed(job.config, job.run, progress=False)
+
+
+def engine_from(name: str, out: Path, cluster: str = "auto", timeout_min: int = 4320, slurm_partition: str = "",
+                gpus_per_node: int = 0) -> Optional[Submitit]:
+    """The engine ``--engine`` names: None for the local process pool ("pool"), else a Submitit."""
+    if name == "pool":
+        return None
+    if name != "submitit":
+        raise ValueError(f"--engine must be pool or submitit, got {name!r}")
+    return Submitit(Path(out) / "submitit", cluster, timeout_min, slurm_partition, gpus_per_node)

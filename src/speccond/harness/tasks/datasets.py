@@ -1,0 +1,262 @@
+"""Classification tasks for the training harness: ``load_task(config)`` and ``task_shape(name)``.
+
+A task reads a prepared dataset (``speccond data prepare NAME``) in one of four ways:
+
+- "image": the dataset's uint8 (N, C, H, W) images, standardised per channel with the training subset's
+  statistics: x = (pixels / 255 - mean_c) / std_c, mean_c and std_c over (N, H, W) of that subset;
+- "pixels": the same images as sequences of H * W grey-level tokens (LRA's Image and Pathfinder
+  tasks): grey = round(0.299 R + 0.587 G + 0.114 B) for colour images, token = grey + 1, so 0 stays
+  PAD and the vocabulary is 257;
+- "tokens": a token dataset (ListOps; text-bytes, the analogue of LRA's Text) with its own vocabulary, PAD = 0;
+- "pairs": a token dataset of two texts per example, (N, 2, L) (pairs-bytes, the analogue of LRA's
+  Retrieval), read by a model with one shared encoder (sequence.PairClassifier);
+- "text": one GLUE-like task of the ``language`` dataset (data/language.py), WordPiece ids
+  ``[CLS] a [SEP] (b [SEP])`` then PAD, (N, width), read by BERT (models/bert.py);
+- "scenes": the fashion-scenes detection dataset (data/fashion_scenes.py), read by Mask R-CNN
+  (harness/tasks/detection/task.py: boxes, labels and masks per scene);
+- "mlm": the ``language`` dataset's 128-token corpus blocks for masked-language-model pre-training. The
+  training blocks are masked at each step (harness/tasks/mlm.py), so ``train_y`` is the blocks themselves;
+  the test blocks are masked once (``mlm.EVAL_MASK_SEED``): ``test_x`` (M, 2, 128) ids and prediction
+  flags, ``test_y`` (M, 128) the original tokens where a prediction is asked, IGNORE elsewhere.
+
+Sequences for the Nystromformer are padded with PAD up to a multiple of ``config.landmarks``
+(models/sequence.py); the language tasks keep their stored width.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from speccond import data
+from speccond.data import image_folder, language
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.tasks import mlm
+
+PAD = 0  # token id of padding in every sequence task
+PIXEL_VOCAB = 257  # PAD and 256 grey levels
+
+
+def padded_length(length: int, landmarks: int) -> int:
+    """The smallest multiple of ``landmarks`` that holds ``length`` tokens."""
+    if landmarks < 1:
+        raise ValueError(f"landmarks must be >= 1, got {landmarks}")
+    return math.ceil(length / landmarks) * landmarks
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    dataset: str  # the prepared dataset it reads
+    reading: str  # "image", "pixels", "tokens", "pairs", "text" or "mlm" (module docstring)
+    note: str = ""
+    subset: str = ""  # "text": the task's name inside its dataset (language.SUBSETS)
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What a model needs to know about a task's inputs: images, token sequences or WordPiece text."""
+
+    kind: str  # "image", "sequence" (Nystromformer), "text" (BERT) or "scenes" (Mask R-CNN)
+    classes: int  # for "mlm", the vocabulary (each prediction is one of vocab tokens)
+    image_size: int = 0  # images and scenes: the side of the square image
+    channels: int = 0  # images
+    length: int = 0  # sequences: tokens per example before padding to the landmarks
+    vocab: int = 0  # sequences: token ids are 0 (PAD) .. vocab - 1
+    pairs: bool = False  # sequences: each example is two texts of ``length`` tokens, (2, length)
+    mlm: bool = False  # text: masked-language-model pre-training instead of classification
+
+
+def _tasks() -> dict[str, Task]:
+    tasks = {name: Task(name, name, "image") for name, spec in data.DATASETS.items() if spec.image_shape is not None}
+    tasks["lra-image"] = Task("lra-image", "cifar10", "pixels", "LRA Image: CIFAR-10 as 1,024 grey-level tokens")
+    tasks["lra-pathfinder"] = Task("lra-pathfinder", "pathfinder-small", "pixels", "LRA Pathfinder-32, 8k / 2k")
+    tasks["lra-pathfinder-full"] = Task("lra-pathfinder-full", "pathfinder", "pixels", "LRA Pathfinder-32, LRA's sizes")
+    tasks["lra-listops"] = Task("lra-listops", "listops-small", "tokens", "LRA ListOps at 100 to 256 tokens")
+    tasks["lra-listops-full"] = Task("lra-listops-full", "listops", "tokens", "LRA ListOps at LRA's settings")
+    tasks["lra-text"] = Task("lra-text", "text-bytes", "tokens",
+                             "analogue of LRA Text: English MultiEmo reviews as 2,048 bytes, 4 sentiment classes")
+    tasks["lra-retrieval"] = Task("lra-retrieval", "pairs-bytes", "pairs",
+                                  "analogue of LRA Retrieval: two film-dialogue lines of 256 bytes each, same speaker?")
+    tasks["fashion-scenes"] = Task("fashion-scenes", "fashion-scenes", "scenes",
+                                   "detection and instance segmentation of Fashion-MNIST items pasted on a canvas")
+    tasks["mlm"] = Task("mlm", "language", "mlm", "MLM pre-training: topical_chat and English Wikipedia, 128-token blocks")
+    notes = {"sentiment": "like SST-2: MultiEmo English sentences, 4 sentiment classes",
+             "fact": "like QNLI / MNLI: VitaminC claim vs Wikipedia evidence, true / false / neither",
+             "pairs": "like MRPC / QQP: two adjacent film-dialogue lines, same speaker?",
+             "hyperbaton": "like CoLA: an adjective phrase, acceptable or not (adjective order)"}
+    for name, note in notes.items():
+        tasks[f"glue-{name}"] = Task(f"glue-{name}", "language", "text", note, subset=name)
+    return tasks
+
+
+def task(name: str) -> Task:
+    if image_folder.is_image_folder(name):  # your own images (speccond.data.image_folder)
+        image_folder.parse(name)  # a one-line error for a folder that is not in ImageFolder's layout
+        return Task(name, name, "image", "your images, in torchvision's ImageFolder layout")
+    tasks = _tasks()
+    if name not in tasks:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
+                         "(your images in torchvision's ImageFolder layout)")
+    return tasks[name]
+
+
+def task_shape(name: str) -> TaskShape:
+    """The input shape and class count of task ``name``, from its dataset's spec (nothing is loaded)."""
+    chosen = task(name)
+    if image_folder.is_image_folder(chosen.dataset):
+        _, size = image_folder.parse(chosen.dataset)
+        return TaskShape("image", len(image_folder.classes(chosen.dataset)), image_size=size, channels=3)
+    spec = data.spec(chosen.dataset)
+    if chosen.reading == "scenes":
+        from speccond.data.fashion_scenes import SceneConfig
+
+        return TaskShape("scenes", len(spec.classes), image_size=SceneConfig().canvas)  # the stored scenes' canvas
+    if chosen.reading in ("image", "pixels"):
+        channels, height, width = spec.image_shape
+        assert height == width, (name, spec.image_shape)  # the models here take square images
+        if chosen.reading == "image":
+            return TaskShape("image", len(spec.classes), image_size=height, channels=channels)
+        return TaskShape("sequence", len(spec.classes), length=height * width, vocab=PIXEL_VOCAB)
+    length, vocab = spec.sequence_shape
+    if chosen.reading == "mlm":
+        return TaskShape("text", vocab, length=length, vocab=vocab, mlm=True)
+    if chosen.reading == "text":
+        subset = language.SUBSETS[chosen.subset]
+        return TaskShape("text", len(subset.classes), length=subset.width, vocab=vocab, pairs=subset.pairs)
+    return TaskShape("sequence", len(spec.classes), length=length, vocab=vocab, pairs=chosen.reading == "pairs")
+
+
+def image_tasks() -> list[str]:
+    """Names of the tasks that read images as images."""
+    return sorted(name for name, t in _tasks().items() if t.reading == "image")
+
+
+VALIDATION_SEED = 20261201  # one validation split per task, the same for every run, seed and method
+
+
+def split_indices(available: int, config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training, validation) indices into a task's stored training examples.
+
+    Without ``val_size``, training is the first ``train_size`` (0 = all) of a permutation seeded by
+    ``config.seed``, as every published run used. With it, the first ``val_size`` of a permutation seeded
+    by VALIDATION_SEED are held out (the same examples for every run) and training is the first
+    ``train_size`` of the rest, in an order seeded by ``config.seed``."""
+    if config.val_size + config.train_size > available:
+        raise ValueError(f"TrainConfig.val_size={config.val_size} and train_size={config.train_size} ask for more "
+                         f"than the {available} training examples of task {config.task!r}")
+    if not config.val_size:
+        order = torch.randperm(available, generator=torch.Generator().manual_seed(config.seed))
+        return order[: config.train_size or None], order[:0]
+    held = torch.randperm(available, generator=torch.Generator().manual_seed(VALIDATION_SEED))
+    validation, pool = held[: config.val_size], held[config.val_size :]
+    order = pool[torch.randperm(pool.shape[0], generator=torch.Generator().manual_seed(config.seed))]
+    return order[: config.train_size or None], validation
+
+
+def indices_sha256(index: torch.Tensor) -> str:
+    """SHA-256 of int64 indices, for config.json: pins which examples a split holds."""
+    return hashlib.sha256(index.to(torch.int64).numpy().tobytes()).hexdigest()
+
+
+def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
+    """train_x, test_x (float (N, C, H, W) images, int64 (N, L) tokens or (N, 2, L) pairs), int64 train_y,
+    test_y; with ``config.val_size``, val_x and val_y too, and val_index (the held-out training indices).
+
+    Training and validation examples: :func:`split_indices`; the test subset is the first
+    ``config.test_size`` (0 = all) test examples, in stored order.
+    """
+    chosen = task(config.task)
+    arrays, stored = _stored_arrays(config)
+    train_images, test_images = arrays[f"train_{stored}"], arrays[f"test_{stored}"]
+    check_sizes(config, train_images.shape[0], test_images.shape[0])
+    train_index, val_index = split_indices(train_images.shape[0], config)
+    test_count = config.test_size or test_images.shape[0]
+    splits = {"train": train_images[train_index], "test": test_images[:test_count]}
+    if config.val_size:
+        splits["val"] = train_images[val_index]
+    if chosen.reading == "mlm":
+        vocab = task_shape(config.task).vocab
+        tensors = masked_lm_task(splits["train"], test_images, test_count, vocab)
+        if config.val_size:  # masked once, as the test blocks are
+            inputs, labels = mlm.mask_tokens(splits["val"], torch.Generator().manual_seed(mlm.EVAL_MASK_SEED), vocab)
+            tensors.update(val_x=inputs, val_y=labels, val_index=val_index)
+        return tensors
+    labels = {"train": arrays["train_labels"][train_index], "test": arrays["test_labels"][:test_count],
+              "val": arrays["train_labels"][val_index]}
+    if chosen.reading == "text":
+        inputs = {split: images.long() for split, images in splits.items()}
+    elif chosen.reading in ("tokens", "pairs"):
+        inputs = {split: pad_tokens(images, config.landmarks) for split, images in splits.items()}
+    elif chosen.reading == "pixels":
+        inputs = {split: pixel_tokens(images, config.landmarks) for split, images in splits.items()}
+    else:
+        scaled = {split: images.float().div(255) for split, images in splits.items()}  # (N, C, H, W)
+        mean = scaled["train"].mean(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1), of the training subset
+        std = scaled["train"].std(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
+        inputs = {split: (images - mean) / std for split, images in scaled.items()}
+    tensors = {}
+    for split in inputs:
+        tensors.update({f"{split}_x": inputs[split], f"{split}_y": labels[split]})
+    if config.val_size:
+        tensors["val_index"] = val_index
+    return tensors
+
+
+def stored_counts(config: TrainConfig) -> tuple[int, int]:
+    """(training, test) examples stored for ``config.task``: what its sizes are checked against."""
+    arrays, stored = _stored_arrays(config)
+    return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
+
+
+def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
+    """ValueError unless ``config``'s train_size, val_size and test_size fit the task's stored examples and
+    leave at least one training example."""
+    if config.test_size > test_count:
+        raise ValueError(f"TrainConfig.test_size={config.test_size} but task {config.task!r} has {test_count} "
+                         f"test examples; use at most {test_count}, or 0 for all")
+    if config.train_size > train_count:
+        raise ValueError(f"TrainConfig.train_size={config.train_size} but task {config.task!r} has {train_count} "
+                         f"train examples; use at most {train_count}, or 0 for all")
+    if config.val_size >= train_count:
+        raise ValueError(f"TrainConfig.val_size={config.val_size} leaves no training examples of the {train_count} "
+                         f"of task {config.task!r}; use val_size < {train_count}")
+    if config.val_size + config.train_size > train_count:
+        raise ValueError(f"TrainConfig.val_size={config.val_size} and train_size={config.train_size} ask for more "
+                         f"than the {train_count} training examples of task {config.task!r}")
+
+
+def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
+    """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
+    chosen = task(config.task)
+    arrays = data.load(chosen.dataset)
+    if chosen.reading in ("text", "mlm"):
+        prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
+        arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
+    return arrays, "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"
+
+
+def masked_lm_task(train: torch.Tensor, test: torch.Tensor, test_count: int, vocab: int) -> dict[str, torch.Tensor]:
+    """The mlm task's tensors: training blocks (N, L) as inputs and targets (masked at each step), and the
+    first ``test_count`` test blocks masked once, the masks drawn for all test blocks so a prefix keeps them."""
+    inputs, labels = mlm.mask_tokens(test, torch.Generator().manual_seed(mlm.EVAL_MASK_SEED), vocab)  # (M, 2, L), (M, L)
+    blocks = train.long()  # (N, L)
+    return {"train_x": blocks, "train_y": blocks, "test_x": inputs[:test_count], "test_y": labels[:test_count]}
+
+
+def pixel_tokens(images: torch.Tensor, landmarks: int) -> torch.Tensor:
+    """uint8 (N, C, H, W) -> int64 (N, L) grey-level tokens + 1, PAD-padded to a multiple of ``landmarks``."""
+    if images.shape[1] == 3:
+        weights = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+        grey = (images.float() * weights).sum(1).round().clamp(0, 255).long()  # (N, H, W)
+    else:
+        grey = images[:, 0].long()  # (N, H, W)
+    return pad_tokens(grey.flatten(1) + 1, landmarks)  # (N, L)
+
+
+def pad_tokens(tokens: torch.Tensor, landmarks: int) -> torch.Tensor:
+    """(..., L0) token ids -> int64 (..., L), PAD appended up to L, the next multiple of ``landmarks``."""
+    length = padded_length(tokens.shape[-1], landmarks)
+    return torch.nn.functional.pad(tokens.long(), (0, length - tokens.shape[-1]), value=PAD)

@@ -1,0 +1,29 @@
+"""Tasks that bring their own training loss, model and report (detection: Mask R-CNN's losses, COCO
+metrics, a box and mask AP table), registered by import path and loaded only when a run of them starts.
+
+    PLUGINS = {"scenes": "speccond.harness.tasks.detection.plugin"}   # a task's reading -> its plugin module
+
+A plugin module defines the hooks it needs, each optional:
+
+- ``training_task()``: its TrainingTask class (training/training_tasks.py; Supervised otherwise);
+- ``build_model(config, shape)``: (model, the part whose attention the method conditions) for
+  models/run_model.py;
+- ``write_report(folders, out)``: its report, written by reporting/report.py for runs that are all of it.
+
+Naming the module by its path keeps the plugin above the rest of the harness: it may import training,
+reporting and models, and none of them imports it (tests/test_imports.py). A new task of this kind is
+one plugin module and one line here.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Optional
+
+PLUGINS = {"scenes": "speccond.harness.tasks.detection.plugin"}
+
+
+def hook(reading: str, name: str) -> Optional[Callable]:
+    """The plugin hook ``name`` of tasks read as ``reading`` (datasets.py's readings), or None when that
+    reading has no plugin or its plugin does not define the hook."""
+    module = PLUGINS.get(reading)
+    return getattr(importlib.import_module(module), name, None) if module else None

@@ -1,0 +1,173 @@
+"""What the training loop (train.py) asks of a task: the TrainingTask protocol and its registry.
+
+    task = training_task(config)        # by how the config's task reads its data (tasks.py)
+    task.samples                        # training examples; the loop draws a seeded order of them per epoch
+    local_mean, counts, extra = task.train_loss(model, chosen, step, context)
+    row = task.evaluate(model, "test")  # the figures of one split, under the task's own keys
+
+Two implementations: :class:`Supervised` (cross-entropy: image, sequence and text classification and
+masked-language-model pre-training) here, and harness/tasks/detection/task.py's ``Detection`` (Mask R-CNN's losses,
+COCO metrics), a plugin task (tasks/plugins.py). A new task of that kind is one plugin module and one line in
+``tasks.plugins.PLUGINS``.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.tasks import mlm
+from speccond.harness.tasks.datasets import VALIDATION_SEED, indices_sha256, load_task, task, task_shape
+from speccond.harness.tasks.plugins import hook
+from speccond.harness.training.distributed import Context
+from speccond.harness.training.optimizer import adamw
+
+
+class TrainingTask(Protocol):
+    metrics: tuple[str, ...]  # the final row's figures, headline first ("accuracy", "box_ap")
+    libraries: tuple[str, ...]  # whose versions config.json records beside speccond's and torch's
+    evaluates_each_epoch: bool  # True: the test split after every epoch (the final row is the last one's)
+    samples: int
+    splits: dict  # how the validation split was drawn, for config.json ({} when there is none)
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW: ...
+
+    def train_loss(self, model: nn.Module, chosen: torch.Tensor, step: int, context: Context
+                   ) -> tuple[torch.Tensor, tuple[int, int], dict[str, torch.Tensor]]:
+        """This rank's mean loss over its share of the examples ``chosen`` (global batch indices), the
+        (local, global) counts it averages over, and extra figures for the "train" row."""
+        ...
+
+    def evaluate(self, model: nn.Module, split: str) -> dict: ...
+
+    def probe(self) -> torch.Tensor | None:
+        """Inputs for the tracker's attention rows (None: this task cannot be tracked)."""
+        ...
+
+
+def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random horizontal flip and a random shift of up to 2 pixels (zero padded): (B, C, H, W)."""
+    flip = torch.rand(images.shape[0], generator=generator) < 0.5
+    images = torch.where(flip[:, None, None, None], images.flip(-1), images)
+    padded = F.pad(images, (2, 2, 2, 2))
+    dy, dx = torch.randint(0, 5, (2,), generator=generator).tolist()
+    return padded[..., dy : dy + images.shape[-2], dx : dx + images.shape[-1]]
+
+
+def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm)."""
+    device = next(model.parameters()).device
+    model.eval()
+    correct, loss, count = 0, 0.0, 0
+    with torch.no_grad():
+        for start in range(0, inputs.shape[0], batch_size):
+            logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
+            target = mlm.targets(labels[start : start + batch_size]).to(device)  # (b,) or (n,)
+            loss += float(F.cross_entropy(logits, target, reduction="sum"))
+            correct += int((logits.argmax(-1) == target).sum())
+            count += target.shape[0]
+    model.train()
+    return {"accuracy": correct / count, "loss": loss / count}
+
+
+class Supervised:
+    """Cross-entropy over classes, or over the masked tokens (mlm.py: masks drawn per step)."""
+
+    metrics = ("accuracy", "loss")
+    libraries = ("timm",)
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.shape = task_shape(config.task)
+        self.data = load_task(config)
+        self.samples = self.data["train_x"].shape[0]
+        # Without a validation split, the test split after every epoch (the published runs' protocol); with
+        # one, "val" rows after every epoch and the test split once, at the end (issue 17's protocol).
+        self.evaluates_each_epoch = not config.val_size
+        self.mixing = None
+        if (config.mixup or config.cutmix or config.label_smoothing) and self.shape.kind == "image":
+            from timm.data import Mixup
+
+            self.mixing = Mixup(mixup_alpha=config.mixup, cutmix_alpha=config.cutmix,
+                                label_smoothing=config.label_smoothing, num_classes=self.shape.classes,
+                                prob=1.0 if (config.mixup or config.cutmix) else 0.0)
+        self.splits = {}
+        if config.val_size:
+            self.splits["val"] = {"size": config.val_size, "seed": VALIDATION_SEED,
+                                  "indices_sha256": indices_sha256(self.data["val_index"])}
+
+    def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
+        """optimizer.adamw with the model's ``no_weight_decay()`` names exempt, read as names (timm's position
+        embedding and class tokens)."""
+        exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
+        return adamw(model, self.config.lr, self.config.weight_decay, exempt_names=exempt)
+
+    def train_loss(self, model, chosen, step, context):
+        config = self.config
+        inputs = self.data["train_x"][chosen]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
+        labels = self.data["train_y"][chosen]  # (b,) classes, or (b, L) tokens for mlm
+        if inputs.dim() == 4:
+            inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
+        soft = None  # (b, classes) mixed and smoothed targets, when the recipe mixes (timm.data.Mixup)
+        if self.mixing is not None:
+            inputs, soft = self.mix(inputs, labels, config.seed * 10**6 + step)
+        if self.shape.mlm:  # inputs (b, 2, L) ids and prediction flags, labels (b, L) with IGNORE
+            masks = torch.Generator().manual_seed(config.seed * 10**6 + step)
+            inputs, labels = mlm.mask_tokens(inputs, masks, self.shape.vocab)
+        inputs = context.shard(inputs).to(context.device)  # (b / world, ...)
+        local_targets = mlm.targets(context.shard(labels).to(context.device))  # (b / world,) or (n / world,)
+        if soft is not None:  # timm's soft-target cross-entropy over the mixed, smoothed targets
+            from timm.loss import SoftTargetCrossEntropy
+
+            local_mean = SoftTargetCrossEntropy()(model(inputs), context.shard(soft).to(context.device))
+        else:
+            local_mean = F.cross_entropy(model(inputs), local_targets)
+        return local_mean, (local_targets.shape[0], mlm.targets(labels).shape[0]), {}
+
+    def mix(self, images: torch.Tensor, labels: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """timm's Mixup / CutMix with label smoothing on the global batch: (b, C, H, W) images and (b, classes)
+        soft targets. timm draws from numpy's global generator, so it is seeded per step here: a run is the
+        same whether or not it was resumed."""
+        import numpy as np
+
+        from timm.data.mixup import mixup_target
+
+        state = np.random.get_state()
+        np.random.seed(seed % 2**32)
+        try:
+            if images.shape[0] % 2 == 0:
+                return self.mixing(images, labels)
+            # timm mixes pairs of a batch: an odd last batch mixes all but its last example, which keeps
+            # its own (smoothed) target
+            mixed, soft = self.mixing(images[:-1], labels[:-1])
+            last = mixup_target(labels[-1:], self.shape.classes, 1.0, self.config.label_smoothing)
+            return torch.cat([mixed, images[-1:]]), torch.cat([soft, last])
+        finally:
+            np.random.set_state(state)
+
+    def evaluate(self, model, split):
+        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.eval_batch_size)
+
+    def probe(self):
+        """The first 8 test inputs, or validation inputs in a tuning run (which never reads the test split):
+        (8, C, H, W) images, (8, L) or (8, 2, L) tokens."""
+        return self.data["val_x" if self.config.tuning else "test_x"][:8]
+
+
+def task_class(config: TrainConfig) -> type:
+    """The TrainingTask class of ``config.task``, without loading its data (its ``metrics``, headline first)."""
+    found = hook(task(config.task).reading, "training_task")  # a plugin task's own class (tasks/plugins.py)
+    return found() if found else Supervised
+
+
+def training_task(config: TrainConfig) -> TrainingTask:
+    """The TrainingTask of ``config.task``, its data loaded. Mixup, cutmix and label smoothing act on image
+    classification only: asked of another task they are refused, not ignored."""
+    mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
+    if mixing and task(config.task).reading != "image":
+        raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); task "
+                         f"{config.task!r} is not one: leave {' and '.join(mixing)} at 0")
+    return task_class(config)(config)
