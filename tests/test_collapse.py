@@ -12,7 +12,7 @@ import torch
 
 import speccond
 from speccond.collapse import COLLAPSE_NATS
-from speccond.harness.models.families import build_backbone
+from speccond.harness.models.timm_family import build_backbone
 
 ONE_HOT = "nearly one-hot"
 

@@ -1,5 +1,6 @@
-"""The timm families of harness/models/families.py, table-driven over FAMILIES x {28 px 1 channel,
-32 px 3 channels} at the sizes the experiments use (embed_dim 64, depth 4, 4 heads, patch 4).
+"""The timm vision families of harness/models/ (a file each, over timm_family.py), table-driven over
+FAMILIES x {28 px 1 channel, 32 px 3 channels} at the sizes the experiments use (embed_dim 64, depth 4,
+4 heads, patch 4).
 
 Each model must give finite logits (B, 10) in train and eval mode, give every parameter a finite
 gradient (timm's test sweep), be a function of the seed, and take ``speccond.apply`` on every attention
@@ -17,7 +18,8 @@ from torch import nn
 
 import speccond
 from speccond.harness.config.train_config import TrainConfig
-from speccond.harness.models.families import FAMILIES, backbone_spec, build_backbone
+from speccond.harness.models.registry import IMAGE_FAMILIES as FAMILIES
+from speccond.harness.models.timm_family import backbone_spec, build_backbone
 
 SIZES = {"28px-1ch": (28, 1), "32px-3ch": (32, 3)}
 DIMS = dict(classes=10, embed_dim=64, depth=4, num_heads=4, patch_size=4)

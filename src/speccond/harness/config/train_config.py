@@ -19,8 +19,8 @@ HF_PREFIX = "hf:"  # model names of any transformers model type, for the languag
 @dataclass(frozen=True)
 class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     task: str = "fashion-mnist"  # dataset name (speccond data prepare NAME)
-    model: str = "vit"  # families.FAMILIES (timm, for image tasks), "nystromformer" (lra-*), "bert" (mlm, glue-*)
-    #                     or families.DETECTION_FAMILIES (Mask R-CNN on a timm trunk, fashion-scenes), or
+    model: str = "vit"  # a family of models/registry.py (timm vision families for image tasks, "nystromformer"
+    #                     for lra-*, "bert" for mlm and glue-*, Mask R-CNN on a timm trunk for fashion-scenes), or
     #                     "timm:<registered name>" (any timm model, image tasks; sized by model_args, not below)
     #                     or "hf:<model type>" (any transformers encoder, language tasks; its config from model_args)
     model_args: str = ""  # timm:<name> and hf:<type> only: "key=value,key=value" (Python literals)
@@ -68,7 +68,7 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     init_from: str = ""
 
     def __post_init__(self) -> None:
-        from speccond.harness.models.families import FAMILIES, MODELS  # no timm, no transformers
+        from speccond.harness.models.registry import IMAGE_FAMILIES, MODELS  # no torch, no timm
 
         models = MODELS
         named = any(self.model.startswith(prefix) and len(self.model) > len(prefix) for prefix in (TIMM_PREFIX, HF_PREFIX))
@@ -82,8 +82,8 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError("TrainConfig.init_from starts the project's BERT from a pre-trained encoder; an hf:<type> "
                              "model is trained from its config's random weights (leave init_from empty)")
         self.model_kwargs()  # a malformed model_args is refused here, before any run
-        if self.drop_path and self.model not in FAMILIES:
-            raise ValueError(f"TrainConfig.drop_path sets the stochastic depth of the named timm families {FAMILIES}; "
+        if self.drop_path and self.model not in IMAGE_FAMILIES:
+            raise ValueError(f"TrainConfig.drop_path sets the stochastic depth of the named timm families {IMAGE_FAMILIES}; "
                              f"for model {self.model!r} give drop_path_rate in model_args (timm:<name>), or leave it 0")
         if self.method not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")

@@ -98,3 +98,9 @@ def build_bert(
                          "task (mlm, glue-*), whose examples are at most 128 tokens")
     config = bert_config(vocab, classes, embed_dim, depth, num_heads)
     return MaskedLanguageModel(config) if masked_lm else TextClassifier(config)
+
+
+def build(config, shape) -> MaskedLanguageModel | TextClassifier:
+    """The run's BERT (registry.py's ``bert``) sized by its config, for the language task's text."""
+    return build_bert(shape.vocab, shape.classes, config.embed_dim, config.depth, config.num_heads,
+                      masked_lm=shape.mlm, length=shape.length)

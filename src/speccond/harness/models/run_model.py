@@ -10,53 +10,37 @@ import torch
 from torch import nn
 
 from speccond.harness.config.train_config import HF_PREFIX, TIMM_PREFIX, TrainConfig
-from speccond.harness.models.bert import build_bert
-from speccond.harness.models.families import (
-    DETECTION_FAMILIES, FAMILIES, LANGUAGE_FAMILIES, SEQUENCE_FAMILIES, build_backbone,
-)
 from speccond.harness.methods import apply_method
+from speccond.harness.models import timm_family
 from speccond.harness.models.hf_text import build_hf_text_model
 from speccond.harness.models.named import build_timm_model
-from speccond.harness.models.sequence import build_nystromformer, padded_length
-from speccond.harness.tasks.datasets import TaskShape, task, task_shape
-from speccond.harness.tasks.plugins import hook
+from speccond.harness.models.registry import FAMILIES, KINDS, families_of, family_module
+from speccond.harness.tasks.datasets import TaskShape, task_shape
 
 
 def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
-    """The config's model family for the task's inputs, seeded, with the config's method applied: a timm
-    family (families.py) for images, a Nystromformer (models/sequence.py) for token sequences (a shared-encoder
-    PairClassifier when each example is two texts), BERT (models/bert.py) for WordPiece text, Mask R-CNN
-    (harness/tasks/detection/model.py) for scenes, its method applied to the timm trunk (the only attention it has)."""
-    kinds = {"image": (FAMILIES, "an image task"), "sequence": (SEQUENCE_FAMILIES, "a token-sequence task (lra-...)"),
-             "text": (LANGUAGE_FAMILIES, "a language task (mlm, glue-...)"),
-             "scenes": (DETECTION_FAMILIES, "a detection task (fashion-scenes)")}
+    """The config's model for the task's inputs, seeded, with the config's method applied: a family of
+    models/registry.py (a timm vision family for images, a Nystromformer for token sequences, BERT for
+    WordPiece text, Mask R-CNN for scenes, its method applied to the timm trunk, the only attention it has),
+    or any timm:<name> (images) or hf:<type> (text) model."""
     kind = ("image" if config.model.startswith(TIMM_PREFIX) else "text" if config.model.startswith(HF_PREFIX)
-            else next(k for k, (models, _) in kinds.items() if config.model in models))
+            else FAMILIES[config.model].kind)
     if kind != shape.kind:
-        raise ValueError(f"model {config.model!r} takes {kinds[kind][1]}, but task {config.task!r} is {shape.kind}s; "
-                         f"choose model from {kinds[shape.kind][0]}")
+        raise ValueError(f"model {config.model!r} takes {KINDS[kind]}, but task {config.task!r} is {shape.kind}s; "
+                         f"choose model from {families_of(shape.kind)}")
     torch.manual_seed(config.seed)
-    conditioned = None  # the part of the model whose attention the method acts on (None: all of it)
-    if kind == "scenes":  # a task with its own model: its plugin builds it (tasks/plugins.py)
-        model, conditioned = hook(task(config.task).reading, "build_model")(config, shape)
-    elif kind == "text" and config.model.startswith(HF_PREFIX):
-        model = build_hf_text_model(config.model, shape.vocab, shape.classes, shape.mlm, config.model_kwargs())
-    elif kind == "text":
-        model = build_bert(shape.vocab, shape.classes, config.embed_dim, config.depth, config.num_heads,
-                           masked_lm=shape.mlm, length=shape.length)
-    elif kind == "sequence":
-        model = build_nystromformer(
-            padded_length(shape.length, config.landmarks), shape.vocab, shape.classes, embed_dim=config.embed_dim,
-            depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks, pairs=shape.pairs,
-        )
+    if config.model.startswith(TIMM_PREFIX):
+        model = conditioned = build_timm_model(config, shape)
+    elif config.model.startswith(HF_PREFIX):
+        model = conditioned = build_hf_text_model(config.model, shape.vocab, shape.classes, shape.mlm,
+                                                  config.model_kwargs())
     else:
-        model = (build_timm_model(config, shape) if config.model.startswith(TIMM_PREFIX) else build_backbone(
-            config.model, shape.image_size, shape.channels, shape.classes, embed_dim=config.embed_dim,
-            depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size, drop_path=config.drop_path,
-        ))
+        module = family_module(config.model)
+        model = timm_family.build(config, shape) if kind == "image" else module.build(config, shape)
+        conditioned = module.conditioned(model) if hasattr(module, "conditioned") else model
     if config.attention_norm == "none":
-        _drop_attention_norms(conditioned or model, config)
-    apply_method(conditioned or model, config)
+        _drop_attention_norms(conditioned, config)
+    apply_method(conditioned, config)
     return model
 
 

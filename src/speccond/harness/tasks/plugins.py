@@ -1,13 +1,12 @@
-"""Tasks that bring their own training loss, model and report (detection: Mask R-CNN's losses, COCO
-metrics, a box and mask AP table), registered by import path and loaded only when a run of them starts.
+"""Tasks that bring their own training loss and report (detection: Mask R-CNN's losses, COCO metrics, a
+box and mask AP table), registered by import path and loaded only when a run of them starts; their models
+are families of models/registry.py, named by the same path.
 
     PLUGINS = {"scenes": "speccond.harness.tasks.detection.plugin"}   # a task's reading -> its plugin module
 
 A plugin module defines the hooks it needs, each optional:
 
 - ``training_task()``: its TrainingTask class (training/training_tasks.py; Supervised otherwise);
-- ``build_model(config, shape)``: (model, the part whose attention the method conditions) for
-  models/run_model.py;
 - ``write_report(folders, out)``: its report, written by reporting/report.py for runs that are all of it.
 
 Naming the module by its path keeps the plugin above the rest of the harness: it may import training,

@@ -1,5 +1,6 @@
-"""The detection task's hooks for the harness (tasks/plugins.py): its training task, its model and its report.
-Each imports its module when called, so torchvision and pycocotools load only for a detection run."""
+"""The detection task's hooks for the harness: its training task and its report (tasks/plugins.py), and its
+two model families, xcit-maskrcnn and vit-maskrcnn (models/registry.py). Each imports its module when
+called, so torchvision and pycocotools load only for a detection run."""
 from __future__ import annotations
 
 
@@ -9,13 +10,17 @@ def training_task() -> type:
     return Detection
 
 
-def build_model(config, shape):
-    """Mask R-CNN on the config's timm trunk for the task's scenes, and the trunk: the only attention it has."""
+def build(config, shape):
+    """Mask R-CNN on the config's timm trunk (``config.model``) for the task's scenes."""
     from speccond.harness.tasks.detection.model import build_maskrcnn
 
-    model = build_maskrcnn(config.model, shape.image_size, shape.classes, config.embed_dim, config.depth,
-                           config.num_heads, config.patch_size, config.fpn_channels)
-    return model, model.backbone.trunk
+    return build_maskrcnn(config.model, shape.image_size, shape.classes, config.embed_dim, config.depth,
+                          config.num_heads, config.patch_size, config.fpn_channels)
+
+
+def conditioned(model):
+    """The timm trunk, the only attention a Mask R-CNN has: the part its method conditions."""
+    return model.backbone.trunk
 
 
 def write_report(folders, out):
