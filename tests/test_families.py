@@ -28,7 +28,7 @@ CASES = [(family, size) for family in FAMILIES for size in SIZES]
 IDS = [f"{family}-{size}" for family, size in CASES]
 
 # The attention modules each family must have at DIMS, by class name: depth 4 means four attention
-# layers, plus XCiT's two class-attention layers.
+# layers, plus XCiT's and CaiT's two class-attention layers.
 ATTENTION = {
     "vit": {"Attention": 4},
     "deit": {"Attention": 4},
@@ -36,6 +36,7 @@ ATTENTION = {
     "xcit": {"XCA": 4, "ClassAttn": 2},
     "xcit-noca": {"XCA": 4},  # no class attention: no softmax over tokens anywhere
     "davit": {"WindowAttention": 2, "ChannelAttention": 2},
+    "cait": {"TalkingHeadAttn": 4, "ClassAttn": 2},  # talking heads over the patches, then class attention
 }
 ATTENTION_CLASSES = {name for counts in ATTENTION.values() for name in counts}
 
@@ -164,7 +165,7 @@ def test_vit_family_is_the_training_model():
 @pytest.mark.parametrize(
     "family,image,changes,message",
     [
-        ("resnet", 28, {}, "known families: ('vit', 'deit', 'swin', 'xcit', 'davit', 'xcit-noca')"),
+        ("resnet", 28, {}, f"known families: {FAMILIES}"),
         ("vit", 28, {"patch_size": 8}, "patch sizes that fit: [1, 2, 4, 7, 14, 28]"),
         ("deit", 32, {"num_heads": 3}, "num_heads (3) must divide embed_dim (64)"),
         ("swin", 28, {"patch_size": 7}, "patch sizes that fit: [2, 4, 14, 28]"),

@@ -40,6 +40,7 @@ FAMILIES = {
     "xcit": Family("image", f"{_HERE}.xcit"),
     "davit": Family("image", f"{_HERE}.davit"),
     "xcit-noca": Family("image", f"{_HERE}.xcit_noca"),
+    "cait": Family("image", f"{_HERE}.cait"),
     "nystromformer": Family("sequence", f"{_HERE}.sequence"),
     "bert": Family("text", f"{_HERE}.bert"),
     "xcit-maskrcnn": Family("scenes", "speccond.harness.tasks.detection.plugin"),
