@@ -159,7 +159,7 @@ publish() {
   # partial table never reads as a result; until then its finished final runs are kept (below).
   if complete "runs/tune-$name/final/holm.json"; then
     mkdir -p "$target/final"
-    for file in holm.md holm.json results.md results.json comparison.png kappa.png detection.png; do
+    for file in holm.md holm.json results.md results.json comparison.png detection.png; do
       [ ! -f "runs/tune-$name/final/$file" ] || cp "runs/tune-$name/final/$file" "$target/final/"
     done
   fi
@@ -171,7 +171,7 @@ publish_pretraining() {  # keep the finished encoders; once all 10 are here, com
   pack "$kept_pretraining" || return 1
   [ "$(pretraining_count)" = 10 ] || return 0
   "$py" -m speccond report "$pretraining" > /dev/null || return 1
-  for file in results.md results.json comparison.png kappa.png; do cp "$pretraining/$file" "$published/protocol-mlm/"; done
+  for file in results.md results.json comparison.png; do cp "$pretraining/$file" "$published/protocol-mlm/"; done
   echo "published $published/protocol-mlm (the pre-training report)"
 }
 mlm() {  # MLM pre-training, 2 seeds, at the preset's lr (not tuned), of the arms compare's arguments name

@@ -99,7 +99,7 @@ def test_report_regenerates_what_compare_wrote(comparison, capsys):
     # kappa from the tracker's rows at the final step is the kappa of the final checkpoint
     run = read_run(folder / "spectral" / "seed-1")
     assert run.kappa_qkv == pytest.approx(checkpoint_kappa(run.config, checkpoint.latest(run.path)), rel=1e-9)
-    assert results["plots"] == ["comparison.png", "kappa.png"]
+    assert results["plots"] == ["comparison.png"]  # one figure: its second row is kappa and entropy
     # the entropy column: the tracker's rows at the last tracked step (12), mean over layers and heads, then seeds
     from speccond.diagnostics.records import read_metrics
 
@@ -111,13 +111,14 @@ def test_report_regenerates_what_compare_wrote(comparison, capsys):
     assert entropy["spectral lam=10"] < entropy["baseline"]  # lam = 10's attention collapses
     assert "attention entropy at end, nats" in text
 
-    for name in ("results.md", "results.json", "comparison.png", "kappa.png"):
+    for name in ("results.md", "results.json", "comparison.png"):
         (folder / name).unlink()
+    (folder / "kappa.png").write_bytes(b"an earlier report's second figure")  # now a row of comparison.png
     capsys.readouterr()
     assert main(["report", str(folder)]) == 0
     assert (folder / "results.md").read_bytes() == written
     assert json.loads((folder / "results.json").read_text()) == results
-    assert (folder / "comparison.png").stat().st_size > 10_000 and (folder / "kappa.png").stat().st_size > 10_000
+    assert (folder / "comparison.png").stat().st_size > 10_000 and not (folder / "kappa.png").exists()
     assert "| spectral lam=10 | 2 | 0/2 |" in capsys.readouterr().out
 
     metrics = (folder / "baseline" / "seed-0" / "metrics.jsonl").read_bytes()
@@ -154,11 +155,12 @@ def test_runs_are_grouped_by_config_wherever_they_are(comparison, tmp_path, monk
     assert "## Unfinished runs (excluded from all statistics)" in text
     assert f"- `{tmp_path / 'killed'}`: spectral lam=3, seed 2, at step 6 of 12;" in text  # its last checkpoint
     assert f"`speccond report {folder / 'baseline'} {tmp_path / 'lam3-a'} " in text and "--out" not in text
-    assert report.plots == ["comparison.png", "kappa.png", "sweep.png"]  # baseline runs tracked; lam 3 vs 10 a sweep
+    assert report.plots == ["comparison.png", "sweep.png"]  # lam 3 vs 10 a sweep
+    assert "; below, kappa of W_q, W_k, W_v" in text  # the baseline runs were tracked: a kappa row
 
     untracked = write_report([tmp_path / "lam3-a", tmp_path / "other"], tmp_path / "untracked")
-    assert untracked.plots == ["comparison.png"] and not (tmp_path / "untracked" / "kappa.png").exists()
-    assert "kappa.png not written: no run was tracked" in untracked.markdown
+    assert untracked.plots == ["comparison.png"]
+    assert "no kappa row: no run was tracked" in untracked.markdown
     assert f"--out {tmp_path / 'untracked'}`" in untracked.markdown
     assert untracked.reference == "spectral lam=3"  # no baseline: the first group
 
@@ -296,7 +298,7 @@ def test_a_sweep_is_reported_in_value_order_with_labels(data_home, tmp_path):
     assert set(configs) == {"baseline", "spectral lam=2 corrected=q", "spectral lam=10 corrected=q"}
     recorded = json.loads((folder / "spectral-lam=2-corrected=q" / "seed-0" / "config.json").read_text())["config"]
     assert (recorded["lam"], recorded["corrected"], recorded["method"]) == (2.0, "q", "spectral")
-    assert results["plots"] == ["comparison.png", "kappa.png", "sweep.png"]
+    assert results["plots"] == ["comparison.png", "sweep.png"]
     assert (folder / "sweep.png").stat().st_size > 10_000 and "sweep.png (accuracy" in (folder / "results.md").read_text()
 
 
@@ -319,7 +321,7 @@ def test_a_sweep_is_the_one_numeric_field_a_methods_groups_differ_in():
 @needs_data
 def test_the_plots_line_says_what_each_figure_shows(data_home, tmp_path):
     """Two epochs: comparison.png has the per-epoch panel; one epoch: it is left out, and the line says so.
-    kappa.png names attention entropy only when the runs tracked it (a ViT here)."""
+    Its kappa row names attention entropy only when the runs tracked it (a ViT here)."""
     from speccond.harness.protocol.compare import compare
 
     for epochs, per_epoch in ((2, True), (1, False)):
@@ -327,4 +329,4 @@ def test_the_plots_line_says_what_each_figure_shows(data_home, tmp_path):
         markdown = compare(config, ["baseline"], [0], tmp_path / f"e{epochs}", progress=False).markdown
         line = next(line for line in markdown.splitlines() if line.startswith("Plots:"))
         assert ("test accuracy per epoch" in line) == per_epoch, line
-        assert "kappa.png (kappa of W_q, W_k, W_v and attention entropy over training" in line
+        assert "; below, kappa of W_q, W_k, W_v and attention entropy over training" in line

@@ -1,11 +1,11 @@
-"""The report's figures (matplotlib, Agg), one colour per group and one line per seed.
+"""The report's figure, comparison.png (matplotlib, Agg), one colour per group and one line per seed.
 
-comparison.png: (a) training loss over steps, (b) validation (or, without a validation split, test)
+Its top row: (a) training loss over steps, (b) validation (or, without a validation split, test)
 accuracy after each epoch, left out when the runs have one epoch, (c) final accuracy per seed (a cross
-at chance for a diverged run). kappa.png, only when some run was tracked: kappa of W_q,
-W_k, W_v over training (mean over layers), and the attention entropy (mean over layers and heads) when
-tracked; the baseline is dashed, and the key of the groups is in the W_q panel. Everything is read from
-each run's metrics.jsonl.
+at chance for a diverged run). Its second row, only when some run was tracked: kappa of W_q, W_k, W_v
+over training (mean over layers), and the attention entropy (mean over layers and heads) when tracked;
+there the baseline is dashed and the key of the groups is below the row. Everything is read from each
+run's metrics.jsonl.
 """
 from __future__ import annotations
 
@@ -20,25 +20,40 @@ ROLES = ("q", "k", "v")
 
 
 def write_plots(groups: Sequence, out: Path, scored: str = "test") -> dict[str, str]:
-    """Write comparison.png (and kappa.png when tracked) for report groups; return {file name: what its
-    panels show}, in the words the report's "Plots:" line uses. ``scored``: the split the runs' final rows
-    score (report.scored_split)."""
+    """Write comparison.png for report groups; return {file name: what its panels show}, in the words the
+    report's "Plots:" line uses. ``scored``: the split the runs' final rows score (report.scored_split)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     rows = {run.path: read_metrics(run.path / "metrics.jsonl") for g in groups for run in g.included}
-    written = {}
+    tracked = {path: [r for r in found if r.get("kind") in ("spectra", "entropy")] for path, found in rows.items()}
+    entropy = any(r["kind"] == "entropy" for found in tracked.values() for r in found)
+    if not any(tracked.values()):
+        figure = plt.figure(figsize=(16, 4.5), layout="constrained")
+        shown = _outcome_row(figure, groups, rows, scored)
+    else:  # the second row's key goes below its panels, where it covers no curve
+        figure = plt.figure(figsize=(16.8, 9.2 + 0.2 * ((len(groups) + 2) // 3)), layout="constrained")
+        top, bottom = figure.subfigures(2, 1, height_ratios=(4.5, 4.7 + 0.2 * ((len(groups) + 2) // 3)))
+        shown = _outcome_row(top, groups, rows, scored)
+        shown += "; below, " + _conditioning_row(bottom, groups, tracked, entropy)
+    save_figure(figure, out / "comparison.png")
+    return {"comparison.png": shown}
+
+
+def _outcome_row(figure, groups: Sequence, rows: dict, scored: str) -> str:
+    """(a) loss, (b) accuracy per epoch when there are several, (c) accuracy per seed; what they show."""
+    from matplotlib.ticker import MaxNLocator
+
     # (b) follows the per-epoch rows: validation ("val") rows when the runs hold out a validation split,
     # else the test rows; with one epoch there is one point per run and the panel is left out.
     per_epoch = "val" if any(r.get("kind") == "val" for found in rows.values() for r in found) else "eval"
     epochs = max((sum(r.get("kind") == per_epoch for r in found) for found in rows.values()), default=0)
     if epochs > 1:
-        figure, (loss_axis, epoch_axis, seed_axis) = plt.subplots(1, 3, figsize=(16, 4.5))
+        loss_axis, epoch_axis, seed_axis = figure.subplots(1, 3)
     else:
-        (figure, (loss_axis, seed_axis)), epoch_axis = plt.subplots(1, 2, figsize=(11, 4.5)), None
+        (loss_axis, seed_axis), epoch_axis = figure.subplots(1, 2), None
     for index, group in enumerate(groups):
         color = f"C{index % 10}"
         for number, run in enumerate(group.included):
@@ -63,17 +78,13 @@ def write_plots(groups: Sequence, out: Path, scored: str = "test") -> dict[str, 
     seed_axis.set(ylabel=f"final {scored} accuracy, %",
                   title=f"({'c' if epoch_axis is not None else 'b'}) one dot per seed (x: diverged, at chance)")
     loss_axis.legend(fontsize="small")
-    save_figure(figure, out / "comparison.png")
     per_epoch_text = f"{'validation' if per_epoch == 'val' else 'test'} accuracy per epoch, " if epoch_axis else ""
-    written["comparison.png"] = f"training loss, {per_epoch_text}accuracy per seed"
+    return f"training loss, {per_epoch_text}accuracy per seed"
 
-    tracked = {path: [r for r in found if r.get("kind") in ("spectra", "entropy")] for path, found in rows.items()}
-    if not any(tracked.values()):
-        return written
-    entropy = any(r["kind"] == "entropy" for found in tracked.values() for r in found)
-    # The groups' key goes below the panels, where it covers no curve.
-    figure, axes = plt.subplots(1, 3 + entropy, figsize=(4.2 * (3 + entropy), 4.4 + 0.2 * ((len(groups) + 2) // 3)),
-                                layout="constrained")
+
+def _conditioning_row(figure, groups: Sequence, tracked: dict, entropy: bool) -> str:
+    """kappa of W_q, W_k, W_v over training, and attention entropy when tracked; what they show."""
+    axes = figure.subplots(1, 3 + entropy)
     for index, group in enumerate(groups):
         # The baseline dashed and on top: a group with the same curves (lam = 0) no longer hides it.
         style = dict(color=f"C{index % 10}", alpha=0.7, marker="o", markersize=2, linestyle="-", zorder=2)
@@ -97,8 +108,6 @@ def write_plots(groups: Sequence, out: Path, scored: str = "test") -> dict[str, 
             axes[3].legend(fontsize="small", loc="best")  # the uniform line only: the groups' key is below
         axes[3].set(xlabel="training step", ylabel="attention entropy, nats (mean over layers, heads)")
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize="small")
-    save_figure(figure, out / "kappa.png")
-    written["kappa.png"] = ("kappa of W_q, W_k, W_v" + (" and attention entropy" if entropy else "")
-                            + " over training, mean over layers" + ("" if entropy else
-                            "; no entropy: the tracker cannot rebuild these models' attention"))
-    return written
+    return ("kappa of W_q, W_k, W_v" + (" and attention entropy" if entropy else "")
+            + " over training, mean over layers" + ("" if entropy else
+            "; no entropy: the tracker cannot rebuild these models' attention"))

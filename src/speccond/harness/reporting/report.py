@@ -86,7 +86,7 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     plots = list(described)
     sweep = sweep_figure.write_sweep_plot(tabled, reference, out)
     plots += [sweep] if sweep else []
-    for name in ("kappa.png", sweep_figure.FILE):
+    for name in ("kappa.png", sweep_figure.FILE):  # kappa.png: an earlier report's second figure, now a row
         stale = out / name
         if name not in plots and stale.is_file():
             stale.unlink()
@@ -259,7 +259,7 @@ def _settings(shared: dict, reference: Optional[str], split: str = "test") -> li
         "(written by speccond compare and speccond tune), mean over the runs whose record is complete (a run "
         "killed between two records of its time is left out).",
         "Attention entropy: the tracker's, in nats, mean over layers and heads at the last tracked step of each "
-        "finished run, then mean +- 95 % t interval over those runs (kappa.png draws it over training, with "
+        "finished run, then mean +- 95 % t interval over those runs (comparison.png draws it over training, with "
         "uniform attention as a dotted line); - when the runs were not tracked or the tracker cannot rebuild "
         "the model's attention.",
     ]
@@ -296,11 +296,10 @@ def _run_row(group: Group, run: RunRecord, out: Path) -> str:
 def _plots_line(plots: list[str], notes: dict[str, str]) -> str:
     if not plots:
         return "Plots: none (no run has finished or diverged)."
-    line = f"Plots: comparison.png ({notes['comparison.png']})"
-    if "kappa.png" in plots:
-        line += f"; kappa.png ({notes['kappa.png']})"
-    else:
-        line += "; kappa.png not written: no run was tracked (train with track_every > 0 to record kappa over training)"
+    line = f"Plots: comparison.png ({notes['comparison.png']}"
+    if "; below, " not in notes["comparison.png"]:
+        line += "; no kappa row: no run was tracked (train with track_every > 0 to record kappa over training)"
+    line += ")"
     if "sweep.png" in plots:
         line += "; sweep.png (accuracy, entropy at step 0 and kappa at the end against the swept value)"
     return line + "."
