@@ -39,11 +39,26 @@ def per_seed(results: dict) -> dict[str, dict[int, float]]:
     return figures
 
 
-def family_arms(folders: list[str]) -> tuple[str, list[tuple[str, dict[int, float], dict[int, float]]]]:
+def reports() -> dict[str, dict]:
+    """{name: report record} of every committed results.json outside the protocols; a record of re-runs
+    (docs/results/main-job: ``reruns``) gives one report per re-run, under the re-run's name."""
+    found = {}
+    for path in sorted(RESULTS.glob("*/results.json")):
+        if path.parent.name.startswith("protocol-"):
+            continue
+        record = json.loads(path.read_text())
+        found.update({rerun["name"]: rerun["report"] for rerun in record["reruns"]} if "reruns" in record
+                     else {path.parent.name: record})
+    return found
+
+
+def family_arms(
+    folders: list[str], found: dict[str, dict],
+) -> tuple[str, list[tuple[str, dict[int, float], dict[int, float]]]]:
     """(the figure's name, [(arm label, its per-seed figures, the baseline's)]) of the folders' arms."""
     arms, seen, figure = [], set(), "accuracy"
     for folder in folders:
-        results = json.loads((RESULTS / folder / "results.json").read_text())
+        results = found[folder]
         figure = "box AP" if "ap_of_diverged_runs" in results else figure
         groups = per_seed(results)
         reference = results.get("reference")
@@ -61,11 +76,11 @@ def family_arms(folders: list[str]) -> tuple[str, list[tuple[str, dict[int, floa
 def rows() -> list[dict]:
     families = dict(POOLED)
     pooled = {folder for folders in POOLED.values() for folder in folders}
-    families.update({p.parent.name: [p.parent.name] for p in sorted(RESULTS.glob("*/results.json"))
-                     if p.parent.name not in pooled and not p.parent.name.startswith("protocol-")})
+    found = reports()
+    families.update({name: [name] for name in found if name not in pooled})
     table = []
     for name, folders in families.items():
-        figure, arms = family_arms(folders)
+        figure, arms = family_arms(folders, found)
         table += [{"family": name, "figure": figure, "comparison": c} for c in family(arms)]
     return table
 
