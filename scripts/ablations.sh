@@ -1,5 +1,5 @@
 #!/bin/sh
-# The ablations of docs/RESULTS.md (issue 6): Fashion-MNIST, timm ViT, the quick preset (400 steps), 3 seeds.
+# The ablations of docs/RESULTS.md: Fashion-MNIST, timm ViT, the quick preset (400 steps), 3 seeds.
 # One job per argument; run jobs side by side, one thread each. Every run resumes where it stopped and
 # finished runs are skipped, so an interrupted job continues when started again.
 #   scripts/ablations.sh lam           lam = 0, 1, 2, 5, 10, 20, 50 (and the baseline)      24 runs
@@ -11,9 +11,8 @@
 # Each writes runs/ablate-<job>/results.md; the tables in docs/RESULTS.md join them with `speccond report`.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
-# SPECCOND_SRC: run from a frozen checkout (e.g. a git worktree) while the working tree changes
-[ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
-compare() { .venv/bin/speccond compare --task fashion-mnist --preset quick --seeds 3 --out "runs/ablate-$job" "$@"; }
+. scripts/python_env.sh
+compare() { speccond compare --task fashion-mnist --preset quick --seeds 3 --out "runs/ablate-$job" "$@"; }
 for job in "$@"; do
   case $job in
     lam) compare --methods baseline,spectral --sweep lam=0,1,2,5,10,20,50 --set track_every=25 ;;

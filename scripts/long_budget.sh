@@ -1,5 +1,5 @@
 #!/bin/sh
-# Issue 17's long-budget comparison, as pre-registered in docs/RESULTS.md: Fashion-MNIST, full preset, 20
+# The long-budget comparison, as pre-registered in docs/RESULTS.md: Fashion-MNIST, full preset, 20
 # epochs (8,440 steps a run), a 6,000-image validation split, subnormals flushed, one thread per job.
 # Two chains side by side (about 30 minutes a run each on one core); every run resumes where it stopped,
 # and seeds advance together (all arms at seed 0, then seed 1, ...), so a cut leaves a balanced set.
@@ -7,15 +7,15 @@
 #   scripts/long_budget.sh report     the report of what has finished
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
-[ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
+. scripts/python_env.sh
 out=runs/long-budget
 if [ "$1" = report ]; then
-  exec .venv/bin/speccond report "$out"
+  exec speccond report "$out"
 fi
 mkdir -p "$out"
 run() {  # seeds, then compare arguments
   seeds=$1; shift
-  .venv/bin/speccond compare --task fashion-mnist --preset full --seeds "$seeds" --out "$out" \
+  speccond compare --task fashion-mnist --preset full --seeds "$seeds" --out "$out" \
     --set epochs=20 --set val_size=6000 --set flush_denormal=1 --set track_every=211 "$@"
 }
 chain_a() { for seeds in 1 2 3; do run "$seeds" --methods baseline,spectral || return 1; done; }

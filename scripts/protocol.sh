@@ -21,8 +21,7 @@
 # scripts/best_peer.py over the two choice.json (validation only). The long budget is scripts/long_budget.sh.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
-[ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
-py=${SPECCOND_PYTHON:-.venv/bin/python}  # SPECCOND_PYTHON: another environment's interpreter
+. scripts/python_env.sh  # py: the interpreter (SPECCOND_PYTHON, else python3 on PATH)
 full_arms=baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
 peers() {  # sets peer (BEST_PEER, else docs/RESULTS.md's rule over the full-protocol choices) and the reduced arms
   peer=${BEST_PEER:-$("$py" scripts/best_peer.py "$(choice_of fashion-mnist)" "$(choice_of cifar10)" 2>/dev/null)}

@@ -7,7 +7,7 @@
 #   scripts/protocol64.sh cifar10         the same on the offline CIFAR-10 split
 #   scripts/protocol64.sh publish         tables of what has finished, and keep every finished run
 #   scripts/protocol64.sh plan            what is finished and what is left, per task; trains nothing
-# SPECCOND_SRC runs another checkout's sources (a pinned copy, while this one is edited).
+# SPECCOND_PYTHON and SPECCOND_SRC: scripts/python_env.sh.
 # PROTOCOL64_DEVICE=cuda runs the protocol's GPU instance (docs/RESULTS.md, "The GPU instance"): its runs
 # and records are apart from the CPU instance's (runs/tune64-gpu-NAME, docs/results/protocol64-gpu-NAME).
 # EXTRA64 (tune arguments) and PILOT_EXTRA64 (--set ...) shrink the runs for a smoke test of this script.
@@ -17,8 +17,7 @@
 # docs/results/protocol64-gpuchoice-NAME.
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
-[ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
-py=${SPECCOND_PYTHON:-.venv/bin/python}
+. scripts/python_env.sh  # py: the interpreter (SPECCOND_PYTHON, else python3 on PATH)
 arms=${ARMS64:-baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm}  # ARMS64: smoke runs only
 model="--set embed_dim=192 --set num_heads=3 --set depth=4 --set patch_size=4 --set batch_size=128 --set warmup_steps=200"
 kept=${KEPT64:-docs/results}  # KEPT64 and RUNS64: a smoke test's scratch folders

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The small-scale vision reproductions of docs/RESULTS.md (issue 5). Run both side by side, one thread
+# The small-scale vision reproductions of docs/RESULTS.md. Run both side by side, one thread
 # each (about 1.5 hours each on 2 cores); every run resumes where it stopped, finished runs are skipped.
 #   scripts/reproduce.sh fashion    Fashion-MNIST, ViT, all 7 methods, 3 seeds, full preset
 #   scripts/reproduce.sh cifar      CIFAR-10 (offline test-set split), 5 timm families, baseline vs spectral
@@ -17,52 +17,51 @@
 #                                   (about an hour), then the ViT trunk (about an hour)
 cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
-# SPECCOND_SRC: run from a frozen checkout (e.g. a git worktree) while the working tree changes
-[ -n "$SPECCOND_SRC" ] && export PYTHONPATH="$SPECCOND_SRC"
+. scripts/python_env.sh
 if [ "$1" = fashion ]; then
-  .venv/bin/speccond compare --task fashion-mnist --preset full --seeds 3 --out runs/fashion-mnist-full \
+  speccond compare --task fashion-mnist --preset full --seeds 3 --out runs/fashion-mnist-full \
     --methods baseline,spectral,spectral-svd,shifted-init,sigma-reparam,spectral-norm,qk-norm --set track_every=100
 elif [ "$1" = lra ]; then
   for task in listops retrieval pathfinder image text; do
-    .venv/bin/speccond compare --task lra-$task --preset quick --seeds 3 --out runs/lra-$task-quick \
+    speccond compare --task lra-$task --preset quick --seeds 3 --out runs/lra-$task-quick \
       --methods baseline,spectral || exit 1
   done
-  full() { .venv/bin/speccond compare --task lra-listops --preset full --seeds 3 --out runs/lra-listops-full "$@"; }
+  full() { speccond compare --task lra-listops --preset full --seeds 3 --out runs/lra-listops-full "$@"; }
   full --methods baseline,spectral && full --methods spectral-svd,qk-norm,sigma-reparam,spectral-norm &&
     full --methods spectral --sweep target_kappa=2
 elif [ "$1" = language ]; then
   preset=${PRESET:-full}
   methods=${METHODS:-baseline,spectral}
-  .venv/bin/speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" \
+  speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" \
     --methods "$methods" || exit 1
   for task in sentiment fact pairs hyperbaton; do
-    .venv/bin/speccond compare --task "glue-$task" --preset "$preset" --seeds "${SEEDS:-3}" --out "runs/glue-$task-$preset" \
+    speccond compare --task "glue-$task" --preset "$preset" --seeds "${SEEDS:-3}" --out "runs/glue-$task-$preset" \
       --methods "$methods" --set "init_from=runs/language-mlm-$preset/{method}/seed-0" || exit 1
   done
-  .venv/bin/speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
+  speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
     "runs/glue-hyperbaton-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
 elif [ "$1" = language-peers ]; then
   preset=${PRESET:-quick}
   peers=baseline,spectral,qk-norm,sigma-reparam,spectral-norm
-  .venv/bin/speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods $peers &&
-    .venv/bin/speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods spectral \
+  speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods $peers &&
+    speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods spectral \
       --sweep target_kappa=2 || exit 1
   for task in sentiment hyperbaton pairs fact; do
-    .venv/bin/speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
+    speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
       --methods $peers --set "init_from=runs/language-mlm-$preset/{method}/seed-0" || exit 1
-    .venv/bin/speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
+    speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
       --methods spectral --sweep target_kappa=2 \
       --set "init_from=runs/language-mlm-$preset/spectral-target_kappa=2/seed-0" || exit 1
   done
-  .venv/bin/speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
+  speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
     "runs/glue-hyperbaton-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
 elif [ "$1" = detection ]; then
-  .venv/bin/speccond compare --task fashion-scenes --model xcit-maskrcnn --preset full --seeds 3 --out runs/detection &&
-    .venv/bin/speccond compare --task fashion-scenes --model vit-maskrcnn --preset full --seeds 3 --out runs/detection-vit
+  speccond compare --task fashion-scenes --model xcit-maskrcnn --preset full --seeds 3 --out runs/detection &&
+    speccond compare --task fashion-scenes --model vit-maskrcnn --preset full --seeds 3 --out runs/detection-vit
 else
   for family in vit deit xcit davit swin; do
     patch=4; [ $family = swin ] && patch=8
-    .venv/bin/speccond compare --task cifar10 --model $family --preset full --seeds 3 --out runs/cifar10-$family \
+    speccond compare --task cifar10 --model $family --preset full --seeds 3 --out runs/cifar10-$family \
       --methods baseline,spectral --set patch_size=$patch --set track_every=50
   done
 fi

@@ -150,7 +150,7 @@ def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_a
     registered = ["baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
                   "sigma-reparam", "sigma-reparam-all", "spectral-norm"]
     names = []
-    peer = {**os.environ, "BEST_PEER": "qk-norm"}  # as if the full protocol had chosen it (scripts/best_peer.py)
+    peer = {**os.environ, "BEST_PEER": "qk-norm", "SPECCOND_PYTHON": sys.executable}  # as if the full protocol had chosen it (scripts/best_peer.py)
     for tier, count in (("tier1", 4), ("tier2", 6), ("language", 8)):
         lines = subprocess.run(["sh", str(script), "list", tier], capture_output=True, text=True, check=True,
                                env=peer).stdout
@@ -215,11 +215,27 @@ def _protocol(*arguments: str, checkout) -> list[str]:
 
     root = Path(__file__).resolve().parents[1]
     (checkout / "scripts").mkdir(parents=True, exist_ok=True)
-    for script in ("protocol.sh", "best_peer.py"):
+    for script in ("protocol.sh", "python_env.sh", "best_peer.py"):
         shutil.copy(root / "scripts" / script, checkout / "scripts" / script)
     environment = {**{k: v for k, v in os.environ.items() if k != "BEST_PEER"}, "SPECCOND_PYTHON": sys.executable}
     return subprocess.run(["sh", str(checkout / "scripts" / "protocol.sh"), *arguments], capture_output=True,
                           text=True, check=True, env=environment).stdout.splitlines()
+
+
+def test_a_script_without_speccond_on_its_python_says_how_to_run_it_before_anything_runs(tmp_path):
+    """The scripts run the Python on PATH or SPECCOND_PYTHON (scripts/python_env.sh), never .venv by path;
+    one that cannot import speccond is a one-line error, exit 2, with nothing written."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for script in ("protocol.sh", "protocol64.sh"):
+        done = subprocess.run(["sh", str(root / "scripts" / script), "plan"], capture_output=True, text=True,
+                              env={**os.environ, "SPECCOND_PYTHON": str(tmp_path / "no-python")}, cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == "", done
+        assert done.stderr.count("\n") == 1 and "cannot import speccond" in done.stderr
+        assert "./run script" in done.stderr and "SPECCOND_PYTHON" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_before_the_full_protocol_has_chosen_the_reduced_tasks_name_an_arm_speccond_tune_refuses(tmp_path):
