@@ -154,8 +154,9 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.num_heads ({self.num_heads}) must divide embed_dim ({self.embed_dim})")
 
     def model_kwargs(self) -> dict:
-        """model_args as keyword arguments: "drop_path_rate=0.1,depth=6" -> {"drop_path_rate": 0.1, "depth": 6}."""
-        pairs = [pair.strip() for pair in self.model_args.split(",") if pair.strip()]
+        """model_args as keyword arguments: "drop_path_rate=0.1,depth=6" -> {"drop_path_rate": 0.1, "depth": 6};
+        commas inside brackets belong to their value: "depths=(1,1),window_size=4" -> {"depths": (1, 1), ...}."""
+        pairs = [pair.strip() for pair in _top_level_split(self.model_args) if pair.strip()]
         try:
             return parse_overrides(pairs)
         except ValueError:
@@ -165,3 +166,15 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     def init_path(self) -> str:
         """``init_from`` with its ``{field}`` placeholders filled from this config."""
         return self.init_from.format(**self.to_dict())
+
+
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at the commas outside (), [] and {}: "a=(1,2),b=3" -> ["a=(1,2)", "b=3"]."""
+    parts, depth, start = [], 0, 0
+    for index, character in enumerate(text):
+        depth += character in "([{"
+        depth -= character in ")]}"
+        if character == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    return [*parts, text[start:]]
