@@ -119,9 +119,6 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.ema_decay must be 0 (off) or in (0, 1), e.g. 0.9999, got {self.ema_decay}")
         if not (math.isfinite(self.random_erasing) and 0 <= self.random_erasing <= 1):
             raise ValueError(f"TrainConfig.random_erasing is a probability in [0, 1], got {self.random_erasing}")
-        if self.accumulate_steps < 1 or self.accumulate_steps > self.batch_size:
-            raise ValueError(f"TrainConfig.accumulate_steps must be between 1 and batch_size ({self.batch_size}), "
-                             f"got {self.accumulate_steps}")
         for name in ("flush_denormal", "tuning", "compile", "channels_last"):
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"TrainConfig.{name} must be 0 or 1, got {getattr(self, name)}")
@@ -145,6 +142,9 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"TrainConfig.{name} must be finite and >= 0, got {value}")
+        if self.accumulate_steps < 1 or self.accumulate_steps > self.batch_size:
+            raise ValueError(f"TrainConfig.accumulate_steps must be between 1 and batch_size ({self.batch_size}), "
+                             f"got {self.accumulate_steps}")
         try:
             self.init_path()
         except (KeyError, IndexError, ValueError, AttributeError) as error:
