@@ -111,3 +111,27 @@ def test_a_recipe_asked_wrongly_is_refused_in_one_line_and_nothing_is_written(ar
 def test_model_args_keep_commas_inside_brackets():
     config = TrainConfig(model="timm:davit_base", model_args="depths=(1,1),num_heads=[1, 2],window_size=4")
     assert config.model_kwargs() == {"depths": (1, 1), "num_heads": [1, 2], "window_size": 4}
+
+
+def test_torchrun_compare_of_a_recipe_reports_what_one_process_reports(images, tmp_path):
+    """The documented full-scale commands run compare under torchrun: 2 processes on gloo train each run
+    data-parallel, rank 0 alone writes the folder and the report, and the figures are one process's."""
+    import os
+    import subprocess
+    import sys
+
+    folder, data = images
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "SPECCOND_DATA": str(data)}
+    args = ["-m", "speccond", "compare", "--recipe", "deit_b_imagenet", "--smoke", "--task",
+            f"imagefolder:{folder}?size=32", "--methods", "spectral", "--seeds", "1"]
+    single = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "single")], env=environment,
+                            capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             *args, "--out", str(tmp_path / "double")], env=environment, capture_output=True, text=True,
+                            timeout=300)
+    assert double.returncode == 0, double.stderr[-3000:]
+    assert double.stdout.count("## Runs") == 1  # one report, printed by rank 0
+    one, two = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("single", "double"))
+    rows = [[(r["method"], r["seed"], r["accuracy"], round(r["loss"], 4)) for r in report["runs"]] for report in (one, two)]
+    assert rows[0] == rows[1] and len(rows[0]) == 1
