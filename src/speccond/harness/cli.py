@@ -103,7 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")
     comparison.add_argument("--seeds", type=positive_int, default=3, metavar="N",
                             help="number of seeds, run as seeds 0, 1, ..., N-1 (default 3)")
-    comparison.add_argument("--preset", choices=("quick", "full"), default="quick")
+    comparison.add_argument("--preset", choices=("quick", "full"), help="the task's preset (default quick)")
+    comparison.add_argument("--recipe", help="one of the paper's experiments, in place of a preset (harness/config/"
+                            "recipes.py): deit_b_imagenet, vit_b_imagenet, swin_b_imagenet, xcit_m_imagenet, "
+                            "davit_b_imagenet, nystromformer_lra, crammed_bert_mlm, crammed_bert_glue")
+    comparison.add_argument("--smoke", action="store_true", help="the recipe at smoke size (seconds on a CPU)")
+    comparison.add_argument("--dry-run", action="store_true", help="build every method's model, data pipeline and "
+                            "optimiser, print what each would train, and train nothing")
     comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
     comparison.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
                             help="run every method at each value (repeat for a grid), e.g. --sweep lam=1,10; "
@@ -209,8 +215,19 @@ def _base_config(args: argparse.Namespace, *fixed: str):
     from speccond.harness.config.train_config import TrainConfig
 
     chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
+    recipe_name = getattr(args, "recipe", None)
+    if recipe_name:
+        from speccond.harness.config.recipes import recipe
+
+        if args.preset:
+            raise ValueError(f"--recipe {recipe_name} replaces a preset: leave out --preset {args.preset}")
+        tasks = [pair.partition("=")[2] for pair in [*chosen, *args.set] if pair.startswith("task=")]
+        start = recipe(recipe_name, args.smoke, tasks[-1] if tasks else "")  # an ImageNet recipe needs --task
+        return TrainConfig().with_overrides([*start, *chosen, *args.set, *fixed])
+    if getattr(args, "smoke", False):
+        raise ValueError("--smoke sizes a --recipe; give --recipe NAME, or leave out --smoke")
     task = TrainConfig().with_overrides([*chosen, *args.set]).task
-    return TrainConfig().with_overrides([*preset(args.preset, task), *chosen, *args.set, *fixed])
+    return TrainConfig().with_overrides([*preset(args.preset or "quick", task), *chosen, *args.set, *fixed])
 
 
 # TrainConfig fields a command sets itself, each with the flag to use instead: --set or --sweep of one is
@@ -244,10 +261,21 @@ def _compare(args: argparse.Namespace) -> None:
     base = _base_config(args)
     sweep = parse_sweep(args.sweep)
     variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    if args.dry_run:  # builds what the runs would train, writes nothing
+        from speccond.harness.protocol.dry_run import describe, dry_run
+
+        if sweep:
+            raise ValueError("--dry-run builds each method once; leave out --sweep")
+        data.prepare(task_of(base.task).dataset)
+        for row in dry_run(base, args.methods):
+            print(describe(row))
+        print(f"dry run: nothing trained, nothing written to {args.out}")
+        return
     check_writable(args.out, "--out")
     check_comparison_folder(Path(args.out), base, sweep)
     data.prepare(task_of(base.task).dataset)
-    compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep)
+    if compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep) is None:
+        return  # a torchrun rank other than 0: rank 0 writes and prints the report
     print((Path(args.out) / "results.md").read_text())
     print(f"written: {Path(args.out) / 'results.md'}, results.json and the report's plots")
 

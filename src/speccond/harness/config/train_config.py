@@ -63,6 +63,16 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     drop_path: float = 0.0  # stochastic depth rate of the named timm families (timm's drop_path_rate)
     precision: str = "float32"  # the training forward: "float32", or torch.amp autocast "bfloat16" / "float16"
     #                             (float16 with a gradient scaler): harness/training/precision.py
+    # The recipe's parts (harness/training/recipe.py); every default is the published runs' behaviour.
+    accumulate_steps: int = 1  # micro-batches of batch_size / N per optimiser step, gradients summed (1 = off)
+    ema_decay: float = 0.0  # timm.utils.ModelEmaV3 decay of a weight average evaluated instead (0 = off)
+    optimizer: str = "adamw"  # "adamw" (optimizer.adamw) or "timm:<name>" (timm.optim.create_optimizer_v2)
+    scheduler: str = "cosine"  # "cosine" (train.learning_rate) or "timm:<name>" (timm's create_scheduler_v2, per step)
+    auto_augment: str = ""  # image tasks: timm.data.create_transform's training augmentation, e.g.
+    #                         "rand-m9-mstd0.5-inc1" (RandAugment); "" = the built-in flip and shift
+    random_erasing: float = 0.0  # image tasks: create_transform's random-erasing probability (0 = off)
+    compile: int = 0  # 1: torch.compile the model for training (evaluation and checkpoints use the same weights)
+    channels_last: int = 0  # 1: the model's 4-d weights and the image batches in torch.channels_last memory format
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
     # from this config, e.g. runs/mlm/{method}/seed-0 or runs/mlm/{method}-lam={lam:g}/seed-{seed}. "" = none.
     init_from: str = ""
@@ -99,7 +109,17 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.precision must be 'float32', 'bfloat16' or 'float16', got {self.precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"TrainConfig.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        for name in ("flush_denormal", "tuning"):
+        for name in ("optimizer", "scheduler"):
+            value = getattr(self, name)
+            default = {"optimizer": "adamw", "scheduler": "cosine"}[name]
+            if value != default and not (value.startswith(TIMM_PREFIX) and len(value) > len(TIMM_PREFIX)):
+                raise ValueError(f"TrainConfig.{name} must be {default!r} or timm:<name> (e.g. timm:{default}), "
+                                 f"got {value!r}")
+        if not (math.isfinite(self.ema_decay) and 0 <= self.ema_decay < 1):
+            raise ValueError(f"TrainConfig.ema_decay must be 0 (off) or in (0, 1), e.g. 0.9999, got {self.ema_decay}")
+        if not (math.isfinite(self.random_erasing) and 0 <= self.random_erasing <= 1):
+            raise ValueError(f"TrainConfig.random_erasing is a probability in [0, 1], got {self.random_erasing}")
+        for name in ("flush_denormal", "tuning", "compile", "channels_last"):
             if getattr(self, name) not in (0, 1):
                 raise ValueError(f"TrainConfig.{name} must be 0 or 1, got {getattr(self, name)}")
         if self.tuning and not self.val_size:
@@ -122,6 +142,9 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"TrainConfig.{name} must be finite and >= 0, got {value}")
+        if self.accumulate_steps < 1 or self.accumulate_steps > self.batch_size:
+            raise ValueError(f"TrainConfig.accumulate_steps must be between 1 and batch_size ({self.batch_size}), "
+                             f"got {self.accumulate_steps}")
         try:
             self.init_path()
         except (KeyError, IndexError, ValueError, AttributeError) as error:
@@ -131,8 +154,9 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.num_heads ({self.num_heads}) must divide embed_dim ({self.embed_dim})")
 
     def model_kwargs(self) -> dict:
-        """model_args as keyword arguments: "drop_path_rate=0.1,depth=6" -> {"drop_path_rate": 0.1, "depth": 6}."""
-        pairs = [pair.strip() for pair in self.model_args.split(",") if pair.strip()]
+        """model_args as keyword arguments: "drop_path_rate=0.1,depth=6" -> {"drop_path_rate": 0.1, "depth": 6};
+        commas inside brackets belong to their value: "depths=(1,1),window_size=4" -> {"depths": (1, 1), ...}."""
+        pairs = [pair.strip() for pair in _top_level_split(self.model_args) if pair.strip()]
         try:
             return parse_overrides(pairs)
         except ValueError:
@@ -142,3 +166,15 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     def init_path(self) -> str:
         """``init_from`` with its ``{field}`` placeholders filled from this config."""
         return self.init_from.format(**self.to_dict())
+
+
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at the commas outside (), [] and {}: "a=(1,2),b=3" -> ["a=(1,2)", "b=3"]."""
+    parts, depth, start = [], 0, 0
+    for index, character in enumerate(text):
+        depth += character in "([{"
+        depth -= character in ")]}"
+        if character == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    return [*parts, text[start:]]

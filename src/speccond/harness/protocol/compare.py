@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -23,11 +25,13 @@ from speccond.harness.training.timing import WallClock
 from speccond.harness.training.train import train
 
 def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out: Path, progress: bool = True,
-            sweep: Optional[Mapping[str, Sequence[str]]] = None) -> Report:
+            sweep: Optional[Mapping[str, Sequence[str]]] = None) -> Optional[Report]:
     """Train every (variant, seed) that is not finished, then write the report of ``out``; return it.
 
     Nothing is written before every variant is checked (preflight.py): it builds its model, its sizes fit
-    the task's data, and ``out`` holds no runs of another task or protocol.
+    the task's data, and ``out`` holds no runs of another task or protocol. Under torchrun every rank calls
+    it and trains each run data-parallel (train.py); rank 0 alone holds the folder, times the runs and writes
+    the report (None on the other ranks).
 
     ``sweep`` maps TrainConfig fields to values ({"lam": ["1", "10"]}): every method runs at every
     combination of them that changes what it computes (see :func:`variants`).
@@ -37,11 +41,21 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
     check_comparison_folder(out, base, sweep)
     for _, config in chosen:  # every variant builds and fits its data before the first run is written
         check_runnable(dataclasses.replace(config, seed=next(iter(seeds), 0)))
-    with writing(out):  # one compare per folder at a time (folder_lock.py)
+    main = is_main_process()  # under torchrun every rank trains each run data-parallel; rank 0 alone writes
+    with writing(out) if main else nullcontext():  # one compare per folder at a time (folder_lock.py)
         for folder, config in chosen:
             for seed in seeds:
-                train_timed(dataclasses.replace(config, seed=seed), out / folder / f"seed-{seed}", progress)
-        return write_report([out], out)
+                run_dir = out / folder / f"seed-{seed}"
+                if main:
+                    train_timed(dataclasses.replace(config, seed=seed), run_dir, progress)
+                else:
+                    train(dataclasses.replace(config, seed=seed), run_dir, progress=False)
+        return write_report([out], out) if main else None
+
+
+def is_main_process() -> bool:
+    """Rank 0 of torchrun (RANK), or a process not started by it."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequence[str]]) -> list[tuple[str, TrainConfig]]:

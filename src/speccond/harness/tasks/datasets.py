@@ -163,7 +163,8 @@ def indices_sha256(index: torch.Tensor) -> str:
 
 def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     """train_x, test_x (float (N, C, H, W) images, int64 (N, L) tokens or (N, 2, L) pairs), int64 train_y,
-    test_y; with ``config.val_size``, val_x and val_y too, and val_index (the held-out training indices).
+    test_y; with ``config.val_size``, val_x and val_y too, and val_index (the held-out training indices);
+    for images, pixel_mean and pixel_std (1, C, 1, 1), the statistics they were standardised with.
 
     Training and validation examples: :func:`split_indices`; the test subset is the first
     ``config.test_size`` (0 = all) test examples, in stored order.
@@ -198,6 +199,8 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
         std = scaled["train"].std(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1)
         inputs = {split: (images - mean) / std for split, images in scaled.items()}
     tensors = {}
+    if chosen.reading == "image":  # (1, C, 1, 1) each, what timm's augmentation undoes (image_transforms.py)
+        tensors.update(pixel_mean=mean, pixel_std=std)
     for split in inputs:
         tensors.update({f"{split}_x": inputs[split], f"{split}_y": labels[split]})
     if config.val_size:

@@ -27,6 +27,7 @@ import speccond
 from speccond.diagnostics.records import read_metrics
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.training import checkpoint
+from speccond.harness.training.accumulation import backward_over
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.folder_lock import writing
 from speccond.harness.training.pretrained import load_pretrained
@@ -36,18 +37,13 @@ from speccond.harness.training.run_dir import (
 )
 from speccond.harness.training.precision import MixedPrecision
 from speccond.harness.training.preflight import built_model
+from speccond.harness.training.recipe import (  # learning_rate: the default schedule, kept importable here
+    Schedule, WeightAverage, check_recipe, learning_rate, make_optimizer, prepared,
+)
 from speccond.harness.training.training_tasks import TrainingTask, training_task
 
 TRAIN_ROW_EVERY = 10
 log = logging.getLogger(__name__)
-
-
-def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
-    """Linear warm-up to config.lr, then cosine decay to 0."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, total_steps - config.warmup_steps)
-    return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True,
@@ -84,6 +80,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     metrics = run_dir / METRICS
     task = training_task(config)  # loads the data, its sizes checked
     model = built_model(config)  # both before the run directory is written: a refused config leaves nothing
+    check_recipe(config)
     with ExitStack() as held:
         if context.is_main:  # one writer per run directory (folder_lock.py); released however the process ends
             held.enter_context(writing(run_dir))
@@ -100,16 +97,20 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
         if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
             return finished[-1]
         model.to(context.device)  # the task stays on the CPU; each batch is moved
-        optimizer = task.make_optimizer(model)
+        optimizer = make_optimizer(config, task, model)  # the recipe's parts: recipe.py
+        schedule = Schedule(config, optimizer, total_steps)
         precision = MixedPrecision(config.precision, context.device)
-        step = resume(run_dir, model, optimizer, precision.load)
+        average = WeightAverage.of(config, model)  # None unless ema_decay
+        step = resume(run_dir, model, optimizer, lambda state: _load_extra(state, precision, average))
         if step == 0 and config.init_from:
             load_pretrained(model, config)  # in place: the optimiser holds the same parameters
+            if average is not None:
+                average.ema.set(model)
         if context.is_main:  # rows after the checkpoint go; without one, all (a tracker's step-0 rows included)
             drop_rows_after(metrics, step if step else -1)
         if finished and step == total_steps:  # resumed after the last epoch had finished
             return finished[-1]
-        trained = context.wrap(model)
+        trained = prepared(config, model, context.wrap)
         tracker = _tracker(config, model, task, metrics) if context.is_main else None
         if tracker is not None and step == 0:
             tracker.step(0)
@@ -117,12 +118,15 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
         def save() -> None:
             if context.is_main:
                 checkpoint.save(run_dir, step, step // steps_per_epoch, model,
-                                {"optimizer": optimizer.state_dict(), **precision.state()})
+                                {"optimizer": optimizer.state_dict(), **precision.state(),
+                                 **(average.state() if average is not None else {})})
                 if on_checkpoint is not None:
                     on_checkpoint(step)
 
         def evaluation(kind: str, split: str) -> dict:
             row = {"kind": kind, "step": step, "epoch": step // steps_per_epoch}
+            if average is not None:  # the weight average is what is evaluated
+                return {**row, "total_steps": total_steps, "weights": "ema", **task.evaluate(average.module, split)}
             return {**row, "total_steps": total_steps, **task.evaluate(model, split)}
 
         final: dict = {}
@@ -131,20 +135,19 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
                 epoch, index = divmod(step, steps_per_epoch)
                 order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
                 chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate(config, step, total_steps)
-                with precision.forward():
-                    local_mean, counts, figures = task.train_loss(trained, chosen, step, context)
-                loss_value = context.global_mean(local_mean, *counts)
+                schedule.set(step)
+                optimizer.zero_grad(set_to_none=True)
+                loss_value, figures = backward_over(task, trained, chosen, step, context, precision,
+                                                    config.accumulate_steps)  # accumulation.py
                 if not math.isfinite(loss_value):
                     return record_divergence(run_dir, step, loss_value, total_steps, write=context.is_main)
-                optimizer.zero_grad(set_to_none=True)
-                precision.backward(context.local_loss(local_mean, *counts))
                 if config.grad_clip:
                     precision.unscale(optimizer)
                     nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
                 precision.step(optimizer)
                 step += 1
+                if average is not None:
+                    average.update(model, step)
                 steps.advanced(loss_value)
                 if step % TRAIN_ROW_EVERY == 0 and context.is_main:
                     append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
@@ -169,6 +172,13 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
             if context.is_main:
                 append_row(metrics, final)
         return final
+
+
+def _load_extra(state: dict, precision: MixedPrecision, average: Optional[WeightAverage]) -> None:
+    """What a checkpoint holds beside the model and the optimiser: the gradient scaler, the weight average."""
+    precision.load(state)
+    if average is not None:
+        average.load(state)
 
 
 def _check_shards(samples: int, batch_size: int, context: Context) -> None:

@@ -94,6 +94,13 @@ class Supervised:
             self.mixing = Mixup(mixup_alpha=config.mixup, cutmix_alpha=config.cutmix,
                                 label_smoothing=config.label_smoothing, num_classes=self.shape.classes,
                                 prob=1.0 if (config.mixup or config.cutmix) else 0.0)
+        self.transform = None  # timm's training augmentation, when asked (image_transforms.py)
+        if (config.auto_augment or config.random_erasing) and self.shape.kind == "image":
+            from speccond.harness.training.image_transforms import TimmAugmentation
+
+            self.transform = TimmAugmentation(config, self.data["train_x"].shape[-1], self.data["pixel_mean"],
+                                              self.data["pixel_std"])
+        self.channels_last = bool(config.channels_last)
         self.splits = {}
         if config.val_size:
             self.splits["val"] = {"size": config.val_size, "seed": VALIDATION_SEED,
@@ -105,11 +112,15 @@ class Supervised:
         exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
         return adamw(model, self.config.lr, self.config.weight_decay, exempt_names=exempt)
 
-    def train_loss(self, model, chosen, step, context):
+    def train_loss(self, model, chosen, step, context, part=(0, 1)):
+        """``part`` (i, N): the i-th of N consecutive slices of the batch, prepared whole (accumulation.py);
+        its counts are then (this slice's targets on this rank, the whole global batch's targets)."""
         config = self.config
         inputs = self.data["train_x"][chosen]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
         labels = self.data["train_y"][chosen]  # (b,) classes, or (b, L) tokens for mlm
-        if inputs.dim() == 4:
+        if inputs.dim() == 4 and self.transform is not None:  # timm.data.create_transform (image_transforms.py)
+            inputs = self.transform(inputs, config.seed * 10**6 + step)
+        elif inputs.dim() == 4:
             inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
         soft = None  # (b, classes) mixed and smoothed targets, when the recipe mixes (timm.data.Mixup)
         if self.mixing is not None:
@@ -117,7 +128,14 @@ class Supervised:
         if self.shape.mlm:  # inputs (b, 2, L) ids and prediction flags, labels (b, L) with IGNORE
             masks = torch.Generator().manual_seed(config.seed * 10**6 + step)
             inputs, labels = mlm.mask_tokens(inputs, masks, self.shape.vocab)
+        whole = mlm.targets(labels).shape[0]  # the global batch's targets: examples, or masked tokens (mlm)
+        if part != (0, 1):  # (b / N, ...) the slice of this micro-batch
+            rows = torch.tensor_split(torch.arange(inputs.shape[0]), part[1])[part[0]]
+            inputs, labels = inputs[rows], labels[rows]
+            soft = None if soft is None else soft[rows]
         inputs = context.shard(inputs).to(context.device)  # (b / world, ...)
+        if self.channels_last and inputs.dim() == 4:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
         local_targets = mlm.targets(context.shard(labels).to(context.device))  # (b / world,) or (n / world,)
         if soft is not None:  # timm's soft-target cross-entropy over the mixed, smoothed targets
             from timm.loss import SoftTargetCrossEntropy
@@ -125,7 +143,7 @@ class Supervised:
             local_mean = SoftTargetCrossEntropy()(model(inputs), context.shard(soft).to(context.device))
         else:
             local_mean = F.cross_entropy(model(inputs), local_targets)
-        return local_mean, (local_targets.shape[0], mlm.targets(labels).shape[0]), {}
+        return local_mean, (local_targets.shape[0], whole), {}
 
     def mix(self, images: torch.Tensor, labels: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """timm's Mixup / CutMix with label smoothing on the global batch: (b, C, H, W) images and (b, classes)
@@ -164,10 +182,20 @@ def task_class(config: TrainConfig) -> type:
 
 
 def training_task(config: TrainConfig) -> TrainingTask:
-    """The TrainingTask of ``config.task``, its data loaded. Mixup, cutmix and label smoothing act on image
-    classification only: asked of another task they are refused, not ignored."""
+    """The TrainingTask of ``config.task``, its data loaded. Mixup, cutmix, label smoothing, timm's
+    augmentation and channels_last act on image classification only, gradient accumulation on Supervised
+    tasks only: asked of another task they are refused, not ignored."""
     mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
     if mixing and task(config.task).reading != "image":
         raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); task "
                          f"{config.task!r} is not one: leave {' and '.join(mixing)} at 0")
-    return task_class(config)(config)
+    reading = task(config.task).reading
+    imaging = [name for name in ("auto_augment", "random_erasing", "channels_last") if getattr(config, name)]
+    if imaging and reading != "image":
+        raise ValueError(f"TrainConfig.{', '.join(imaging)} act on image batches; task {config.task!r} has none: "
+                         f"leave {' and '.join(imaging)} unset")
+    chosen = task_class(config)
+    if config.accumulate_steps > 1 and chosen is not Supervised:
+        raise ValueError(f"TrainConfig.accumulate_steps slices batches of classification and mlm tasks; task "
+                         f"{config.task!r} trains its own way: leave accumulate_steps at 1")
+    return chosen(config)

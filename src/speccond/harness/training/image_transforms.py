@@ -1,0 +1,80 @@
+"""timm's training augmentation of image batches: ``timm.data.create_transform(is_training=True)`` with the
+DeiT recipe's settings (random resized crop, horizontal flip, RandAugment by ``auto_augment``, random
+erasing by ``random_erasing``, bicubic), in place of the built-in flip and shift when either is set.
+
+    transform = TimmAugmentation(config, size, mean, std)
+    images = transform(images, seed)     # (B, C, H, W) standardised -> (B, C, H, W) standardised
+
+The harness holds images standardised by the training subset's per-channel statistics (datasets.py);
+each image goes back to uint8 pixels, through timm's PIL transforms and their Normalize with those same
+statistics, so the model sees the scale it is evaluated on. Grey images pass through as RGB and come back
+as their first channel. timm draws from Python's, numpy's and torch's global generators: all three are
+seeded with ``seed`` (the run's seed and step) for the batch and restored after, so a resumed run draws
+the same.
+
+Pillow 10 and later refuse ``ImageOps.posterize`` with 0 bits, which timm's RandAugment asks for at the
+ends of its magnitude range (e.g. magnitude 10 under "inc1", reachable with "mstd0.5"); earlier Pillow
+returned a black image. :func:`_posterize` gives that black image again, so every RandAugment string
+draws what timm intended instead of failing mid-run.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from speccond.harness.config.train_config import TrainConfig
+
+
+class TimmAugmentation:
+    def __init__(self, config: TrainConfig, size: int, mean: torch.Tensor, std: torch.Tensor):
+        from timm.data import create_transform
+
+        self.mean, self.std = mean.reshape(-1), std.reshape(-1)  # (C,) of pixels / 255
+        rgb = lambda values: tuple(float(v) for v in (values.repeat(3) if values.numel() == 1 else values))
+        self.transform = create_transform(
+            input_size=size, is_training=True, auto_augment=config.auto_augment or None, color_jitter=0.3,
+            interpolation="bicubic", re_prob=config.random_erasing, re_mode="pixel", re_count=1,
+            mean=rgb(self.mean), std=rgb(self.std))
+        _allow_zero_bit_posterize(self.transform)
+
+    def __call__(self, images: torch.Tensor, seed: int) -> torch.Tensor:
+        from PIL import Image
+
+        channels = images.shape[1]
+        pixels = (images * self.std[:, None, None] + self.mean[:, None, None]).mul(255).round().clamp(0, 255)
+        pixels = pixels.to(torch.uint8).expand(-1, 3, -1, -1) if channels == 1 else pixels.to(torch.uint8)  # (B, 3, H, W)
+        import numpy as np
+
+        state, numpy_state = random.getstate(), np.random.get_state()
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                out = [self.transform(Image.fromarray(image.permute(1, 2, 0).numpy())) for image in pixels]
+        finally:
+            random.setstate(state)
+            np.random.set_state(numpy_state)
+        return torch.stack(out)[:, :channels]  # (B, C, H, W)
+
+
+def _posterize(img, bits_to_keep, **_):
+    """timm's posterize, with 0 bits kept giving a black image (what Pillow < 10 returned) instead of an error."""
+    from PIL import Image, ImageOps
+
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return Image.new(img.mode, img.size)
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+def _allow_zero_bit_posterize(transform) -> None:
+    """Point the posterize operations of any timm AutoAugment / RandAugment in ``transform`` at :func:`_posterize`."""
+    from timm.data import auto_augment
+
+    for step in getattr(transform, "transforms", ()):
+        for op in getattr(step, "ops", ()) or [o for policy in getattr(step, "policy", ()) for o in policy]:
+            if getattr(op, "aug_fn", None) is auto_augment.posterize:
+                op.aug_fn = _posterize

@@ -1,0 +1,137 @@
+"""The paper's experiments as recipes (harness/config/recipes.py): each runs at smoke size through
+``speccond compare --recipe NAME --smoke`` on data of its format (a generated ImageFolder of PNGs, the LRA and
+language tasks' own data), and each full-scale command passes ``--dry-run``, which builds the full model,
+the data pipeline and the optimiser and trains nothing."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speccond.harness.cli import main
+from speccond.harness.config.recipes import IMAGE_RECIPES, RECIPES, recipe
+from speccond.harness.config.train_config import TrainConfig
+from tests.test_image_folder import write_folder
+from tests.test_language import language_home, prepared, sources, tiny_arrays  # noqa: F401  (the language fixtures)
+
+# timm's parameter counts of the full models, for the generated folder's 2 classes (not ImageNet's 1,000)
+FULL_PARAMETERS = {"deit_b_imagenet": 85.8, "vit_b_imagenet": 85.8, "swin_b_imagenet": 86.7,
+                   "xcit_m_imagenet": 83.9, "davit_b_imagenet": 86.9}
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """A generated ImageFolder of PNGs (2 classes, 24 training and 8 test images) and its data dir."""
+    root = tmp_path_factory.mktemp("recipes")
+    return write_folder(root / "shapes"), root / "data"
+
+
+def compare(args, monkeypatch, data):
+    monkeypatch.setenv("SPECCOND_DATA", str(data))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return main(["compare", *args])
+
+
+@pytest.mark.parametrize("name", IMAGE_RECIPES)
+def test_each_image_recipe_trains_at_smoke_size_with_its_parts(name, images, tmp_path, monkeypatch):
+    folder, data = images
+    out = tmp_path / "out"
+    code = compare(["--recipe", name, "--smoke", "--task", f"imagefolder:{folder}?size=32", "--methods", "spectral",
+                    "--seeds", "1", "--out", str(out)], monkeypatch, data)
+    assert code == 0
+    run = out / "spectral" / "seed-0"
+    recorded = json.loads((run / "config.json").read_text())["config"]
+    expected = TrainConfig().with_overrides([*recipe(name, True, "imagefolder:x"), "method=spectral"])
+    for field in ("model", "optimizer", "scheduler", "auto_augment", "random_erasing", "mixup", "cutmix",
+                  "label_smoothing", "accumulate_steps", "ema_decay", "model_args"):
+        assert recorded[field] == getattr(expected, field), field
+    final = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert final["kind"] == "eval" and final["step"] == 6 and 0 <= final["accuracy"] <= 1
+
+
+@pytest.mark.parametrize("name", IMAGE_RECIPES)
+def test_each_image_recipes_full_scale_command_passes_a_dry_run(name, images, tmp_path, monkeypatch, capsys):
+    folder, data = images
+    out = tmp_path / "out"
+    code = compare(["--recipe", name, "--task", f"imagefolder:{folder}?size=224", "--methods", "baseline",
+                    "--dry-run", "--out", str(out)], monkeypatch, data)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert f"{FULL_PARAMETERS[name]}M parameters" in printed and "timm:adamw" in printed
+    assert "bfloat16" in printed and "nothing trained" in printed
+    assert not out.exists()
+
+
+def test_the_lra_recipe_runs_at_smoke_size_and_its_full_scale_config_passes_a_dry_run(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    assert compare(["--recipe", "nystromformer_lra", "--smoke", "--methods", "spectral", "--seeds", "1", "--out",
+                    str(tmp_path / "smoke")], monkeypatch, data) == 0
+    assert (tmp_path / "smoke" / "spectral" / "seed-0" / "metrics.jsonl").is_file()
+    capsys.readouterr()
+    # the full recipe on lra-listops, the smoke task's data (lra-listops-full generates ListOps at LRA's size)
+    assert compare(["--recipe", "nystromformer_lra", "--task", "lra-listops", "--dry-run", "--out",
+                    str(tmp_path / "full")], monkeypatch, data) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("nystromformer") == 2 and "batch 32" in printed and "5 epochs" in printed
+
+
+@pytest.mark.parametrize("name", ["crammed_bert_mlm", "crammed_bert_glue"])
+def test_the_language_recipes_run_at_smoke_size(name, prepared, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert main(["compare", "--recipe", name, "--smoke", "--methods", "spectral", "--seeds", "1", "--out",
+                 str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "spectral" / "seed-0" / "metrics.jsonl").is_file()
+
+
+@pytest.mark.parametrize("smoke", [True, False])
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_every_recipe_is_a_valid_config(name, smoke):
+    config = TrainConfig().with_overrides(recipe(name, smoke, "imagefolder:DIR?size=224"))
+    assert config.optimizer == "timm:adamw" and config.scheduler == "timm:cosine"
+    assert smoke or config.precision == "bfloat16"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--recipe", "deit_b_imagenet"], "recipe deit_b_imagenet trains on ImageNet in ImageFolder layout"),
+    (["--recipe", "deit_b_imagenet", "--task", "digits"], "give --task \"imagefolder:DIR.size=224\""),
+    (["--recipe", "nystromformer_lra", "--preset", "full"], "--recipe nystromformer_lra replaces a preset"),
+    (["--smoke"], "--smoke sizes a --recipe"),
+    (["--recipe", "bert_large"], "unknown recipe 'bert_large'; recipes: deit_b_imagenet"),
+])
+def test_a_recipe_asked_wrongly_is_refused_in_one_line_and_nothing_is_written(args, message, tmp_path, capsys):
+    assert main(["compare", *args, "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert len(error.strip().splitlines()) == 1
+    import re
+
+    assert re.search(message, error), error
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_args_keep_commas_inside_brackets():
+    config = TrainConfig(model="timm:davit_base", model_args="depths=(1,1),num_heads=[1, 2],window_size=4")
+    assert config.model_kwargs() == {"depths": (1, 1), "num_heads": [1, 2], "window_size": 4}
+
+
+def test_torchrun_compare_of_a_recipe_reports_what_one_process_reports(images, tmp_path):
+    """The documented full-scale commands run compare under torchrun: 2 processes on gloo train each run
+    data-parallel, rank 0 alone writes the folder and the report, and the figures are one process's."""
+    import os
+    import subprocess
+    import sys
+
+    folder, data = images
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "SPECCOND_DATA": str(data)}
+    args = ["-m", "speccond", "compare", "--recipe", "deit_b_imagenet", "--smoke", "--task",
+            f"imagefolder:{folder}?size=32", "--methods", "spectral", "--seeds", "1"]
+    single = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "single")], env=environment,
+                            capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             *args, "--out", str(tmp_path / "double")], env=environment, capture_output=True, text=True,
+                            timeout=300)
+    assert double.returncode == 0, double.stderr[-3000:]
+    assert double.stdout.count("## Runs") == 1  # one report, printed by rank 0
+    one, two = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("single", "double"))
+    rows = [[(r["method"], r["seed"], r["accuracy"], round(r["loss"], 4)) for r in report["runs"]] for report in (one, two)]
+    assert rows[0] == rows[1] and len(rows[0]) == 1
