@@ -95,7 +95,8 @@ def _tasks() -> dict[str, Task]:
 def task(name: str) -> Task:
     if image_folder.is_image_folder(name):  # your own images (speccond.data.image_folder)
         image_folder.parse(name)  # a one-line error for a folder that is not in ImageFolder's layout
-        return Task(name, name, "image", "your images, in torchvision's ImageFolder layout")
+        return Task(name, name, "image", "your images, in torchvision's ImageFolder layout (stream=1: decoded from "
+                    "disk as batches need them, harness/training/streaming.py)")
     tasks = _tasks()
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
@@ -207,8 +208,24 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
 
 def stored_counts(config: TrainConfig) -> tuple[int, int]:
     """(training, test) examples stored for ``config.task``: what its sizes are checked against."""
+    if image_folder.is_image_folder(config.task) and image_folder.streams(config.task):  # counted, not read
+        found = image_folder.samples(config.task)
+        return len(found["train"]), len(found["test"])
     arrays, stored = _stored_arrays(config)
     return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
+
+
+def check_task_settings(config: TrainConfig) -> None:
+    """ValueError for a setting the task would not use: mixup, cutmix and label smoothing act on image
+    classification held in memory only, and worker processes decode a streamed image folder only."""
+    mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
+    streamed = image_folder.is_image_folder(config.task) and image_folder.streams(config.task)
+    if mixing and (task(config.task).reading != "image" or streamed):
+        raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches held in memory "
+                         f"(timm.data.Mixup); task {config.task!r} is not one: leave {' and '.join(mixing)} at 0")
+    if config.num_workers and not streamed:
+        raise ValueError(f"TrainConfig.num_workers={config.num_workers} sets the processes that decode a streamed image "
+                         f"folder (imagefolder:DIR?stream=1); task {config.task!r} is held in memory: leave num_workers at 0")
 
 
 def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
