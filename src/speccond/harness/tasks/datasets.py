@@ -10,8 +10,9 @@ A task reads a prepared dataset (``speccond data prepare NAME``) in one of four 
 - "tokens": a token dataset (ListOps; text-bytes, the analogue of LRA's Text) with its own vocabulary, PAD = 0;
 - "pairs": a token dataset of two texts per example, (N, 2, L) (pairs-bytes, the analogue of LRA's
   Retrieval), read by a model with one shared encoder (sequence.PairClassifier);
-- "text": one GLUE-like task of the ``language`` dataset (data/language.py), WordPiece ids
-  ``[CLS] a [SEP] (b [SEP])`` then PAD, (N, width), read by BERT (models/bert.py);
+- "text": one GLUE-like task of the ``language`` dataset (data/language.py), or your own texts
+  (``text:DIR?text=COLUMN&label=COLUMN``, data/text_files.py), WordPiece ids ``[CLS] a [SEP] (b [SEP])`` then
+  PAD, (N, width), read by BERT (models/bert.py);
 - "scenes": the fashion-scenes detection dataset (data/fashion_scenes.py), read by Mask R-CNN
   (harness/tasks/detection/task.py: boxes, labels and masks per scene);
 - "mlm": the ``language`` dataset's 128-token corpus blocks for masked-language-model pre-training. The
@@ -25,13 +26,14 @@ Sequences for the Nystromformer are padded with PAD up to a multiple of ``config
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass
 
 import torch
 
 from speccond import data
-from speccond.data import image_folder, language
+from speccond.data import image_folder, language, text_files
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks import mlm
 
@@ -97,10 +99,14 @@ def task(name: str) -> Task:
         image_folder.parse(name)  # a one-line error for a folder that is not in ImageFolder's layout
         return Task(name, name, "image", "your images, in torchvision's ImageFolder layout (stream=1: decoded from "
                     "disk as batches need them, harness/training/streaming.py)")
+    if text_files.is_text_files(name):  # your own texts (speccond.data.text_files)
+        text_files.parse(name)  # a one-line error for a malformed name or a missing folder
+        return Task(name, name, "text", "your texts: a saved datasets DatasetDict, or parquet / CSV files by split")
     tasks = _tasks()
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
-                         "(your images in torchvision's ImageFolder layout)")
+                         "(your images in torchvision's ImageFolder layout), or text:DIR?text=COLUMN&label=COLUMN "
+                         "(your texts)")
     return tasks[name]
 
 
@@ -110,6 +116,10 @@ def task_shape(name: str) -> TaskShape:
     if image_folder.is_image_folder(chosen.dataset):
         _, size = image_folder.parse(chosen.dataset)
         return TaskShape("image", len(image_folder.classes(chosen.dataset)), image_size=size, channels=3)
+    if text_files.is_text_files(chosen.dataset):  # read and tokenised once, then from its cache
+        found = text_files.metadata(chosen.dataset)
+        return TaskShape("text", len(json.loads(found["classes"])), length=int(found["width"]),
+                         vocab=int(found["vocab"]), pairs=found["pairs"] == "1")
     spec = data.spec(chosen.dataset)
     if chosen.reading == "scenes":
         from speccond.data.fashion_scenes import SceneConfig
@@ -249,7 +259,7 @@ def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
     """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
     chosen = task(config.task)
     arrays = data.load(chosen.dataset)
-    if chosen.reading in ("text", "mlm"):
+    if chosen.reading == "mlm" or chosen.subset:  # the language dataset: the task's own arrays
         prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
         arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
     return arrays, "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"
