@@ -106,6 +106,41 @@ def test_string_labels_are_classes_in_sorted_order_and_a_classlabel_keeps_its_na
         ["bad", "good", "unused"]
 
 
+def local_tokenizer(folder, specials=("<s>", "<pad>", "</s>", "<unk>", "<mask>")):
+    """A RoBERTa-style BPE (its specials named <s>, <pad>, ...; <pad> is id 1) saved as folder/tokenizer.json."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(SPLITS["train"]["sentence"] + SPLITS["train"]["other"],
+                                  trainers.BpeTrainer(vocab_size=100, special_tokens=list(specials)))
+    folder.mkdir(parents=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return tokenizer
+
+
+def test_a_local_tokenizer_keeps_its_pieces_with_its_special_tokens_moved_to_the_projects_ids(tmp_path, data_home):
+    from speccond import data
+    from speccond.data import wordpiece
+    from speccond.harness.tasks.datasets import task_shape
+
+    tokenizer = local_tokenizer(tmp_path / "bpe")
+    name = (f"text:{write(tmp_path / 'csv', 'csv')}?text=sentence&text_pair=other&label=label&width=20"
+            f"&tokenizer={tmp_path / 'bpe'}")
+    arrays = data.load(name)
+    ids = arrays["tokenizer_ids"]  # the tokenizer's id -> the stored id
+    vocabulary = tokenizer.get_vocab()
+    assert [int(ids[vocabulary[token]]) for token in ("<pad>", "<unk>", "<s>", "</s>", "<mask>")] == [0, 1, 2, 3, 4]
+    assert sorted(ids.tolist()) == list(range(tokenizer.get_vocab_size()))  # a renumbering: nothing merged
+    row, length = arrays["train_tokens"][0], int(arrays["train_lengths"][0])
+    assert row[0] == wordpiece.CLS and row[length - 1] == wordpiece.SEP and (row[length:] == wordpiece.PAD).all()
+    original = ids.argsort()[row[:length].long()].tolist()  # back to the tokenizer's own ids
+    first, second = SPLITS["train"]["sentence"][0], SPLITS["train"]["other"][0]
+    assert original == [vocabulary["<s>"], *tokenizer.encode(first, add_special_tokens=False).ids, vocabulary["</s>"],
+                        *tokenizer.encode(second, add_special_tokens=False).ids, vocabulary["</s>"]]
+    assert task_shape(name).vocab == tokenizer.get_vocab_size() and task_shape(name).pairs
+
+
 def test_a_changed_file_is_read_again_and_a_damaged_cache_is_refused(tmp_path, data_home):
     from speccond import data
 
@@ -155,6 +190,9 @@ def test_compare_trains_bert_on_the_texts_and_reports_it(tmp_path, data_home):
     ("unlabelled test", "has label -1 (unlabelled examples"),
     ("unseen label", "labels ['maybe'] that the train split never has"),
     ("not a folder", "is not a folder"),
+    ("tokenizer without specials", "has no [MASK] or <mask> token"),
+    ("tokenizer and vocab", "leave vocab out"),
+    ("no tokenizer.json", "holds no tokenizer.json"),
 ])
 def test_a_wrong_name_column_split_file_or_label_is_refused_in_one_line_and_nothing_is_written(
         tmp_path, data_home, capsys, problem, message):
@@ -166,6 +204,12 @@ def test_a_wrong_name_column_split_file_or_label_is_refused_in_one_line_and_noth
         options += "&lable=x"
     elif problem == "missing column":
         options = "text=sentense&label=label"
+    elif problem.startswith("tokenizer") or problem == "no tokenizer.json":
+        if problem == "tokenizer without specials":
+            local_tokenizer(tmp_path / "tokenizer", specials=("<s>", "<pad>", "</s>", "<unk>"))
+        else:
+            (tmp_path / "tokenizer").mkdir()
+        options += f"&tokenizer={tmp_path / 'tokenizer'}" + ("&vocab=100" if problem == "tokenizer and vocab" else "")
     if problem == "empty split":
         write(root, "csv", {"train": SPLITS["train"], "test": {key: [] for key in SPLITS["test"]}})
     elif problem == "unreadable file":

@@ -16,7 +16,13 @@ are read in name order). The options:
 - ``width``: tokens per example, ``[CLS]`` and ``[SEP]`` included (default 128); a longer example is cut,
   longest text first;
 - ``vocab``: the size of the WordPiece vocabulary learnt from the training split's texts (wordpiece.py;
-  default 8192, fewer when the texts allow no more).
+  default 8192, fewer when the texts allow no more);
+- ``tokenizer``: instead, a folder holding a ``tokenizers`` ``tokenizer.json`` (what ``save_pretrained`` of a
+  fast tokenizer writes). Its normalisation and pieces are kept; its pad, unknown, [CLS], [SEP] and mask tokens
+  (``[PAD]`` or ``<pad>``, and so on) are moved to ids 0..4, the ids of the project's, by swapping them with the
+  tokens that held 0..4 (stored as ``tokenizer_ids``: the tokenizer's id -> the stored id), and the examples are
+  framed ``[CLS] a [SEP] (b [SEP])`` whatever template the tokenizer had, so BERT reads them as it reads the
+  language tasks (PAD 0 masked, segments split at the first [SEP]).
 
 The examples are stored as the language tasks' are (data/language.py): ``[CLS] a [SEP] (b [SEP])`` then PAD,
 int32 (N, width) ``{split}_tokens`` with int64 ``{split}_labels`` and the tokenizer's bytes, in
@@ -62,6 +68,7 @@ class TextSource:
     test: str = ""  # "" = the first of HELD_OUT present
     width: int = DEFAULT_WIDTH
     vocab: int = DEFAULT_VOCAB
+    tokenizer: Optional[Path] = None  # a folder holding tokenizer.json; None: a WordPiece learnt from train
 
     @property
     def saved(self) -> bool:
@@ -76,7 +83,7 @@ def parse(name: str) -> TextSource:
         options = {key: values[-1] for key, values in parse_qs(query, strict_parsing=True).items()} if query else {}
     except ValueError:
         raise ValueError(f"a text task looks like {EXAMPLE}, got {name!r}") from None
-    known = {"text", "text_pair", "label", "test", "width", "vocab"}
+    known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer"}
     unknown = sorted(set(options) - known)
     if not location or unknown or "text" not in options or "label" not in options:
         missing = [key for key in ("text", "label") if key not in options]
@@ -93,12 +100,19 @@ def parse(name: str) -> TextSource:
             raise ValueError(f"{name!r}: {key} must be >= {smallest}, got {numbers[key]}")
     if numbers["vocab"] > MAX_VOCAB:
         raise ValueError(f"{name!r}: vocab must be <= {MAX_VOCAB} (token ids are encoded as int16), got {numbers['vocab']}")
+    tokenizer = Path(options["tokenizer"]).expanduser().resolve() if options.get("tokenizer") else None
+    if tokenizer is not None and "vocab" in options:
+        raise ValueError(f"{name!r}: vocab sizes the WordPiece learnt from the texts; with tokenizer= the vocabulary is "
+                         "the tokenizer's: leave vocab out")
+    if tokenizer is not None and not (tokenizer / "tokenizer.json").is_file():
+        raise ValueError(f"{name!r}: tokenizer={tokenizer} holds no tokenizer.json; give a folder a fast tokenizer "
+                         "was saved in (tokenizer.save_pretrained(DIR), or Tokenizer.save(DIR/tokenizer.json))")
     folder = Path(location).expanduser()
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder: a text task reads a folder saved with datasets' save_to_disk, or "
                          "one of .parquet / .csv files named by split (train.csv, test.csv)")
     return TextSource(folder.resolve(), options["text"], options["label"], options.get("text_pair", ""),
-                      options.get("test", ""), **numbers)
+                      options.get("test", ""), tokenizer=tokenizer, **numbers)
 
 
 def _split_files(folder: Path) -> dict[str, list[Path]]:
@@ -232,11 +246,18 @@ def read(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     texts = {split: _texts(source, split, tables[split], source.text) for split in splits}
     pairs = {split: _texts(source, split, tables[split], source.text_pair) for split in splits} if source.text_pair else None
     classes, labels = _labels(source, tables, splits, names)
-    training = texts["train"] + (pairs["train"] if pairs else [])
-    tokenizer = wordpiece.train_tokenizer(training, source.vocab, exact=False)
-    arrays = {"tokenizer": wordpiece.to_bytes(tokenizer)}
+    if source.tokenizer is None:
+        training = texts["train"] + (pairs["train"] if pairs else [])
+        tokenizer = wordpiece.train_tokenizer(training, source.vocab, exact=False)
+        arrays = {"tokenizer": wordpiece.to_bytes(tokenizer)}
+    else:
+        tokenizer, ids = _local_tokenizer(source.tokenizer)
+        arrays = {"tokenizer": wordpiece.to_bytes(tokenizer), "tokenizer_ids": ids}
     for stored, split in zip(("train", "test"), splits):
-        tokens, lengths, _ = wordpiece.encode(tokenizer, texts[split], pairs[split] if pairs else None, source.width)
+        if source.tokenizer is None:
+            tokens, lengths, _ = wordpiece.encode(tokenizer, texts[split], pairs[split] if pairs else None, source.width)
+        else:
+            tokens, lengths = _encode(tokenizer, ids, texts[split], pairs[split] if pairs else None, source.width)
         arrays.update({f"{stored}_tokens": tokens.to(torch.int32), f"{stored}_lengths": lengths,
                        f"{stored}_labels": torch.tensor(labels[split], dtype=torch.int64)})
     metadata = {"dataset": name, "format": FORMAT, "sha256": tensors_sha256(arrays), "classes": json.dumps(classes),
@@ -245,8 +266,66 @@ def read(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     return arrays, metadata
 
 
+SPECIAL_NAMES = (("[PAD]", "<pad>"), ("[UNK]", "<unk>"), ("[CLS]", "<s>"), ("[SEP]", "</s>"), ("[MASK]", "<mask>"))
+
+
+def _local_tokenizer(folder: Path):
+    """(the tokenizer of folder/tokenizer.json framing [CLS] a [SEP] (b [SEP]), int64 (V,) ids: its id -> the stored
+    id, its five special tokens swapped onto wordpiece's 0..4)."""
+    from tokenizers import Tokenizer, processors
+
+    from speccond.data import wordpiece
+
+    try:
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception as error:  # tokenizers raises its own Exception subclass for a malformed file
+        raise ValueError(f"{folder / 'tokenizer.json'} cannot be read by tokenizers ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else 'no detail'})") from None
+    vocabulary = tokenizer.get_vocab()
+    specials = []
+    for names in SPECIAL_NAMES:
+        found = next((name for name in names if name in vocabulary), None)
+        if found is None:
+            raise ValueError(f"{folder / 'tokenizer.json'} has no {' or '.join(names)} token; a BERT-style tokenizer "
+                             f"has all of {[names[0] for names in SPECIAL_NAMES]}")
+        specials.append(found)
+    size = tokenizer.get_vocab_size()
+    if size > MAX_VOCAB:
+        raise ValueError(f"{folder / 'tokenizer.json'} has {size} tokens; token ids are encoded as int16 here, so at "
+                         f"most {MAX_VOCAB}")
+    ids = torch.arange(size)  # the tokenizer's id -> the stored id
+    for target, name in enumerate(specials):  # the special takes id target; the token that had it takes the special's
+        holder = int((ids == target).nonzero()[0])
+        ids[[vocabulary[name], holder]] = torch.tensor([target, int(ids[vocabulary[name]])])
+    cls, sep = specials[wordpiece.CLS], specials[wordpiece.SEP]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, vocabulary[cls]), (sep, vocabulary[sep])])
+    return tokenizer, ids
+
+
+def _encode(tokenizer, ids: torch.Tensor, first: list[str], second: Optional[list[str]], width: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 (N, width) stored ids of ``[CLS] a [SEP] (b [SEP])`` cut longest first, then PAD, and int64 (N,)
+    lengths, with a local tokenizer (its ids mapped by ``ids``)."""
+    from speccond.data import wordpiece
+
+    pad = next(name for name in SPECIAL_NAMES[wordpiece.PAD] if name in tokenizer.get_vocab())
+    tokenizer.enable_truncation(max_length=width, strategy="longest_first")
+    tokenizer.enable_padding(length=width, pad_id=tokenizer.token_to_id(pad), pad_token=pad)
+    try:
+        encodings = tokenizer.encode_batch(list(zip(first, second)) if second is not None else list(first))
+    finally:
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+    tokens = ids[torch.tensor([e.ids for e in encodings], dtype=torch.int64).reshape(len(first), width)]  # (N, width)
+    return tokens.to(torch.int32), torch.tensor([sum(e.attention_mask) for e in encodings], dtype=torch.int64)
+
+
 def _key(name: str, source: TextSource) -> str:
     digest = hashlib.sha256(f"{FORMAT}\n{source}\n".encode())
+    if source.tokenizer is not None:
+        digest.update((source.tokenizer / "tokenizer.json").read_bytes())
     for path in sorted(p for p in source.folder.rglob("*") if p.is_file()):
         stat = path.stat()
         digest.update(f"{path.relative_to(source.folder)}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
