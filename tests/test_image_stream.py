@@ -47,6 +47,10 @@ def test_the_dataset_keeps_paths_not_pixels_and_decodes_what_the_in_memory_path_
     pixel_bytes = len(dataset) * 3 * 64 * 64
     assert len(pickle.dumps(dataset)) < pixel_bytes / 20  # what a worker receives: paths and labels
     assert not (folder.parent / "data").exists()  # nothing read into a cache
+    assert data.prepare(name) == folder  # checked, not read
+    with pytest.raises(ValueError, match="streams its images from disk"):
+        data.load(name)  # never read whole
+    assert not (folder.parent / "data").exists()
     stored = data.load(f"imagefolder:{folder}?size=64")
     for index in (0, 13, len(dataset) - 1):
         image, label, position = dataset[index]
@@ -126,3 +130,14 @@ def test_torchrun_two_processes_stream_the_folder_and_shard_evaluation_to_the_on
     assert len(evaluations[0]) == len(evaluations[1]) == 2
     for a, b in zip(*evaluations):
         assert abs(a["loss"] - b["loss"]) < 1e-4 and a["accuracy"] == b["accuracy"]
+
+
+def test_compare_streams_the_folder_end_to_end_and_caches_no_pixels(folder, tmp_path):
+    out = tmp_path / "cmp"
+    task = f"imagefolder:{folder}?size=16&stream=1"
+    assert main(["compare", "--task", task, "--model", "timm:vit_small_patch16_224", "--methods", "baseline",
+                 "--seeds", "1", "--set", "epochs=1", "--set", "batch_size=8", "--set", "num_workers=1",
+                 "--set", "model_args=depth=1,patch_size=4,embed_dim=64,num_heads=2", "--out", str(out)]) == 0
+    assert (out / "results.md").read_text().startswith(f"# speccond report: {task}")
+    cached = sorted(path.name for path in (tmp_path / "data").rglob("*") if path.is_file())
+    assert len(cached) == 1 and cached[0].startswith("statistics-")  # the normalisation's sums, no arrays

@@ -158,14 +158,17 @@ class FolderImages(torch.utils.data.Dataset):
 
 
 def prepare(name: str) -> Path:
-    """Read the folder (unless its cache is current) and return the cached arrays file."""
+    """Read the folder (unless its cache is current) and return the cached arrays file; a streamed folder
+    (``stream=1``) is only checked (both splits hold images) and returned: it is never read whole."""
     from safetensors.torch import save_file
 
     from speccond.checksum import tensors_sha256
     from speccond.data.store import ARRAYS
 
     folder, size = parse(name)
-    splits = samples(name)
+    splits = samples(name)  # both splits hold images
+    if streams(name):  # checked, not read: its images are decoded as batches need them
+        return folder
     target = cache_folder(name, splits)
     arrays = target / ARRAYS
     if arrays.is_file():
@@ -189,6 +192,9 @@ def load(name: str) -> dict[str, torch.Tensor]:
 
     from speccond.checksum import tensors_sha256
 
+    if streams(name):
+        raise ValueError(f"{name!r} streams its images from disk (stream=1): it is never read whole into arrays; "
+                         "drop stream=1 to cache the folder as arrays")
     arrays = prepare(name)
     tensors = load_file(str(arrays))
     with safe_open(str(arrays), "pt") as handle:
