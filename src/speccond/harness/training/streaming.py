@@ -97,7 +97,9 @@ class StreamedImages:
         """Per-channel mean and standard deviation (unbiased, over N x H x W) of pixels / 255 of the training
         subset, from integer sums of the pixels and of their squares (each rank its shard, all-reduced)."""
         cached = image_folder.cache_folder(self.config.task, found) / f"statistics-{indices_sha256(train_index)[:16]}.json"
-        if cached.is_file():
+        present = torch.tensor([int(cached.is_file())])
+        # every rank reads, or every rank sums: the all-reduce below needs them all
+        if all_reduced(present, context, dist.ReduceOp.MIN).item() if context.distributed else present.item():
             sums = torch.tensor(json.loads(cached.read_text())["sums"], dtype=torch.int64)
         else:
             sums = torch.zeros(2, 3, dtype=torch.int64)  # (sum, sum of squares) per channel
@@ -106,7 +108,7 @@ class StreamedImages:
                 pixels = images.to(torch.int64)  # (b, 3, S, S)
                 sums += torch.stack([pixels.sum((0, 2, 3)), pixels.square().sum((0, 2, 3))])
             if context.distributed:
-                dist.all_reduce(sums)
+                sums = all_reduced(sums, context)
             if context.is_main:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
@@ -160,8 +162,14 @@ class StreamedImages:
 def reduced(loss: float, correct: int, count: int, context: Context) -> dict:
     """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed)."""
     if context.distributed:
-        sums = torch.tensor([loss, correct, count], dtype=torch.float64)
-        dist.all_reduce(sums)
+        sums = all_reduced(torch.tensor([loss, correct, count], dtype=torch.float64), context)
         loss, correct, count = float(sums[0]), int(sums[1]), int(sums[2])
     return {"accuracy": correct / count, "loss": loss / count}
 
+
+
+def all_reduced(values: torch.Tensor, context: Context, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    """``values`` reduced over the ranks, on the CPU (sent from the rank's device: NCCL reduces CUDA tensors only)."""
+    on_device = values.to(context.device)
+    dist.all_reduce(on_device, op=op)
+    return on_device.cpu()
