@@ -289,10 +289,7 @@ def _local_tokenizer(folder: Path):
             raise ValueError(f"{folder / 'tokenizer.json'} has no {' or '.join(names)} token; a BERT-style tokenizer "
                              f"has all of {[names[0] for names in SPECIAL_NAMES]}")
         specials.append(found)
-    size = tokenizer.get_vocab_size()
-    if size > MAX_VOCAB:
-        raise ValueError(f"{folder / 'tokenizer.json'} has {size} tokens; token ids are encoded as int16 here, so at "
-                         f"most {MAX_VOCAB}")
+    size = tokenizer.get_vocab_size()  # any size: its ids are stored as int32 (_encode)
     ids = torch.arange(size)  # the tokenizer's id -> the stored id
     for target, name in enumerate(specials):  # the special takes id target; the token that had it takes the special's
         holder = int((ids == target).nonzero()[0])
