@@ -11,6 +11,7 @@ fashion-scenes (detection: images, instance maps, boxes, labels per split) is de
 Token datasets (listops, text-bytes, pairs-bytes) store {split}_tokens int16, PAD 0, with
 {split}_lengths and {split}_labels, for split in train, val, test. ``language`` (language.py) holds the
 language experiment's data: a WordPiece tokenizer, MLM corpus blocks and four GLUE-like tasks.
+Your own data: ``imagefolder:DIR`` (image_folder.py) and ``text:DIR?text=COLUMN&label=COLUMN`` (text_files.py).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from speccond.data import pathfinder  # two specs: pathfinder (LRA's sizes) and 
 from speccond.data import fashion_scenes  # generated detection scenes (speccond.harness.tasks.detection), not an image task
 from speccond.data import language  # the language experiment: tokenizer, MLM corpus, four GLUE-like tasks
 from speccond.data import image_folder  # your own images: imagefolder:DIR (not registered: any folder)
+from speccond.data import text_files  # your own texts: text:DIR?text=COLUMN&label=COLUMN (not registered)
 from speccond.data.store import DatasetSpec, data_dir
 
 DATASETS: dict[str, DatasetSpec] = {module.SPEC.name: module.SPEC for module in (fashion_mnist, cifar10, digits)}
@@ -38,7 +40,8 @@ DATASETS[language.SPEC.name] = language.SPEC
 def spec(name: str) -> DatasetSpec:
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}, or your own images as "
-                         "imagefolder:DIR (torchvision's ImageFolder layout: DIR/train/<class>/..., DIR/test/<class>/...)")
+                         "imagefolder:DIR (torchvision's ImageFolder layout: DIR/train/<class>/..., DIR/test/<class>/...), or "
+                         "your texts as text:DIR?text=COLUMN&label=COLUMN (parquet, CSV or a saved datasets DatasetDict)")
     return DATASETS[name]
 
 
@@ -46,6 +49,8 @@ def prepare(name: str) -> Path:
     """The cached arrays file of dataset ``name`` (a registered name, or imagefolder:DIR), made if needed."""
     if image_folder.is_image_folder(name):
         return image_folder.prepare(name)
+    if text_files.is_text_files(name):
+        return text_files.prepare(name)
     from speccond.data.store import prepare as _prepare
 
     return _prepare(spec(name))
@@ -54,6 +59,8 @@ def prepare(name: str) -> Path:
 def load(name: str) -> dict[str, torch.Tensor]:
     if image_folder.is_image_folder(name):
         return image_folder.load(name)
+    if text_files.is_text_files(name):
+        return text_files.load(name)
     from speccond.data.store import load as _load
 
     return _load(spec(name))

@@ -37,15 +37,16 @@ PREFIX = "##"  # marks a piece that continues a word
 MAX_WORD = 100  # longer words are [UNK] (BERT's max_input_chars_per_word) and are not learnt from
 
 
-def train_tokenizer(texts: Sequence[str], vocab_size: int):
-    """A WordPiece tokenizer of exactly ``vocab_size`` tokens learnt from ``texts`` (module docstring)."""
+def train_tokenizer(texts: Sequence[str], vocab_size: int, exact: bool = True):
+    """A WordPiece tokenizer of exactly ``vocab_size`` tokens learnt from ``texts`` (module docstring); with
+    ``exact=False``, of at most ``vocab_size``: fewer when the texts allow no more merges."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
     words: Counter[str] = Counter()
     for text in texts:
         words.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
-    vocabulary = learn_vocabulary({w: n for w, n in words.items() if len(w) <= MAX_WORD}, vocab_size)
+    vocabulary = learn_vocabulary({w: n for w, n in words.items() if len(w) <= MAX_WORD}, vocab_size, exact)
     model = models.WordPiece({token: i for i, token in enumerate(vocabulary)}, unk_token=SPECIALS[UNK],
                              continuing_subword_prefix=PREFIX, max_input_chars_per_word=MAX_WORD)
     tokenizer = Tokenizer(model)
@@ -57,11 +58,12 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int):
     return tokenizer
 
 
-def learn_vocabulary(word_counts: dict[str, int], vocab_size: int) -> list[str]:
+def learn_vocabulary(word_counts: dict[str, int], vocab_size: int, exact: bool = True) -> list[str]:
     """WordPiece's vocabulary, learnt as BERT's is: the specials, every character (word-initial ``c`` and
     inner ``##c``), then merges of the most frequent adjacent pair of pieces, counted over the words
     weighted by their counts, until ``vocab_size`` tokens. Ties go to the pair whose pieces sort first,
-    so the result depends on the word counts alone. (tokenizers' WordPieceTrainer numbers the ``##c``
+    so the result depends on the word counts alone. ``exact=False``: stop early, without an error, when no
+    pair is left to merge. (tokenizers' WordPieceTrainer numbers the ``##c``
     pieces in hash-map order and breaks ties by those numbers, so it can differ between processes.)"""
     words = sorted(word_counts)
     weights = [word_counts[w] for w in words]
@@ -105,7 +107,7 @@ def learn_vocabulary(word_counts: dict[str, int], vocab_size: int) -> list[str]:
         for pair in sorted(changed - {(a, b)}):
             if counts[pair] > 0:
                 heapq.heappush(heap, (-counts[pair], *pair))
-    if len(vocabulary) < vocab_size:
+    if len(vocabulary) < vocab_size and exact:
         raise ValueError(f"the texts allow only {len(vocabulary)} WordPiece tokens, fewer than vocab_size={vocab_size}")
     return vocabulary
 

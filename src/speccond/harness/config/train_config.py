@@ -76,6 +76,10 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
     # from this config, e.g. runs/mlm/{method}/seed-0 or runs/mlm/{method}-lam={lam:g}/seed-{seed}. "" = none.
     init_from: str = ""
+    # Worker processes that decode a streamed image folder's batches (imagefolder:DIR?stream=1; DataLoader's
+    # num_workers, harness/training/streaming.py). 0 decodes in the training process. Tasks held in memory
+    # have nothing to decode and refuse any other value.
+    num_workers: int = 0
 
     def __post_init__(self) -> None:
         from speccond.harness.models.registry import IMAGE_FAMILIES, MODELS  # no torch, no timm
@@ -130,7 +134,8 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
                      "fpn_channels", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("train_size", "val_size", "test_size", "warmup_steps", "track_every", "refresh_every", "seed"):
+        for name in ("train_size", "val_size", "test_size", "warmup_steps", "track_every", "refresh_every", "seed",
+                     "num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("mixup", "cutmix", "label_smoothing", "drop_path"):

@@ -10,8 +10,9 @@ A task reads a prepared dataset (``speccond data prepare NAME``) in one of four 
 - "tokens": a token dataset (ListOps; text-bytes, the analogue of LRA's Text) with its own vocabulary, PAD = 0;
 - "pairs": a token dataset of two texts per example, (N, 2, L) (pairs-bytes, the analogue of LRA's
   Retrieval), read by a model with one shared encoder (sequence.PairClassifier);
-- "text": one GLUE-like task of the ``language`` dataset (data/language.py), WordPiece ids
-  ``[CLS] a [SEP] (b [SEP])`` then PAD, (N, width), read by BERT (models/bert.py);
+- "text": one GLUE-like task of the ``language`` dataset (data/language.py), or your own texts
+  (``text:DIR?text=COLUMN&label=COLUMN``, data/text_files.py), WordPiece ids ``[CLS] a [SEP] (b [SEP])`` then
+  PAD, (N, width), read by BERT (models/bert.py);
 - "scenes": the fashion-scenes detection dataset (data/fashion_scenes.py), read by Mask R-CNN
   (harness/tasks/detection/task.py: boxes, labels and masks per scene);
 - "mlm": the ``language`` dataset's 128-token corpus blocks for masked-language-model pre-training. The
@@ -25,13 +26,14 @@ Sequences for the Nystromformer are padded with PAD up to a multiple of ``config
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass
 
 import torch
 
 from speccond import data
-from speccond.data import image_folder, language
+from speccond.data import image_folder, language, text_files
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks import mlm
 
@@ -95,11 +97,16 @@ def _tasks() -> dict[str, Task]:
 def task(name: str) -> Task:
     if image_folder.is_image_folder(name):  # your own images (speccond.data.image_folder)
         image_folder.parse(name)  # a one-line error for a folder that is not in ImageFolder's layout
-        return Task(name, name, "image", "your images, in torchvision's ImageFolder layout")
+        return Task(name, name, "image", "your images, in torchvision's ImageFolder layout (stream=1: decoded from "
+                    "disk as batches need them, harness/training/streaming.py)")
+    if text_files.is_text_files(name):  # your own texts (speccond.data.text_files)
+        text_files.parse(name)  # a one-line error for a malformed name or a missing folder
+        return Task(name, name, "text", "your texts: a saved datasets DatasetDict, or parquet / CSV files by split")
     tasks = _tasks()
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
-                         "(your images in torchvision's ImageFolder layout)")
+                         "(your images in torchvision's ImageFolder layout), or text:DIR?text=COLUMN&label=COLUMN "
+                         "(your texts)")
     return tasks[name]
 
 
@@ -109,6 +116,10 @@ def task_shape(name: str) -> TaskShape:
     if image_folder.is_image_folder(chosen.dataset):
         _, size = image_folder.parse(chosen.dataset)
         return TaskShape("image", len(image_folder.classes(chosen.dataset)), image_size=size, channels=3)
+    if text_files.is_text_files(chosen.dataset):  # read and tokenised once, then from its cache
+        found = text_files.metadata(chosen.dataset)
+        return TaskShape("text", len(json.loads(found["classes"])), length=int(found["width"]),
+                         vocab=int(found["vocab"]), pairs=found["pairs"] == "1")
     spec = data.spec(chosen.dataset)
     if chosen.reading == "scenes":
         from speccond.data.fashion_scenes import SceneConfig
@@ -210,8 +221,34 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
 
 def stored_counts(config: TrainConfig) -> tuple[int, int]:
     """(training, test) examples stored for ``config.task``: what its sizes are checked against."""
+    if image_folder.is_image_folder(config.task) and image_folder.streams(config.task):  # counted, not read
+        found = image_folder.samples(config.task)
+        return len(found["train"]), len(found["test"])
     arrays, stored = _stored_arrays(config)
     return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
+
+
+def check_task_settings(config: TrainConfig) -> None:
+    """ValueError for a setting the task would not use: mixup, cutmix, label smoothing and timm's augmentation act
+    on image classification held in memory only, channels_last on images, and worker processes decode a streamed
+    image folder only."""
+    mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
+    streamed = image_folder.is_image_folder(config.task) and image_folder.streams(config.task)
+    if mixing and (task(config.task).reading != "image" or streamed):
+        raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches held in memory "
+                         f"(timm.data.Mixup); task {config.task!r} is not one: leave {' and '.join(mixing)} at 0")
+    imaging = [name for name in ("auto_augment", "random_erasing", "channels_last") if getattr(config, name)]
+    if imaging and task(config.task).reading != "image":
+        raise ValueError(f"TrainConfig.{', '.join(imaging)} act on image batches; task {config.task!r} has none: "
+                         f"leave {' and '.join(imaging)} unset")
+    augmenting = [name for name in ("auto_augment", "random_erasing") if getattr(config, name)]
+    if augmenting and streamed:
+        raise ValueError(f"TrainConfig.{', '.join(augmenting)} augment image batches held in memory (timm's "
+                         f"create_transform); task {config.task!r} streams its images: leave {' and '.join(augmenting)} "
+                         f"unset, or drop ?stream=1 if the folder fits in memory")
+    if config.num_workers and not streamed:
+        raise ValueError(f"TrainConfig.num_workers={config.num_workers} sets the processes that decode a streamed image "
+                         f"folder (imagefolder:DIR?stream=1); task {config.task!r} is held in memory: leave num_workers at 0")
 
 
 def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
@@ -235,7 +272,7 @@ def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
     """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
     chosen = task(config.task)
     arrays = data.load(chosen.dataset)
-    if chosen.reading in ("text", "mlm"):
+    if chosen.reading == "mlm" or chosen.subset:  # the language dataset: the task's own arrays
         prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
         arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
     return arrays, "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"

@@ -40,11 +40,13 @@ def check_writable(path: str | Path, flag: str, folder: bool = True) -> None:
 
 
 def check_runnable(config: TrainConfig) -> None:
-    """ValueError unless ``config`` builds its model and its sizes fit its task's prepared data."""
+    """ValueError unless ``config`` builds its model, its settings are ones its task uses and its sizes fit its
+    task's prepared data."""
     import torch
 
-    from speccond.harness.tasks.datasets import check_sizes, stored_counts, task
+    from speccond.harness.tasks.datasets import check_sizes, check_task_settings, stored_counts, task
 
+    check_task_settings(config)
     if task(config.task).reading != "scenes":  # detection checks its own sizes (harness/tasks/detection/task.py)
         check_sizes(config, *stored_counts(config))
     with torch.random.fork_rng(devices=[]):  # building a model seeds the global generator

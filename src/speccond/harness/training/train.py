@@ -78,7 +78,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     context = Context.from_environment(config.device)
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS
-    task = training_task(config)  # loads the data, its sizes checked
+    task = training_task(config, context)  # loads the data, its sizes checked
     model = built_model(config)  # both before the run directory is written: a refused config leaves nothing
     check_recipe(config)
     with ExitStack() as held:

@@ -18,12 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from speccond.data.image_folder import is_image_folder, streams
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks import mlm
-from speccond.harness.tasks.datasets import VALIDATION_SEED, indices_sha256, load_task, task, task_shape
+from speccond.harness.tasks.datasets import (
+    VALIDATION_SEED, check_task_settings, indices_sha256, load_task, task, task_shape,
+)
 from speccond.harness.tasks.plugins import hook
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.optimizer import adamw
+from speccond.harness.training.streaming import StreamedImages, reduced
 
 
 class TrainingTask(Protocol):
@@ -48,17 +52,28 @@ class TrainingTask(Protocol):
         ...
 
 
-def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Random horizontal flip and a random shift of up to 2 pixels (zero padded): (B, C, H, W)."""
-    flip = torch.rand(images.shape[0], generator=generator) < 0.5
+def augment(images: torch.Tensor, generator: torch.Generator, context: Context | None = None,
+            batch: int = 0) -> torch.Tensor:
+    """Random horizontal flip and a random shift of up to 2 pixels (zero padded): (B, C, H, W).
+
+    With ``context`` and ``batch``: ``images`` are this rank's rows (``rank::world``) of a global batch of
+    ``batch`` images, augmented as they would be in the global batch (the same draws, this rank's rows)."""
+    flip = torch.rand(batch or images.shape[0], generator=generator) < 0.5
+    if context is not None:
+        flip = context.shard(flip)
     images = torch.where(flip[:, None, None, None], images.flip(-1), images)
     padded = F.pad(images, (2, 2, 2, 2))
     dy, dx = torch.randint(0, 5, (2,), generator=generator).tolist()
     return padded[..., dy : dy + images.shape[-2], dx : dx + images.shape[-1]]
 
 
-def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500) -> dict:
-    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm)."""
+def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500,
+             context: Context | None = None) -> dict:
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm).
+    Under torchrun (``context`` distributed) each rank evaluates its rows ``rank::world`` and the sums are
+    all-reduced, so every example counts once."""
+    if context is not None and context.distributed:
+        inputs, labels = context.shard(inputs), context.shard(labels)
     device = next(model.parameters()).device
     model.eval()
     correct, loss, count = 0, 0.0, 0
@@ -70,7 +85,7 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch
             correct += int((logits.argmax(-1) == target).sum())
             count += target.shape[0]
     model.train()
-    return {"accuracy": correct / count, "loss": loss / count}
+    return reduced(loss, correct, count, context or Context())
 
 
 class Supervised:
@@ -79,11 +94,14 @@ class Supervised:
     metrics = ("accuracy", "loss")
     libraries = ("timm",)
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: TrainConfig, context: Context | None = None):
         self.config = config
+        self.context = context or Context()
         self.shape = task_shape(config.task)
-        self.data = load_task(config)
-        self.samples = self.data["train_x"].shape[0]
+        # a streamed image folder decodes its batches from disk (streaming.py); every other task is in memory
+        self.stream = StreamedImages(config, self.context) if is_image_folder(config.task) and streams(config.task) else None
+        self.data = load_task(config) if self.stream is None else {"val_index": self.stream.val_index}
+        self.samples = self.data["train_x"].shape[0] if self.stream is None else self.stream.samples
         # Without a validation split, the test split after every epoch (the published runs' protocol); with
         # one, "val" rows after every epoch and the test split once, at the end (issue 17's protocol).
         self.evaluates_each_epoch = not config.val_size
@@ -116,6 +134,14 @@ class Supervised:
         """``part`` (i, N): the i-th of N consecutive slices of the batch, prepared whole (accumulation.py);
         its counts are then (this slice's targets on this rank, the whole global batch's targets)."""
         config = self.config
+        if self.stream is not None:  # this rank's rows alone are decoded, normalised and augmented
+            inputs, labels = self.stream.train_batch(chosen, step, context)  # (b / world, 3, S, S), (b / world,)
+            inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step), context, chosen.shape[0])
+            inputs = inputs.to(context.device)
+            if self.channels_last:
+                inputs = inputs.contiguous(memory_format=torch.channels_last)
+            local_mean = F.cross_entropy(model(inputs), labels.to(context.device))
+            return local_mean, (labels.shape[0], chosen.shape[0]), {}
         inputs = self.data["train_x"][chosen]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
         labels = self.data["train_y"][chosen]  # (b,) classes, or (b, L) tokens for mlm
         if inputs.dim() == 4 and self.transform is not None:  # timm.data.create_transform (image_transforms.py)
@@ -167,12 +193,15 @@ class Supervised:
             np.random.set_state(state)
 
     def evaluate(self, model, split):
-        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.eval_batch_size)
+        if self.stream is not None:
+            return self.stream.evaluate(model, split, self.context)
+        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.eval_batch_size, self.context)
 
     def probe(self):
         """The first 8 test inputs, or validation inputs in a tuning run (which never reads the test split):
         (8, C, H, W) images, (8, L) or (8, 2, L) tokens."""
-        return self.data["val_x" if self.config.tuning else "test_x"][:8]
+        split = "val" if self.config.tuning else "test"
+        return self.stream.probe(split) if self.stream is not None else self.data[f"{split}_x"][:8]
 
 
 def task_class(config: TrainConfig) -> type:
@@ -181,21 +210,16 @@ def task_class(config: TrainConfig) -> type:
     return found() if found else Supervised
 
 
-def training_task(config: TrainConfig) -> TrainingTask:
-    """The TrainingTask of ``config.task``, its data loaded. Mixup, cutmix, label smoothing, timm's
-    augmentation and channels_last act on image classification only, gradient accumulation on Supervised
-    tasks only: asked of another task they are refused, not ignored."""
-    mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
-    if mixing and task(config.task).reading != "image":
-        raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); task "
-                         f"{config.task!r} is not one: leave {' and '.join(mixing)} at 0")
-    reading = task(config.task).reading
-    imaging = [name for name in ("auto_augment", "random_erasing", "channels_last") if getattr(config, name)]
-    if imaging and reading != "image":
-        raise ValueError(f"TrainConfig.{', '.join(imaging)} act on image batches; task {config.task!r} has none: "
-                         f"leave {' and '.join(imaging)} unset")
-    chosen = task_class(config)
-    if config.accumulate_steps > 1 and chosen is not Supervised:
-        raise ValueError(f"TrainConfig.accumulate_steps slices batches of classification and mlm tasks; task "
-                         f"{config.task!r} trains its own way: leave accumulate_steps at 1")
-    return chosen(config)
+def training_task(config: TrainConfig, context: Context | None = None) -> TrainingTask:
+    """The TrainingTask of ``config.task``, its data loaded (``context``: the ranks its evaluation is sharded
+    over; one process when None). Settings the task would not use are refused, not ignored
+    (datasets.check_task_settings: mixing, timm's augmentation, channels_last, workers); gradient accumulation
+    slices the batches of Supervised tasks held in memory only."""
+    check_task_settings(config)
+    found = task_class(config)
+    streamed = is_image_folder(config.task) and streams(config.task)
+    if config.accumulate_steps > 1 and (found is not Supervised or streamed):
+        raise ValueError(f"TrainConfig.accumulate_steps slices batches of classification and mlm tasks held in memory; "
+                         f"task {config.task!r} " + ("streams its images" if streamed else "trains its own way")
+                         + ": leave accumulate_steps at 1")
+    return found(config, context) if found is Supervised else found(config)

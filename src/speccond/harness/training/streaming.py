@@ -1,0 +1,175 @@
+"""A streamed image folder (``imagefolder:DIR?stream=1``): images decoded from disk as batches need them.
+
+    task = StreamedImages(config, context)   # paths and labels only; the normalisation from one pass
+    images, labels = task.train_batch(chosen, step, context)   # this rank's share, normalised and augmented
+    task.evaluate(model, "test", context)    # each rank its shard, the sums all-reduced
+
+Nothing is cached and no split is held in memory: :class:`speccond.data.image_folder.FolderImages` keeps the
+paths, a ``torch.utils.data.DataLoader`` with ``config.num_workers`` worker processes decodes them.
+
+The run is the run the in-memory task would train, step for step:
+
+- the training and validation examples are :func:`split_indices`'s, the test examples the first ``test_size``;
+- the batches are the training loop's (train.py): epoch ``e`` is ``randperm(N, seed * 1000 + e)`` cut into
+  global batches of ``batch_size``, and :class:`RankBatches` hands each rank rows ``rank::world`` of each, so
+  DDP's averaged gradient is the global batch's, and a resumed run starts its loader at the step it resumes.
+  torch's ``DistributedSampler`` is not used for training because it splits an epoch into one stream per rank
+  (rank r's batch i is not rows r::world of the one-process run's batch i) and pads the last batches with
+  repeated examples; :class:`RankBatches` is a distributed sampler with neither;
+- the normalisation is per channel over the training subset, as the in-memory task's, from exact integer sums
+  of the pixels (so the same on any number of ranks; it differs from the in-memory float32 statistics in the
+  last bits only), and is cached beside the folder's other data under the folder's key;
+- augmentation draws the same random numbers for the global batch and applies this rank's rows of them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Sampler
+
+from speccond.data import image_folder
+from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.tasks.datasets import check_sizes, indices_sha256, split_indices
+from speccond.harness.training.distributed import Context
+
+
+class RankBatches(Sampler[list[int]]):
+    """This rank's rows (``rank::world``) of each global batch of an epoch, from batch ``start`` on: the batches
+    of train.py's loop, whose order is ``randperm(samples, seed * 1000 + epoch)``."""
+
+    def __init__(self, samples: int, batch_size: int, seed: int, epoch: int, start: int, context: Context):
+        self.samples, self.batch_size, self.seed, self.epoch, self.start = samples, batch_size, seed, epoch, start
+        self.rank, self.world = context.rank, context.world
+
+    def __len__(self) -> int:
+        return max(0, math.ceil(self.samples / self.batch_size) - self.start)
+
+    def __iter__(self):
+        order = torch.randperm(self.samples, generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch))
+        for index in range(self.start, self.start + len(self)):
+            yield order[index * self.batch_size : (index + 1) * self.batch_size][self.rank :: self.world].tolist()
+
+
+class RankShard(Sampler[int]):
+    """Examples ``rank, rank + world, ...`` of ``count``: every example on exactly one rank, none repeated
+    (torch's DistributedSampler without its padding)."""
+
+    def __init__(self, count: int, context: Context):
+        self.indices = range(context.rank, count, context.world)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self):
+        return iter(self.indices)
+
+
+class StreamedImages:
+    """The splits of a streamed image folder as lazily decoded datasets, with their normalisation."""
+
+    def __init__(self, config: TrainConfig, context: Context):
+        self.config = config
+        found = image_folder.samples(config.task)
+        _, self.size = image_folder.parse(config.task)
+        check_sizes(config, len(found["train"]), len(found["test"]))
+        train_index, self.val_index = split_indices(len(found["train"]), config)
+        chosen = {"train": train_index.tolist(), "val": self.val_index.tolist(),
+                  "test": list(range(config.test_size or len(found["test"])))}
+        self.splits = {split: image_folder.FolderImages([found["test" if split == "test" else "train"][i] for i in index],
+                                                        self.size)
+                       for split, index in chosen.items() if index or split != "val"}
+        self.samples = len(self.splits["train"])
+        self.steps_per_epoch = math.ceil(self.samples / config.batch_size)
+        self.mean, self.std = self._statistics(found, train_index, context)  # (1, 3, 1, 1) each
+        self._batches = None  # the training loader's iterator, and the step it yields next
+        self._next_step = -1
+
+    def _loader(self, dataset, **sampling) -> DataLoader:
+        return DataLoader(dataset, num_workers=self.config.num_workers, pin_memory=False, **sampling)
+
+    def _statistics(self, found: dict, train_index: torch.Tensor, context: Context) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel mean and standard deviation (unbiased, over N x H x W) of pixels / 255 of the training
+        subset, from integer sums of the pixels and of their squares (each rank its shard, all-reduced)."""
+        cached = image_folder.cache_folder(self.config.task, found) / f"statistics-{indices_sha256(train_index)[:16]}.json"
+        present = torch.tensor([int(cached.is_file())])
+        # every rank reads, or every rank sums: the all-reduce below needs them all
+        if all_reduced(present, context, dist.ReduceOp.MIN).item() if context.distributed else present.item():
+            sums = torch.tensor(json.loads(cached.read_text())["sums"], dtype=torch.int64)
+        else:
+            sums = torch.zeros(2, 3, dtype=torch.int64)  # (sum, sum of squares) per channel
+            dataset = self.splits["train"]
+            for images, _, _ in self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=64):
+                pixels = images.to(torch.int64)  # (b, 3, S, S)
+                sums += torch.stack([pixels.sum((0, 2, 3)), pixels.square().sum((0, 2, 3))])
+            if context.distributed:
+                sums = all_reduced(sums, context)
+            if context.is_main:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+                partial.write_text(json.dumps({"task": self.config.task, "sums": sums.tolist()}))
+                os.replace(partial, cached)
+        count = self.samples * self.size * self.size
+        total, squares = sums.to(torch.float64)
+        mean = total / (255 * count)
+        variance = (squares / 255**2 - count * mean.square()) / (count - 1)
+        return mean.float().view(1, 3, 1, 1), variance.sqrt().float().view(1, 3, 1, 1)
+
+    def normalise(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 (b, 3, S, S) -> float (b, 3, S, S), standardised with the training subset's statistics."""
+        return (images.float().div(255) - self.mean) / self.std
+
+    def train_batch(self, chosen: torch.Tensor, step: int, context: Context) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's rows of the global batch ``chosen`` at ``step``: normalised (b / world, 3, S, S) images
+        and (b / world,) labels, decoded by the loader (rebuilt when a run starts or resumes, and each epoch)."""
+        epoch, index = divmod(step, self.steps_per_epoch)
+        if step != self._next_step or index == 0:
+            sampler = RankBatches(self.samples, self.config.batch_size, self.config.seed, epoch, index, context)
+            self._batches = iter(self._loader(self.splits["train"], batch_sampler=sampler))
+        images, labels, indices = next(self._batches)
+        self._next_step = step + 1
+        assert torch.equal(indices, context.shard(chosen)), (step, indices, chosen)  # the loop's own batch
+        return self.normalise(images), labels
+
+    def evaluate(self, model: nn.Module, split: str, context: Context) -> dict:
+        """Accuracy and mean cross-entropy over the split: each rank its shard (RankShard), the sums all-reduced."""
+        dataset = self.splits[split]
+        loader = self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=self.config.eval_batch_size)
+        device = next(model.parameters()).device
+        model.eval()
+        loss, correct, count = 0.0, 0, 0
+        with torch.no_grad():
+            for images, labels, _ in loader:
+                logits = model(self.normalise(images).to(device))  # (b, classes)
+                target = labels.to(device)  # (b,)
+                loss += float(F.cross_entropy(logits, target, reduction="sum"))
+                correct += int((logits.argmax(-1) == target).sum())
+                count += target.shape[0]
+        model.train()
+        return reduced(loss, correct, count, context)
+
+    def probe(self, split: str) -> torch.Tensor:
+        """The first 8 examples of ``split``, normalised: (8, 3, S, S)."""
+        dataset = self.splits[split]
+        return self.normalise(torch.stack([dataset[i][0] for i in range(min(8, len(dataset)))]))
+
+
+def reduced(loss: float, correct: int, count: int, context: Context) -> dict:
+    """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed)."""
+    if context.distributed:
+        sums = all_reduced(torch.tensor([loss, correct, count], dtype=torch.float64), context)
+        loss, correct, count = float(sums[0]), int(sums[1]), int(sums[2])
+    return {"accuracy": correct / count, "loss": loss / count}
+
+
+
+def all_reduced(values: torch.Tensor, context: Context, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    """``values`` reduced over the ranks, on the CPU (sent from the rank's device: NCCL reduces CUDA tensors only)."""
+    on_device = values.to(context.device)
+    dist.all_reduce(on_device, op=op)
+    return on_device.cpu()

@@ -1,0 +1,143 @@
+"""A streamed image folder (imagefolder:DIR?stream=1, harness/training/streaming.py): the dataset keeps paths,
+not pixels, and decodes each image as the in-memory path reads it; a run streams through a DataLoader with
+worker processes to the in-memory run's figures, the same bytes with or without workers, resumes to the same
+bytes, and trains data-parallel under torchrun (2 gloo processes, each rank decoding its own rows and evaluating
+its own shard) to the one-process run's figures."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from speccond.harness.cli import main
+from tests.test_image_folder import write_folder
+
+MODEL = {"model": "timm:vit_small_patch16_224", "model_args": "depth=1,patch_size=4,embed_dim=64,num_heads=2",
+         "batch_size": 8, "epochs": 2, "method": "spectral-svd", "warmup_steps": 1}
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
+    return write_folder(tmp_path / "shapes", per_class=(12, 5))  # 24 training and 10 test images
+
+
+def rows(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def config(**fields):
+    from speccond.harness.config.train_config import TrainConfig
+
+    return TrainConfig(**{**MODEL, **fields})
+
+
+def test_the_dataset_keeps_paths_not_pixels_and_decodes_what_the_in_memory_path_stores(folder):
+    from speccond import data
+    from speccond.data import image_folder
+
+    name = f"imagefolder:{folder}?size=64&stream=1"
+    dataset = image_folder.FolderImages(image_folder.samples(name)["train"], 64)
+    assert not any(isinstance(value, torch.Tensor) for value in vars(dataset).values())
+    pixel_bytes = len(dataset) * 3 * 64 * 64
+    assert len(pickle.dumps(dataset)) < pixel_bytes / 20  # what a worker receives: paths and labels
+    assert not (folder.parent / "data").exists()  # nothing read into a cache
+    assert data.prepare(name) == folder  # checked, not read
+    with pytest.raises(ValueError, match="streams its images from disk"):
+        data.load(name)  # never read whole
+    assert not (folder.parent / "data").exists()
+    stored = data.load(f"imagefolder:{folder}?size=64")
+    for index in (0, 13, len(dataset) - 1):
+        image, label, position = dataset[index]
+        assert torch.equal(image, stored["train_images"][index]) and label == int(stored["train_labels"][index])
+        assert position == index
+
+
+def test_a_streamed_run_trains_to_the_in_memory_runs_figures_with_or_without_workers(folder, tmp_path):
+    """The same examples, batches, augmentation and model: only the normalisation's statistics differ (exact
+    integer sums against float32 ones), so the figures agree to 1e-5; workers change nothing, bit for bit."""
+    from speccond.harness.training.train import train
+
+    task = f"imagefolder:{folder}?size=16"
+    memory = train(config(task=task, val_size=4), tmp_path / "memory", progress=False)
+    streamed = train(config(task=f"{task}&stream=1", val_size=4), tmp_path / "stream", progress=False)
+    workers = train(config(task=f"{task}&stream=1", val_size=4, num_workers=2), tmp_path / "workers", progress=False)
+    assert memory["step"] == streamed["step"] == 6 and memory["accuracy"] == streamed["accuracy"]
+    assert abs(memory["loss"] - streamed["loss"]) < 1e-5
+    assert [r for r in rows(tmp_path / "memory") if r["kind"] == "val"]  # validation carved as in memory
+    for one, other in zip(rows(tmp_path / "memory"), rows(tmp_path / "stream"), strict=True):
+        assert one["kind"] == other["kind"] and abs(one["loss"] - other["loss"]) < 1e-5
+    assert rows(tmp_path / "stream") == rows(tmp_path / "workers")
+
+
+def test_a_streamed_run_resumed_mid_epoch_ends_with_the_same_bytes(folder, tmp_path):
+    """Killed after step 2 (a batch into epoch 1's 3), resumed: the loader starts at the resumed step's batch,
+    and the metrics and final weights equal the uninterrupted run's exactly."""
+    from speccond.harness.training import checkpoint
+    from speccond.harness.training.train import train
+
+    chosen = config(task=f"imagefolder:{folder}?size=16&stream=1", num_workers=1, checkpoint_every=2)
+    train(chosen, tmp_path / "whole", progress=False)
+    assert train(chosen, tmp_path / "resumed", progress=False, stop_after=2) == {}
+    train(chosen, tmp_path / "resumed", progress=False)
+    assert rows(tmp_path / "whole") == rows(tmp_path / "resumed")
+    weights = [(checkpoint.latest(tmp_path / run) / "model.safetensors").read_bytes() for run in ("whole", "resumed")]
+    assert weights[0] == weights[1]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("stream=2", "stream must be 0"),
+    ("num_workers", "num_workers=2 sets the processes that decode a streamed image folder"),
+    ("mixup", "mix image classification batches held in memory"),
+])
+def test_a_wrong_streaming_setting_is_refused_in_one_line_and_nothing_is_written(folder, tmp_path, capsys, setting,
+                                                                                  message):
+    task = f"imagefolder:{folder}?size=16&" + ("stream=2" if setting == "stream=2" else "stream=1")
+    sets = {"num_workers": ["--set", "num_workers=2"], "mixup": ["--set", "mixup=0.2"]}.get(setting, [])
+    if setting == "num_workers":
+        task = f"imagefolder:{folder}?size=16"  # held in memory: no worker has anything to decode
+    out = tmp_path / "cmp"
+    assert main(["compare", "--task", task, "--methods", "baseline", "--seeds", "1", *sets, "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.strip().splitlines()) == 1, error
+    assert not out.exists()
+
+
+def test_torchrun_two_processes_stream_the_folder_and_shard_evaluation_to_the_one_process_figures(folder, tmp_path):
+    """torchrun --nproc_per_node 2 on gloo, a worker per rank: each rank decodes its rows of every global batch
+    and evaluates its shard of the 10 test images (5 each, none twice); the final figures are the one-process
+    run's (loss to 1e-4, the same accuracy), and so are the per-epoch evaluation rows."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sets = [f"{key}={value}" for key, value in MODEL.items()] + [f"task=imagefolder:{folder}?size=16&stream=1",
+                                                                 "num_workers=1"]
+    sets = [part for pair in sets for part in ("--set", pair)]
+    single = subprocess.run([sys.executable, "-m", "speccond", "train", "--out", str(tmp_path / "single"), *sets],
+                            env=environment, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "-m", "speccond", "train", "--out", str(tmp_path / "double"), *sets],
+                            env=environment, capture_output=True, text=True, timeout=300)
+    assert double.returncode == 0, double.stderr[-3000:]
+    one, two = (json.loads(run.stdout.strip().splitlines()[-1]) for run in (single, double))
+    assert one["step"] == two["step"] == 6
+    assert abs(one["loss"] - two["loss"]) < 1e-4 and one["accuracy"] == two["accuracy"]
+    evaluations = [[r for r in rows(tmp_path / run) if r["kind"] == "eval"] for run in ("single", "double")]
+    assert len(evaluations[0]) == len(evaluations[1]) == 2
+    for a, b in zip(*evaluations):
+        assert abs(a["loss"] - b["loss"]) < 1e-4 and a["accuracy"] == b["accuracy"]
+
+
+def test_compare_streams_the_folder_end_to_end_and_caches_no_pixels(folder, tmp_path):
+    out = tmp_path / "cmp"
+    task = f"imagefolder:{folder}?size=16&stream=1"
+    assert main(["compare", "--task", task, "--model", "timm:vit_small_patch16_224", "--methods", "baseline",
+                 "--seeds", "1", "--set", "epochs=1", "--set", "batch_size=8", "--set", "num_workers=1",
+                 "--set", "model_args=depth=1,patch_size=4,embed_dim=64,num_heads=2", "--out", str(out)]) == 0
+    assert (out / "results.md").read_text().startswith(f"# speccond report: {task}")
+    cached = sorted(path.name for path in (tmp_path / "data").rglob("*") if path.is_file())
+    assert len(cached) == 1 and cached[0].startswith("statistics-")  # the normalisation's sums, no arrays
