@@ -38,6 +38,31 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def lam_or_auto(text: str) -> float | str:
+    """argparse ``type=`` for ``inspect --lam``: a finite number >= 0, or ``auto`` (SpectralConfig's lam="auto":
+    each block's lam chosen from its sigma_max for --target-kappa)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 10 or 0.5) or auto, got {text!r}")
+    return value
+
+
+def kappa_target(text: str) -> float:
+    """argparse ``type=`` for ``--target-kappa``: a finite number > 1 (kappa is at least 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 1 (e.g. 2 or 1.5), got {text!r}")
+    return value
+
+
 def method_list(text: str) -> list[str]:
     """argparse ``type=`` for ``--methods``: comma-separated names from harness.methods.METHODS, at least one."""
     from speccond.harness.methods import METHODS
@@ -67,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download)")
     inspect.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
     inspect.add_argument("--plain", action="store_true", help="do not condition; inspect the model as built")
-    inspect.add_argument("--lam", type=non_negative_float, default=10.0, help="correction scale (default 10)")
+    inspect.add_argument("--lam", type=lam_or_auto, default=10.0,
+                         help="correction scale (default 10), or auto: each block's lam chosen from its sigma_max so "
+                              "that kappa <= --target-kappa (identity correction; the lams chosen are printed)")
+    inspect.add_argument("--target-kappa", type=kappa_target, metavar="T",
+                         help="the kappa bound --lam auto aims at, > 1 (default 2, SpectralConfig's)")
     inspect.add_argument("--correction", choices=("identity", "svd"), default="identity")
     inspect.add_argument("--checkpoint", help="a safetensors state_dict to load after conditioning")
     inspect.add_argument("--per-head", action="store_true", help="one row per head as well")
@@ -392,10 +421,21 @@ def _inspect(args: argparse.Namespace) -> None:
         from speccond.harness.training.preflight import check_writable
 
         check_writable(args.json, "--json", folder=False)
+    if args.target_kappa is not None and (args.lam != "auto" or args.plain):
+        raise ValueError(f"--target-kappa {args.target_kappa:g} is read only by --lam auto (conditioned, not "
+                         "--plain); add --lam auto or leave --target-kappa out")
+    auto = {"target_kappa": args.target_kappa} if args.target_kappa is not None else {}
+    spectral = None if args.plain else speccond.SpectralConfig(lam=args.lam, correction=args.correction, **auto)
     model = build_named_model(args.model, parse_overrides(args.set))
-    if not args.plain:
-        report = speccond.apply(model, speccond.SpectralConfig(lam=args.lam, correction=args.correction))
-        print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
+    if spectral is not None:
+        report = speccond.apply(model, spectral)
+        if args.lam == "auto":
+            print(f"conditioned {len(report)} projection blocks ({args.correction}, lam=auto, target_kappa="
+                  f"{spectral.target_kappa:g})\n")
+            print(report)
+            print()
+        else:
+            print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
     if args.checkpoint:
         from safetensors.torch import load_file
 
