@@ -55,7 +55,7 @@ def test_compare_fine_tunes_an_hf_model_and_names_it_in_the_report(prepared, tmp
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--model", "hf:robbertta"], "unknown hf model type 'robbertta'; nearest: roberta"),
+    (["--model", "hf:robbertta"], "unknown transformers model type 'robbertta'; nearest: roberta"),
     (["--model", "hf:roberta", "--set", "init_from=runs/mlm"], "an hf:<type> model is trained from its config"),
 ])
 def test_a_wrong_hf_model_is_refused_in_one_line_and_nothing_is_written(prepared, tmp_path, capsys, arguments, message):

@@ -6,6 +6,8 @@ import math
 import sys
 import time
 
+from speccond.harness.packages import REPORT_NEEDS, RUN_NEEDS, missing_message, missing_package, require
+
 
 def positive_int(text: str) -> int:
     """argparse ``type=`` for counts (seeds, batch, iterations): an integer >= 1."""
@@ -201,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from speccond.harness.demo import run_demo
 
+            require("timm")
             run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
         elif args.command == "inspect":
             _inspect(args)
@@ -219,8 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plot":
             from speccond.diagnostics.plot import plot_runs
 
+            require("matplotlib")
             for path in plot_runs(args.runs, args.out):
                 print(path)
+    except ModuleNotFoundError as error:  # an optional package the command needs: its name and install command
+        if missing_package(error) is None:
+            raise
+        print(f"speccond {args.command}: error: {missing_message(missing_package(error))}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError) as error:  # a user's input or file: one line, never a traceback
         print(f"speccond {args.command}: error: {error}", file=sys.stderr)
         return 2
@@ -253,6 +262,16 @@ TUNE_OWNS = {"seed": "tune runs seeds 0, 1, ... of --tuning-seeds, then 100, 101
              "flush_denormal": "tune always flushes subnormals (flush_denormal=1)"}
 
 
+def _check_models(configs: list, *packages: str) -> None:
+    """Before any data is read or anything written: the command's ``packages`` are installed, and every
+    config's model is known and its packages installed (models/named.py, check_model)."""
+    from speccond.harness.models.named import check_model
+
+    require(*packages)
+    for model in dict.fromkeys(config.model for config in configs):
+        check_model(model)
+
+
 def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
     for pair in pairs:
         key = pair.partition("=")[0]
@@ -272,7 +291,8 @@ def _compare(args: argparse.Namespace) -> None:
     _refuse_owned("--sweep", args.sweep, COMPARE_OWNS)
     base = _base_config(args)
     sweep = parse_sweep(args.sweep)
-    variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    chosen = variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    _check_models([config for _, config in chosen], *RUN_NEEDS, *REPORT_NEEDS)
     check_writable(args.out, "--out")
     check_comparison_folder(Path(args.out), base, sweep)
     data.prepare(task_of(base.task).dataset)
@@ -311,6 +331,8 @@ def _tune(args: argparse.Namespace) -> None:
         arms[name] = config
     if not arms:
         raise ValueError(f"--arms {args.arms!r} names no arms; give comma-separated methods, e.g. baseline,spectral")
+    _check_models(list(arms.values()), *RUN_NEEDS, *REPORT_NEEDS, "tqdm",
+                  *(("submitit",) if args.engine == "submitit" else ()))
     try:
         lrs = [float(lr) for lr in args.lrs.split(",") if lr.strip()]
     except ValueError:
@@ -376,6 +398,8 @@ def _report(args: argparse.Namespace) -> None:
     from speccond.harness.reporting.report import write_report
     from speccond.harness.training.preflight import check_writable
 
+    require(*REPORT_NEEDS)
+
     if args.out:
         check_writable(args.out, "--out")
     report = write_report(args.runs, args.out)
@@ -405,6 +429,7 @@ def _train(args: argparse.Namespace) -> int:
         check_writable(args.out, "--out")
         config = TrainConfig().with_overrides(args.set)
     task_of(config.task)  # an unknown task is an error before the run directory is written
+    _check_models([config], *RUN_NEEDS)
     result = train(config, Path(args.out or args.resume))  # checks the model and data sizes before writing
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result))
@@ -426,6 +451,8 @@ def _inspect(args: argparse.Namespace) -> None:
                          "--plain); add --lam auto or leave --target-kappa out")
     auto = {"target_kappa": args.target_kappa} if args.target_kappa is not None else {}
     spectral = None if args.plain else speccond.SpectralConfig(lam=args.lam, correction=args.correction, **auto)
+    if args.checkpoint:
+        require("safetensors")
     model = build_named_model(args.model, parse_overrides(args.set))
     if spectral is not None:
         report = speccond.apply(model, spectral)
