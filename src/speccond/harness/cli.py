@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="model and input seed (default 0)")
 
     inspect = commands.add_parser("inspect", help="per-layer conditioning table of a named model")
-    inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download)")
+    inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download), or "
+                         "hf:<folder> (a path) holding a transformers checkpoint")
     inspect.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
     inspect.add_argument("--plain", action="store_true", help="do not condition; inspect the model as built")
     inspect.add_argument("--lam", type=lam_or_auto, default=10.0,
@@ -129,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "class attention); nystromformer for lra-* tasks; "
                             "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes; or "
                             "timm:<any registered timm model> for image tasks or hf:<any transformers model type> for "
-                            "the language tasks, sized by --set model_args=k=v,k=v")
+                            "the language tasks, sized by --set model_args=k=v,k=v, or hf:<folder> (a path, e.g. "
+                            "hf:./my-bert) for the checkpoint save_pretrained wrote there")
     comparison.add_argument("--methods", type=method_list, default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")
     comparison.add_argument("--seeds", type=positive_int, default=3, metavar="N",
@@ -264,12 +266,20 @@ TUNE_OWNS = {"seed": "tune runs seeds 0, 1, ... of --tuning-seeds, then 100, 101
 
 def _check_models(configs: list, *packages: str) -> None:
     """Before any data is read or anything written: the command's ``packages`` are installed, and every
-    config's model is known and its packages installed (models/named.py, check_model)."""
-    from speccond.harness.models.named import check_model
+    config's model is known and its packages installed (models/named.py, check_model); an hf:<folder>
+    checkpoint's config fits the task (models/hf_text.py, folder_config)."""
+    from speccond.harness.models.named import check_model, is_checkpoint_folder
 
     require(*packages)
-    for model in dict.fromkeys(config.model for config in configs):
-        check_model(model)
+    for config in {(c.model, c.task, c.model_args): c for c in configs}.values():
+        check_model(config.model)
+        if config.model.startswith("hf:") and is_checkpoint_folder(config.model[len("hf:"):]):
+            from speccond.harness.models.hf_text import folder_config
+            from speccond.harness.tasks.datasets import task_shape
+
+            shape = task_shape(config.task)
+            if shape.kind == "text":  # another kind of task is refused when the model is built, with the kinds
+                folder_config(config.model[len("hf:"):], shape.vocab, shape.classes, config.model_kwargs())
 
 
 def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
