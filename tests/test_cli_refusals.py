@@ -1,5 +1,6 @@
-"""Issue 32: every bad input of compare, tune, train, report and inspect is a one-line error, exit 2,
-naming the value, before anything is written.
+"""Command-line refusals (docs/RELIABILITY.md, "Validated before anything is written"): every bad input of
+compare, tune, train, report and inspect is a one-line error, exit 2, naming the value, before anything is
+written; so is a missing optional package, naming its install command.
 
 Unlike test_cli_inputs.py (numbers refused by argparse or TrainConfig), these cases need more than the
 flags to be refused: the folder's earlier runs (one task per comparison folder), what each command owns

@@ -277,7 +277,8 @@ def test_qk_norm_refuses_a_model_that_already_normalises_q_and_k():
 
 def test_q_only_is_the_natural_eye_3d_d_reading_of_the_paper_on_a_fused_qkv():
     """W + lam * torch.eye(3 D, D) on timm's fused (3D, D) qkv weight puts lam on the q block alone: it is
-    exactly the harness's corrected="q" arm (issue 17's reading of the paper on fused vision models)."""
+    exactly the harness's corrected="q" arm (the fair comparison's reading of the paper on fused vision models,
+    docs/RESULTS.md)."""
     model = vit()
     qkv = model.blocks[0].attn.qkv
     plain = qkv.weight.detach().clone()  # (3D, D)
