@@ -24,9 +24,6 @@ INSTALL = {
     "PIL": "pip install pillow",
     "sklearn": "pip install scikit-learn",
     "pycocotools": "pip install pycocotools",
-    "tensorboard": "pip install tensorboard",
-    "lightning": "pip install lightning",
-    "peft": "pip install peft",
 }
 
 # the packages a model family of models/registry.py needs, by the kind of task it takes
