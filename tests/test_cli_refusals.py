@@ -227,25 +227,39 @@ MISSING = [
 ]
 
 
-@pytest.mark.parametrize("package, argv, install", MISSING, ids=[f"no {p}: {' '.join(a)}" for p, a, _ in MISSING])
-def test_a_missing_optional_package_is_one_line_naming_it_and_its_install_command(package, argv, install, tmp_path):
+def _without(package: str, argv: list[str], root: Path):
+    """``python -m speccond ARGV`` in root/work with ``package`` unimportable and SPECCOND_DATA root/data."""
     import subprocess
     import sys
 
-    blocker, work, data = tmp_path / "blocker", tmp_path / "work", tmp_path / "data"
-    for folder in (blocker, work, data):
-        folder.mkdir()
+    blocker = root / "blocker"
+    blocker.mkdir(exist_ok=True)
     (blocker / "sitecustomize.py").write_text(f"import sys\nsys.modules[{package!r}] = None\n")
-    _digits_run(work / "cmp" / "baseline" / "seed-0")
-    before = _tree(tmp_path)
     source = str(Path(__file__).resolve().parents[1] / "src")
     # torch warns on import when numpy is missing (its own warning, not the command's): silenced for that case
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), source]), "SPECCOND_DATA": str(data),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), source]), "SPECCOND_DATA": str(root / "data"),
            "PYTHONWARNINGS": "ignore", "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([sys.executable, "-m", "speccond", *argv], cwd=work, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "speccond", *argv], cwd=root / "work", env=env, capture_output=True,
                           text=True, timeout=300)
+
+
+@pytest.mark.parametrize("package, argv, install", MISSING, ids=[f"no {p}: {' '.join(a)}" for p, a, _ in MISSING])
+def test_a_missing_optional_package_is_one_line_naming_it_and_its_install_command(package, argv, install, tmp_path):
+    (tmp_path / "data").mkdir()
+    _digits_run(tmp_path / "work" / "cmp" / "baseline" / "seed-0")
+    before = _tree(tmp_path / "work")
+    done = _without(package, argv, tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0] == (f"speccond {argv[0]}: error: needs {package}, which is not installed; install it with: "
                         f"{install}"), done.stderr
-    assert _tree(tmp_path) == before
+    assert _tree(tmp_path / "work") == before and _tree(tmp_path / "data") == {}
+
+
+def test_preparing_digits_without_scikit_learn_is_one_line_and_caches_nothing(tmp_path):
+    """The data sets' own packages are named the same way (the digits data set is scikit-learn's)."""
+    (tmp_path / "work").mkdir()
+    done = _without("sklearn", ["data", "prepare", "digits"], tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "speccond data: error: needs sklearn, which is not installed; install it with: pip install scikit-learn"]
+    assert list((tmp_path / "data").rglob("*.safetensors")) == [] and list((tmp_path / "work").iterdir()) == []
