@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from speccond.harness.cli import main
 from tests.test_diagnostics import _tracked_run
 
@@ -43,6 +45,22 @@ def test_inspect_plain_hf_model(capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "encoder.layer.0.attention.self" in out and "False" in out
+
+
+def test_inspect_an_hf_checkpoint_folder_reads_its_weights(tmp_path, capsys):
+    """``inspect hf:<folder>`` loads the checkpoint save_pretrained wrote there: its kappas are the saved weights'."""
+    import torch
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32)
+    saved = transformers.BertModel(config)
+    saved.save_pretrained(tmp_path / "bert")
+    capsys.readouterr()
+    assert main(["inspect", f"hf:{tmp_path / 'bert'}", "--plain", "--json", str(tmp_path / "rows.json")]) == 0
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    query = saved.encoder.layer[0].attention.self.query.weight.detach().double()
+    assert rows[0]["projection"] == "q" and rows[0]["kappa"] == pytest.approx(torch.linalg.cond(query).item(), rel=1e-6)
 
 
 def test_inspect_bad_name_is_a_clear_error(capsys):
