@@ -1,4 +1,5 @@
-"""The adapter table (issue 3): one tiny real model per architecture, built from config, no downloads.
+"""The adapter table (speccond.adapters.ADAPTERS): one tiny real model per architecture, built from config, no
+downloads.
 
 Each case names, by hand, every projection weight the adapters must find and its layout, so the tests
 can compare what ``speccond.apply`` found and the correction it placed with an independent expectation.

@@ -1,5 +1,5 @@
-"""The architecture table (issue 14): one tiny real model per family people train today, built from
-config (no downloads), with what speccond must do to it.
+"""The architecture table (docs/MODELS.md, "Every family: the architecture table"): one tiny real model per family
+people train today, built from config (no downloads), with what speccond must do to it.
 
 Each ``Arch`` names, by hand, every projection weight the adapters must condition and its layout
 (``params``), or the refusal expected (``refused``, a regex of the message). ``attention`` returns the

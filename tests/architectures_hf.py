@@ -286,7 +286,8 @@ CASES = [
     Arch("hf-nystromformer", hf("NystromformerConfig", num_landmarks=4, segment_means_seq_len=SEQ), token_ids,
          separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),
          diagnostics_refused="Nystrom attention approximates the softmax"),
-    # -- issue 31: families no adapter names; each refused with a reason a reader can check, or conditioned --
+    # -- families no adapter names (docs/MODELS.md, "Attention no adapter names"): each refused with a reason
+    # a reader can check, or conditioned --
     # Qwen3-Next gated attention: q_proj(x).view(B, N, H, 2 dh).chunk(2): [q_h | gate_h] per head
     Arch("hf-qwen3-next", hf("Qwen3NextConfig", num_key_value_heads=2, head_dim=8, num_hidden_layers=1,
                              layer_types=["full_attention"], num_experts=2, num_experts_per_tok=1,
@@ -328,7 +329,7 @@ CASES += [
          fused("blocks.{}.attn.Wqkv.weight", L("qkv", HEADS)), diagnostics_refused=INFERRED,
          reason="layout inferred; ALiBi bias untouched"),
     # DBRX: Wqkv(x).clamp(-clip, clip).split([H dh, G dh, G dh]): blocked, 2 key/value heads; rotary. transformers
-    # cannot run clip_qkv=None, so the clamp is set far above the values (verify of an active clamp: issue 31 item 1)
+    # cannot run clip_qkv=None, so the clamp is set far above the values (verify of an active clamp)
     Arch("hf-dbrx", hf("DbrxConfig", base={}, d_model=WIDTH, n_heads=HEADS, n_layers=2, vocab_size=VOCAB, max_seq_len=64,
                        pad_token_id=0, attn_config={"kv_n_heads": 2, "clip_qkv": 1e3, "rope_theta": 1e4},
                        ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 2, "moe_top_k": 1}), tokens,

@@ -1,4 +1,4 @@
-"""Issue 3 acceptance: every architecture of the paper (and the wider ecosystem) in one call.
+"""The adapters: every architecture of the paper (and the wider ecosystem) in one call.
 
 Table-driven over tiny real models built from config (tests/adapter_models.py): timm ViT, DeiT, Swin,
 XCiT, DaViT and a ViT with attention pooling; Hugging Face BERT, Nystromformer, RoBERTa, ViT,
@@ -390,7 +390,7 @@ def test_unrecognised_attention_is_named_and_the_declaration_shown_conditions_it
 def test_unrecognised_separate_projections_without_attention_in_the_class_name():
     model = Layer(SeparateProjections())
     # no head count on the module: a placeholder, never a guessed num_heads=1 that pastes and conditions
-    # every row as one head (issue 31)
+    # every row as one head
     with pytest.raises(ValueError, match=r"(?s)attn \(tests.test_adapters.SeparateProjections\).*"
                        r'"\^attn\\.wq\\.weight\$": ProjectionLayout\(roles="q", num_heads=<heads>\),.*'
                        r"num_heads: the module keeps no head count"):

@@ -1,4 +1,4 @@
-"""Issue 14 acceptance: every family of the architecture table (tests/architectures*.py), conditioned
+"""The architecture table (docs/MODELS.md): every family of it (tests/architectures*.py), conditioned
 exactly as the paper says or refused before anything changes, with verify and the head diagnostics
 right on the model's own attention.
 

@@ -1,4 +1,4 @@
-"""Issue 15, item 5: apply, remove and refresh are all or nothing.
+"""apply, remove and refresh are all or nothing (docs/RELIABILITY_LIBRARY.md).
 
 A failure at the k-th module (its attach, detach or store raises, before or after doing its work; an FSDP
 DTensor error is one such) must leave the model exactly as it was before the call: outputs bit for bit,

@@ -1,4 +1,5 @@
-"""Every interval README.md and docs/RESULTS.md quote comes from a committed results file (issue 17)."""
+"""Every interval README.md and docs/RESULTS.md quote comes from a committed results file
+(scripts/audit_numbers.py over docs/results/)."""
 from __future__ import annotations
 
 import re
@@ -43,7 +44,7 @@ def test_quoted_p_values_are_found_in_their_forms_and_checked_by_rounding():
     assert audit.p_backed("0.08", stored) and not audit.p_backed("0.0040", stored) and not audit.p_backed("0.07", stored)
 
 
-# Issue 33: each edit is planted in a scratch copy of README.md and docs/RESULTS.md (docs/results/ is the
+# Each edit is planted in a scratch copy of README.md and docs/RESULTS.md (docs/results/ is the
 # committed one) and must make the audit report a quotation without a source.
 PLANTED = {
     "a difference swapped in from another task (CIFAR-10's lam = 10 into ListOps' table)": (

@@ -1,4 +1,4 @@
-"""lam="auto" (issue 6, beyond the paper): lam chosen per corrected block from its sigma_max.
+"""lam="auto" (beyond the paper; docs/GUIDE.md, "Scale-aware lam"): lam chosen per corrected block from its sigma_max.
 
 For each corrected part P of a q/k/v block (one head's rows with granularity="head", the whole block with
 "projection") speccond picks lam_P = sigma_max(W_P) (t + 1) / (t - 1), t = target_kappa, so that the

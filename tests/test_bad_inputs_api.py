@@ -1,7 +1,8 @@
-"""The public API under bad input (issue 32): every argument of apply / remove / verify / refresh / describe,
-SpectralConfig, ProjectionLayout, save_conditioned / load_conditioned / save_pretrained / from_pretrained and
-the diagnostics entry points, given a bad value, raises ValueError or TypeError whose message names that
-value, and leaves the model as it was: the same state_dict, bit for bit, and the same module classes."""
+"""The public API under bad input (docs/RELIABILITY_LIBRARY.md, "Bad input to the public API"): every argument of
+apply / remove / verify / refresh / describe, SpectralConfig, ProjectionLayout, save_conditioned /
+load_conditioned / save_pretrained / from_pretrained and the diagnostics entry points, given a bad value, raises
+ValueError or TypeError whose message names that value, and leaves the model as it was: the same state_dict, bit
+for bit, and the same module classes."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
-"""Saved conditioned models carry a checksum that loading verifies (issue 32, item 4).
+"""Saved conditioned models carry a checksum that loading verifies (docs/RELIABILITY_LIBRARY.md,
+"What is checked on load").
 
 safetensors has no checksum of its own: one flipped exponent bit once turned W[0,0] into -1.07e37 and every
 output into NaN, loaded without a word. speccond.save_conditioned records the SHA-256 of the tensors in the

@@ -1,4 +1,5 @@
-"""Checkpoints of conditioned models (issue 15): they say that they are conditioned, and how.
+"""Checkpoints of conditioned models (docs/GUIDE.md, "Saving and loading"): they say that they are
+conditioned, and how.
 
 - every state dict of a conditioned model carries a marker per correction: a plain model's strict
   load_state_dict reports it as unexpected, a conditioned model's checks it describes its own correction;

@@ -18,6 +18,8 @@ VIT = "timm:vit_tiny_patch16_224"
 POSITIVE = r"expected a positive integer \(1, 2, \.\.\.\), got "
 NON_NEGATIVE = r"expected a non-negative integer \(0, 1, \.\.\.\), got "
 FINITE = r"expected a finite number >= 0 \(e\.g\. 10 or 0\.5\), got "
+LAM = r"expected a finite number >= 0 \(e\.g\. 10 or 0\.5\) or auto, got "
+KAPPA = r"expected a finite number > 1 \(e\.g\. 2 or 1\.5\), got "
 METHODS = r"expected comma-separated methods from baseline, spectral, .*, got "
 
 
@@ -57,8 +59,11 @@ PARSING = [
     (["demo", "--lam", "ten"], r"argument --lam: " + FINITE + "'ten'"),
     (["demo", "--seed", "-1"], r"argument --seed: " + NON_NEGATIVE + "'-1'"),
     (["demo", "--seed", "1.5"], r"argument --seed: " + NON_NEGATIVE + "'1.5'"),
-    (["inspect", VIT, "--lam", "-0.5", "--json", "{out}/rows.json"], r"argument --lam: " + FINITE + "'-0.5'"),
-    (["inspect", VIT, "--lam=-inf"], r"argument --lam: " + FINITE + "'-inf'"),  # "--lam -inf" reads as a flag
+    (["inspect", VIT, "--lam", "-0.5", "--json", "{out}/rows.json"], r"argument --lam: " + LAM + "'-0.5'"),
+    (["inspect", VIT, "--lam=-inf"], r"argument --lam: " + LAM + "'-inf'"),  # "--lam -inf" reads as a flag
+    (["inspect", VIT, "--lam", "automatic"], r"argument --lam: " + LAM + "'automatic'"),
+    (["inspect", VIT, "--lam", "auto", "--target-kappa", "1"], r"argument --target-kappa: " + KAPPA + "'1'"),
+    (["inspect", VIT, "--lam", "auto", "--target-kappa", "nan"], r"argument --target-kappa: " + KAPPA + "'nan'"),
     (["inspect", VIT, "--batch", "0", "--entropy"], r"argument --batch: " + POSITIVE + "'0'"),
     (["inspect", VIT, "--batch", "-3"], r"argument --batch: " + POSITIVE + "'-3'"),
     (["inspect", VIT, "--batch", "2.5"], r"argument --batch: " + POSITIVE + "'2.5'"),
@@ -80,6 +85,10 @@ PARSING = [
 
 # Validation after parsing (TrainConfig, --sweep): "speccond <command>: error: ..."
 VALIDATION = [
+    (["inspect", VIT, "--target-kappa", "3", "--json", "{out}/rows.json"],
+     r"--target-kappa 3 is read only by --lam auto .*; add --lam auto or leave --target-kappa out"),
+    (["inspect", VIT, "--lam", "auto", "--correction", "svd", "--json", "{out}/rows.json"],
+     r"lam='auto' \(for q, k, v\) works only with correction='identity'"),
     (["compare", "--out", "{out}", "--set", "epochs=0"], r"TrainConfig\.epochs must be >= 1, got 0"),
     (["compare", "--out", "{out}", "--set", "batch_size=-8"], r"TrainConfig\.batch_size must be >= 1, got -8"),
     (["compare", "--out", "{out}", "--set", "batch_size=1.5"], r"TrainConfig\.batch_size expects int, got '1\.5'"),
@@ -143,7 +152,9 @@ def test_every_numeric_flag_has_a_checking_type():
     (["demo", "--lam", "1e-3", "--seed", "7"], {"lam": 1e-3, "seed": 7}),
     (["inspect", VIT, "--lam", "2.5", "--batch", "1", "--jacobian-iterations", "1"],
      {"lam": 2.5, "batch": 1, "jacobian_iterations": 1}),
-    (["inspect", VIT], {"lam": 10.0, "batch": 2, "jacobian_iterations": 50}),
+    (["inspect", VIT], {"lam": 10.0, "target_kappa": None, "batch": 2, "jacobian_iterations": 50}),
+    (["inspect", VIT, "--lam", "auto", "--target-kappa", "1.5"], {"lam": "auto", "target_kappa": 1.5}),
+    (["inspect", VIT, "--lam", "AUTO"], {"lam": "auto"}),
     (["compare", "--seeds", "1", "--methods", " baseline , qk-norm,"],
      {"seeds": 1, "methods": ["baseline", "qk-norm"]}),
     (["compare"], {"seeds": 3, "methods": ["baseline", "spectral"]}),

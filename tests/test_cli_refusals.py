@@ -1,5 +1,6 @@
-"""Issue 32: every bad input of compare, tune, train, report and inspect is a one-line error, exit 2,
-naming the value, before anything is written.
+"""Command-line refusals (docs/RELIABILITY.md, "Validated before anything is written"): every bad input of
+compare, tune, train, report and inspect is a one-line error, exit 2, naming the value, before anything is
+written; so is a missing optional package, naming its install command.
 
 Unlike test_cli_inputs.py (numbers refused by argparse or TrainConfig), these cases need more than the
 flags to be refused: the folder's earlier runs (one task per comparison folder), what each command owns
@@ -122,7 +123,10 @@ CASES = [
     (["inspect", "timm:vit_tiny_patch16_22"], r"unknown timm model 'vit_tiny_patch16_22'; nearest: vit_tiny_patch16_224"),
     (["inspect", "timm:vit_tiny_patch16_224", "--set", "depth=abc"],
      r"timm:vit_tiny_patch16_224 could not be built with depth='abc'"),
-    (["inspect", "hf:no-such-type"], r"unknown hf model type 'no-such-type'"),
+    (["inspect", "hf:no-such-type"], r"unknown transformers model type 'no-such-type'"),
+    (["inspect", "hf:lama"], r"unknown transformers model type 'lama'; nearest: llama, "),
+    (["inspect", "hf:./no-such-folder"], r"hf:./no-such-folder is not a folder; hf:<folder> takes a local transformers"),
+    (["inspect", "hf:./cmp"], r"hf:./cmp holds no config.json, so it is not a transformers checkpoint folder"),
     (["inspect", "timm:vit_tiny_patch16_224", "--set", "img_size=32", "--set", "depth=1", "--json", "a-file/rows.json"],
      r"--json a-file/rows.json: .*a-file is a file, not a folder"),
 ]
@@ -169,3 +173,93 @@ def test_the_folder_check_passes_a_folder_of_the_same_task_and_a_sweep_of_a_data
         with pytest.raises(_Reached):
             main(argv)
     assert not os.path.exists(workdir / "cmp" / "results.md")
+
+
+# A model's name is checked before its task's data is read or prepared (the glue-* data is not in the workdir's
+# data folder, so reaching it would try to obtain it): a few nearest names, not every one known.
+UNKNOWN_MODELS = [
+    (["compare", "--task", "glue-sentiment", "--model", "hf:lama", "--out", "new"],
+     r"unknown transformers model type 'lama'; nearest: llama(, [\w-]+){0,4}$"),
+    (["compare", "--task", "digits", "--model", "timm:vit_tiny_patch16_22", "--out", "new"],
+     r"unknown timm model 'vit_tiny_patch16_22'; nearest: vit_tiny_patch16_224(, \w+){0,4}$"),
+    (["compare", "--task", "mlm", "--model", "hf:./my-bert", "--out", "new"], r"hf:./my-bert is not a folder"),
+    (["tune", "--task", "glue-sentiment", "--model", "hf:lama", "--val-size", "100", "--out", "new"],
+     r"unknown transformers model type 'lama'; nearest: llama"),
+    (["train", "--set", "task=mlm", "--set", "model=hf:robbertta", "--out", "new"],
+     r"unknown transformers model type 'robbertta'; nearest: roberta"),
+    (["compare", "--task", "digits", "--sweep", "model=vit,timm:deit_tinny_patch16_224", "--out", "new"],
+     r"unknown timm model 'deit_tinny_patch16_224'; nearest: deit_tiny_patch16_224"),
+]
+
+
+@pytest.mark.parametrize("argv, message", UNKNOWN_MODELS, ids=[" ".join(a) for a, _ in UNKNOWN_MODELS])
+def test_an_unknown_model_is_refused_before_any_data_is_read(argv, message, workdir, monkeypatch, capsys):
+    import speccond.data
+
+    def reached(*args, **kwargs):
+        raise _Reached(f"the command read data before checking the model: {args}")
+
+    monkeypatch.setattr(speccond.data, "prepare", reached)
+    data_before = _tree(Path(os.environ["SPECCOND_DATA"]))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"^speccond {argv[0]}: error: {message}", err.strip()) and len(err.strip().splitlines()) == 1, err
+    assert _tree(workdir) == {} and _tree(Path(os.environ["SPECCOND_DATA"])) == data_before
+
+
+# Without an optional package (made unimportable by a sitecustomize.py that puts None in sys.modules, as an
+# environment without it has none): (package, arguments, install command). Each runs `python -m speccond` in a
+# subprocess, so nothing this test process has imported hides the missing package.
+MISSING = [
+    ("timm", ["demo"], 'pip install -e ".[timm]"'),
+    ("timm", ["inspect", "timm:vit_tiny_patch16_224"], 'pip install -e ".[timm]"'),
+    ("timm", ["compare", "--task", "digits", "--out", "new"], 'pip install -e ".[timm]"'),
+    ("timm", ["train", "--set", "task=digits", "--out", "new"], 'pip install -e ".[timm]"'),
+    ("transformers", ["inspect", "hf:bert"], 'pip install -e ".[hf]"'),
+    ("transformers", ["compare", "--task", "glue-sentiment", "--model", "bert", "--out", "new"], 'pip install -e ".[hf]"'),
+    ("transformers", ["compare", "--task", "lra-listops", "--model", "nystromformer", "--out", "new"],
+     'pip install -e ".[hf]"'),
+    ("numpy", ["compare", "--task", "digits", "--out", "new"], "pip install numpy"),
+    ("matplotlib", ["report", "cmp"], "pip install matplotlib"),
+    ("matplotlib", ["plot", "cmp/baseline/seed-0"], "pip install matplotlib"),
+    ("submitit", ["tune", "--task", "digits", "--val-size", "100", "--engine", "submitit", "--out", "new"],
+     'pip install -e ".[sweeps]"'),
+]
+
+
+def _without(package: str, argv: list[str], root: Path):
+    """``python -m speccond ARGV`` in root/work with ``package`` unimportable and SPECCOND_DATA root/data."""
+    import subprocess
+    import sys
+
+    blocker = root / "blocker"
+    blocker.mkdir(exist_ok=True)
+    (blocker / "sitecustomize.py").write_text(f"import sys\nsys.modules[{package!r}] = None\n")
+    source = str(Path(__file__).resolve().parents[1] / "src")
+    # torch warns on import when numpy is missing (its own warning, not the command's): silenced for that case
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), source]), "SPECCOND_DATA": str(root / "data"),
+           "PYTHONWARNINGS": "ignore", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "speccond", *argv], cwd=root / "work", env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("package, argv, install", MISSING, ids=[f"no {p}: {' '.join(a)}" for p, a, _ in MISSING])
+def test_a_missing_optional_package_is_one_line_naming_it_and_its_install_command(package, argv, install, tmp_path):
+    (tmp_path / "data").mkdir()
+    _digits_run(tmp_path / "work" / "cmp" / "baseline" / "seed-0")
+    before = _tree(tmp_path / "work")
+    done = _without(package, argv, tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0] == (f"speccond {argv[0]}: error: needs {package}, which is not installed; install it with: "
+                        f"{install}"), done.stderr
+    assert _tree(tmp_path / "work") == before and _tree(tmp_path / "data") == {}
+
+
+def test_preparing_digits_without_scikit_learn_is_one_line_and_caches_nothing(tmp_path):
+    """The data sets' own packages are named the same way (the digits data set is scikit-learn's)."""
+    (tmp_path / "work").mkdir()
+    done = _without("sklearn", ["data", "prepare", "digits"], tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "speccond data: error: needs sklearn, which is not installed; install it with: pip install scikit-learn"]
+    assert list((tmp_path / "data").rglob("*.safetensors")) == [] and list((tmp_path / "work").iterdir()) == []

@@ -1,6 +1,6 @@
-"""Issue 14 item 7: apply warns, per module family, when the correction will make the initial token
-attention nearly one-hot, predicted from the effective weights (or measured on verify_with inputs), and
-exempts attention whose logits do not grow with lam."""
+"""The collapse warning (docs/GUIDE.md, "A warning where the correction collapses attention"): apply warns, per
+module family, when the correction will make the initial token attention nearly one-hot, predicted from the
+effective weights (or measured on verify_with inputs), and exempts attention whose logits do not grow with lam."""
 from __future__ import annotations
 
 import dataclasses
@@ -80,7 +80,7 @@ RECOMMENDED = re.compile(r"SpectralConfig\(([^()]*)\) keeps attention spread: ([
 @pytest.mark.parametrize("model_name", list(_width_64_models()))
 @pytest.mark.parametrize("lam", [10.0, "auto"])
 def test_the_warning_recommends_only_a_setting_the_same_prediction_keeps_spread(model_name, lam):
-    """Issue 33: at head width 64 lam = "auto" collapses as lam = 10 does; the advice must not point there.
+    """At head width 64 lam = "auto" collapses as lam = 10 does; the advice must not point there.
     The setting the warning recommends is applied to the same model and must not warn."""
     make = _width_64_models()[model_name]
     torch.manual_seed(0)
@@ -98,7 +98,7 @@ def test_the_warning_recommends_only_a_setting_the_same_prediction_keeps_spread(
 
 
 def test_the_default_collapses_at_head_width_64_and_the_readme_says_why():
-    """Acceptance of issue 33: SpectralConfig()'s default does not warn on these models, or the README's
+    """SpectralConfig()'s default does not warn on these models, or the README's
     recommendation says plainly why the default is one that does (the default stays until the width-64
     comparison decides)."""
     from pathlib import Path

@@ -1,4 +1,4 @@
-"""Issue 2 acceptance: the correction lands where it should, and attaching/removing keeps its promises.
+"""The core contract: the correction lands where it should, and attaching/removing keeps its promises.
 
 Table-driven over real models (tests/models.py): timm ViT and DeiT, nn.TransformerEncoder,
 nn.MultiheadAttention with separate q/k/v, and user modules with declared layouts.

@@ -1,4 +1,5 @@
-"""Diagnostics (issue 4): projection spectra, attention entropy, the tracker."""
+"""Diagnostics (docs/GUIDE.md, "Diagnostics: see the conditioning"): projection spectra, attention entropy, the
+tracker."""
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def test_projection_spectra_match_svd_of_each_block_and_head():
 
 @pytest.mark.parametrize("correction", ["identity", "svd"])
 def test_spectra_of_a_conditioned_vit_at_init(correction):
-    """Issue 4, item 4: kappa of W_Q, W_K, W_V drops with lam = 10 and is <= 2 with the SVD correction."""
+    """kappa of W_Q, W_K, W_V drops with lam = 10 and is <= 2 with the SVD correction."""
     model = _vit()
     plain = dx.projection_spectra(model)
     speccond.apply(model, speccond.SpectralConfig(correction=correction))

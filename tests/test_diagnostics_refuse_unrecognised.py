@@ -1,6 +1,6 @@
-"""Issue 31: a diagnostic never returns an empty or partial table where there is attention it does not
-know; it refuses, naming the modules. Every diagnostic takes the inputs verify takes (a tensor, a tuple of
-positional inputs, or a mapping of keyword inputs)."""
+"""Diagnostics refuse unrecognised attention: a diagnostic never returns an empty or partial table where there is
+attention it does not know; it refuses, naming the modules. Every diagnostic takes the inputs verify takes (a
+tensor, a tuple of positional inputs, or a mapping of keyword inputs)."""
 from __future__ import annotations
 
 import warnings

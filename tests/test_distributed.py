@@ -1,4 +1,4 @@
-"""FSDP2 and DDP with conditioned models (issue 15, item 4): torchrun, 2 CPU processes on gloo.
+"""FSDP2 and DDP with conditioned models (docs/GUIDE.md, "FSDP2 and DDP"): torchrun, 2 CPU processes on gloo.
 
 tests/distributed/fsdp_worker.py trains each case on half of every global batch per rank and a
 single-process reference on the whole batch; here the two must agree within float32 tolerance on the

@@ -1,4 +1,4 @@
-"""Bad input gets a clear error (issue 2, item 8); targets select; the report prints and serialises."""
+"""Bad input gets a clear error; targets select; the report prints and serialises."""
 from __future__ import annotations
 
 import json

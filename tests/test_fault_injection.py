@@ -1,5 +1,5 @@
-"""Issue 32: a comparison interrupted at many points, and resumed each time by the same command, ends
-byte-identical to one never interrupted.
+"""Fault injection (docs/RELIABILITY.md, "Interruptions"): a comparison interrupted at many points, and resumed
+each time by the same command, ends byte-identical to one never interrupted.
 
 ``speccond compare`` (baseline and spectral, one seed, the tiny digits task) runs in a forked child
 process that is stopped by a fault, then again, until one run ends; the faults, in order:

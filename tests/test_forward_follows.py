@@ -1,4 +1,5 @@
-"""Issue 31: what speccond reads off an attention module follows what the module's own forward computes.
+"""Reading follows the forward: what speccond reads off an attention module follows what the module's own forward
+computes.
 
 The table cases hf-gemma2-softcap / hf-gemma3-softcap (tests/architectures_hf.py) check rebuilt heads
 against the models' own attention; here, the cases where the forward cannot tell.

@@ -1,5 +1,5 @@
 """scripts/headline.py: README's summary and RESULTS' opening table are what it makes of the committed
-final tables (issue 17), and it reads a final table as harness/reporting/final_table.py writes it."""
+final tables (docs/results/protocol-*), and it reads a final table as harness/reporting/final_table.py writes it."""
 from __future__ import annotations
 
 import json

@@ -55,7 +55,7 @@ def test_compare_fine_tunes_an_hf_model_and_names_it_in_the_report(prepared, tmp
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--model", "hf:robbertta"], "unknown hf model type 'robbertta'; nearest: roberta"),
+    (["--model", "hf:robbertta"], "unknown transformers model type 'robbertta'; nearest: roberta"),
     (["--model", "hf:roberta", "--set", "init_from=runs/mlm"], "an hf:<type> model is trained from its config"),
 ])
 def test_a_wrong_hf_model_is_refused_in_one_line_and_nothing_is_written(prepared, tmp_path, capsys, arguments, message):
@@ -65,3 +65,60 @@ def test_a_wrong_hf_model_is_refused_in_one_line_and_nothing_is_written(prepared
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1, error
     assert not out.exists()
+
+
+def _saved_bert(folder, head: str, **sizes):
+    """A tiny BERT with ``head`` (a transformers class name) on the project's WordPiece ids, save_pretrained into
+    ``folder``; returns its state dict."""
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=8192, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, **sizes)
+    torch.manual_seed(7)
+    model = getattr(transformers, head)(config)
+    model.save_pretrained(folder)
+    return {key: value.clone() for key, value in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("task, head", [
+    ("glue-sentiment", "BertForSequenceClassification"),
+    ("mlm", "BertForMaskedLM"),
+])
+def test_a_run_on_hf_folder_loads_the_checkpoint_saved_there(tmp_path, task, head):
+    """--model hf:<folder> builds the run's model from the folder's config and loads its weights, bit for bit,
+    from the folder alone (the task's data is not needed to build it: the glue-* data may be absent offline)."""
+    saved = _saved_bert(tmp_path / "mine", head, num_labels=4)
+    built = model_for(TrainConfig(task=task, model=f"hf:{tmp_path / 'mine'}", method="baseline"))
+    assert type(built.model).__name__ == head
+    loaded = built.model.state_dict()
+    assert loaded.keys() == saved.keys() and all(torch.equal(loaded[key], saved[key]) for key in saved)
+    assert built.model.config.hidden_dropout_prob == 0.0  # as for hf:<type>: resumed runs match unbroken ones
+
+
+def test_a_classifier_over_a_masked_lm_checkpoint_keeps_its_encoder_and_names_the_fresh_head(tmp_path, caplog):
+    saved = _saved_bert(tmp_path / "mlm", "BertForMaskedLM")
+    with caplog.at_level("WARNING"):
+        built = model_for(TrainConfig(task="glue-sentiment", model=f"hf:{tmp_path / 'mlm'}", method="spectral-svd"))
+    assert speccond.is_conditioned(built)
+    encoder = {key: value for key, value in saved.items() if key.startswith("bert.encoder.") and "attention.self" not in key}
+    loaded = built.model.state_dict()
+    assert encoder and all(torch.equal(loaded[key], value) for key, value in encoder.items())
+    assert "start random: " in caplog.text and "classifier.weight" in caplog.text
+    assert built(torch.randint(5, 100, (2, 20))).shape == (2, 4)
+
+
+def test_an_hf_folder_that_is_no_checkpoint_for_the_task_is_one_line_and_nothing_is_written(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    _saved_bert(tmp_path / "other-vocab", "BertForMaskedLM")
+    text = (tmp_path / "other-vocab" / "config.json").read_text().replace('"vocab_size": 8192', '"vocab_size": 30522')
+    (tmp_path / "other-vocab" / "config.json").write_text(text)
+    capsys.readouterr()  # save_pretrained's progress bar
+    for folder, message in (("empty", "holds no config.json, so it is not a transformers checkpoint folder"),
+                            ("other-vocab", "has vocab_size=30522, but the task's token ids come from the project's")):
+        out = tmp_path / "cmp"
+        for argv in (["compare", "--task", "glue-sentiment", "--model", f"hf:{tmp_path / folder}", "--out", str(out)],
+                     ["train", "--set", "task=mlm", "--set", f"model=hf:{tmp_path / folder}", "--out", str(out)]):
+            assert main(argv) == 2  # before the task's data is read: it need not be prepared
+            error = capsys.readouterr().err
+            assert message in error and len(error.strip().splitlines()) == 1, error
+            assert not out.exists()

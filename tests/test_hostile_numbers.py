@@ -1,4 +1,5 @@
-"""The library under hostile numbers (issue 32, item 5): non-finite weights, lams the weight's dtype cannot
+"""The library under hostile numbers (docs/RELIABILITY_LIBRARY.md, "What numeric input is refused"):
+non-finite weights, lams the weight's dtype cannot
 hold, targets closer to 1 than its precision, numpy scalars. Each is refused with the number and the range
 that works, before anything is written, or accepted and right."""
 from __future__ import annotations

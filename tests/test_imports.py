@@ -21,7 +21,8 @@ CORE = "speccond.core"
 # The harness's rooms, lowest first: a module imports only modules of its own room or of rooms below it.
 # Each entry is a module prefix; a module belongs to the longest prefix it starts with.
 LAYERS = (
-    ("speccond.harness.values", "speccond.harness.methods", "speccond.harness.models.registry"),  # catalogues
+    ("speccond.harness.values", "speccond.harness.methods", "speccond.harness.models.registry",
+     "speccond.harness.packages"),  # catalogues
     ("speccond.harness.config",),  # TrainConfig checks its names against the catalogues
     ("speccond.harness.tasks",),  # how each task reads its data; plugins by path
     ("speccond.harness.models",),  # what a run trains

@@ -1,5 +1,6 @@
-"""Issue 31 item 3: attention no adapter names is conditioned with the one layout its attributes allow and
-its forward confirms (speccond.adapters.inferred), or left to the unrecognised-attention error.
+"""Inferred layouts (docs/MODELS.md, "Attention no adapter names"): attention no adapter names is conditioned with
+the one layout its attributes allow and its forward confirms (speccond.adapters.inferred), or left to the
+unrecognised-attention error.
 
 The table families conditioned this way run every table check in tests/test_architectures.py (with equal
 lam); here they are checked with unequal lam_q, lam_k, lam_v, so that a k/v (or q/v) swap would show,

@@ -1,5 +1,6 @@
-"""Issue 4, the math layer of the Jacobian diagnostics: one head's attention Jacobian (exact and
-matrix-free), its structural null space, and Theorem 3.4's bound term by term.
+"""The math layer of the Jacobian diagnostics (docs/GUIDE.md, "The attention Jacobian and Theorem 3.4"): one
+head's attention Jacobian (exact and matrix-free), its structural null space, and Theorem 3.4's bound term by
+term.
 
 Everything runs in float64. References are independent of the code under test: the forward against
 torch's fused attention, the Jacobians against Theorem 3.3's closed-form partial derivatives written
@@ -274,7 +275,7 @@ def _tiny_vit_head(lam):
 @pytest.mark.parametrize("lam", [None, 10.0])
 @pytest.mark.parametrize("wrt", ["weights", "input"])
 def test_matrix_free_converges_on_the_tiny_vit_head(wrt, lam):
-    """Issue 14: J 272 x 3072 (input: 272 x 1088), exact kappa 2.8e4 (input 4.9e4; 3.3 and 1.02 with lam
+    """J 272 x 3072 (input: 272 x 1088), exact kappa 2.8e4 (input 4.9e4; 3.3 and 1.02 with lam
     = 10). The default budget exhausts the 272-dimensional Krylov space: exact to rounding, converged."""
     head = _tiny_vit_head(lam)
     exact = jacobian_spectrum(head, wrt, "exact")
@@ -515,7 +516,7 @@ def test_structural_null_dim_stays_a_lower_bound_with_rotary_and_softcap(extra):
     assert structural_null_dim(head) < structural_null_dim(plain)  # the broken families are not counted
 
 
-# -- method="gram" (issue 36): J J^T in closed form, its extreme eigenvalues exactly or by shift-invert -------------
+# -- method="gram" (diagnostics/jacobian_gram.py): J J^T in closed form, its extreme eigenvalues exactly or by shift-invert
 
 def _gram_head(case):
     """A small random head with one of the features the closed form of J J^T must carry (or hand to torch.func)."""

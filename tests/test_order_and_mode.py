@@ -1,5 +1,5 @@
-"""Order and mode traps (issue 32, item 6): apply after DistributedDataParallel, apply under
-torch.inference_mode, and verify on NaN or empty inputs. Each is refused with what to do, or works."""
+"""Order and mode traps (docs/RELIABILITY_LIBRARY.md, "Order and mode"): apply after DistributedDataParallel,
+apply under torch.inference_mode, and verify on NaN or empty inputs. Each is refused with what to do, or works."""
 from __future__ import annotations
 
 import warnings

@@ -1,7 +1,8 @@
-"""speccond.peers, the public peer methods (issue 16): each against its reference, targeting, removal.
+"""speccond.peers, the public peer methods: each against its reference (torch's spectral_norm through training,
+timm's qk_norm and LayerScale, the sigma-reparam formula), targeting, removal.
 
-The harness's methods are thin entries over these functions; tests/test_methods.py checks the same
-references through the harness, during training.
+The harness's methods are thin entries over these functions; tests/test_methods.py checks what the harness
+adds: every method trains, keeps its defining property after training and survives a state_dict.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .conftest import assert_close
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
+from .test_methods import adamw_step  # noqa: E402
 from .test_methods import bert as methods_bert  # noqa: E402  (the peer tests' models are the harness tests')
 from .test_methods import vit as methods_vit  # noqa: E402
 
@@ -40,7 +42,11 @@ def hidden(model: nn.Module) -> torch.Tensor:
 
 
 def test_spectral_norm_is_torch_spectral_norm_on_separate_projections(float64_default):
-    model, reference = bert(), bert()
+    """BERT has separate query/key/value Linears: per block = per Linear, so peers.spectral_norm must be
+    torch's spectral_norm to float64 precision (same random u, v from the same seed, same power iterations),
+    at the call and through training steps that update W and the u, v buffers. The harness's method
+    spectral-norm is this function (tests/test_methods.py trains it and round-trips its state_dict)."""
+    model, reference = methods_bert(layers=2), methods_bert(layers=2)  # training mode: a power iteration per read
     torch.manual_seed(1)
     names = peers.spectral_norm(model)
     torch.manual_seed(1)
@@ -48,7 +54,20 @@ def test_spectral_norm_is_torch_spectral_norm_on_separate_projections(float64_de
         module = reference.get_submodule(name.rpartition(".")[0])
         nn.utils.parametrizations.spectral_norm(module, "weight")
     assert len(names) == 2 * 3 and all(name.endswith(("query.weight", "key.weight", "value.weight")) for name in names)
-    assert_close(hidden(model), hidden(reference))
+    assert_close(hidden(model.eval()), hidden(reference.eval()))
+    model.train(), reference.train()
+    ours = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    theirs = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    for _ in range(3):
+        assert_close(adamw_step(model, ours, (IDS,)), adamw_step(reference, theirs, (IDS,)))
+    for name in names:
+        module, torch_module = (m.get_submodule(name.rpartition(".")[0]) for m in (model, reference))
+        norm, torch_norm = module.parametrizations.weight[0], torch_module.parametrizations.weight[0]
+        role = norm.layout.roles  # one block: "q", "k" or "v"
+        assert_close(getattr(norm, f"u_{role}"), torch_norm._u)
+        assert_close(getattr(norm, f"v_{role}"), torch_norm._v)
+        assert_close(module.weight, torch_module.weight)
+    assert_close(hidden(model.eval()), hidden(reference.eval()))
 
 
 def test_sigma_reparam_is_the_formula_and_keeps_the_function_at_the_call(float64_default):
@@ -66,6 +85,9 @@ def test_sigma_reparam_is_the_formula_and_keeps_the_function_at_the_call(float64
 
 
 def test_qk_norm_is_timms_qk_norm(float64_default):
+    """A plain timm ViT with peers.qk_norm computes what timm's own VisionTransformer(qk_norm=True) does, with
+    the same weights and the same (randomised) q_norm / k_norm affine parameters, in training and eval mode.
+    The harness's method qk-norm is this function (tests/test_methods.py: every head normalised, trained)."""
     reference = vit(qk_norm=True)
     with torch.no_grad():
         for name, param in reference.named_parameters():
@@ -78,6 +100,7 @@ def test_qk_norm_is_timms_qk_norm(float64_default):
                for k, v in reference.state_dict().items()}
     model.load_state_dict(renamed)  # strict: one to one
     images = torch.randn(3, 1, 28, 28)
+    assert_close(model.train()(images), reference.train()(images))
     assert_close(model.eval()(images), reference.eval()(images))
 
 

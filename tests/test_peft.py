@@ -1,4 +1,4 @@
-"""PEFT and speccond, both ways (issue 15, item 1).
+"""PEFT and speccond, both ways (docs/GUIDE.md, "LoRA and the other PEFT tuners").
 
 - LoRA (and LoHa, LoKr, VeRA, IA3, DoRA) on a conditioned model, and speccond.apply on a PEFT model:
   after training the adapters, merge_and_unload (plain and safe), merge/unmerge, and saving the adapter
@@ -12,7 +12,7 @@
 - the diagnostics read W + C + delta W of unmerged additive tuners (LoRA, LoHa, LoKr, VeRA) without merging,
   as the merged model gives them, and refuse a layer whose unmerged tuner rescales (IA3, DoRA);
 - an adapter saved with speccond.save_adapter records its base's conditioning (speccond_base.json), and
-  speccond.load_adapter refuses a base conditioned differently or not at all (issue 36).
+  speccond.load_adapter refuses a base conditioned differently or not at all.
 """
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ ADDITIVE = ["lora", "loha", "lokr", "vera"]
 @pytest.mark.parametrize("backend", ["weight", "activation"])
 @pytest.mark.parametrize("tuner", ADDITIVE)
 def test_spectra_and_entropy_follow_unmerged_adapters(tuner, backend):
-    """Issue 36: during LoRA training the spectra and entropy read W + C + delta W without merging: the figures
+    """During LoRA training the spectra and entropy read W + C + delta W without merging: the figures
     the merged model gives, not those of W + C (adapters disabled); the model is left as it was."""
     from speccond.diagnostics import attention_entropy, projection_spectra
 

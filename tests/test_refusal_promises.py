@@ -1,10 +1,10 @@
-"""Issue 31, item 4: a refusal's promises hold. For every refused family of the architecture table whose
-message prints a declaration, every option it offers (each value of each <...> placeholder) is applied
-with ``verify_with``: the one right option (derived by hand from the family's forward, ``RIGHT``) passes,
-every other one is caught before anything changes. A message that says a module cannot be declared
-prints no declaration. Families the inferred adapter conditions (speccond.adapters.inferred) are checked with
-it switched off: that message is what a user meets wherever inference cannot decide, so its declarations
-must hold too."""
+"""A refusal's promises hold (the unrecognised-attention error's declarations, docs/MODELS.md). For every refused
+family of the architecture table whose message prints a declaration, every option it offers (each value of each
+<...> placeholder) is applied with ``verify_with``: the one right option (derived by hand from the family's
+forward, ``RIGHT``) passes, every other one is caught before anything changes. A message that says a module cannot
+be declared prints no declaration. Families the inferred adapter conditions (speccond.adapters.inferred) are
+checked with it switched off: that message is what a user meets wherever inference cannot decide, so its
+declarations must hold too."""
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,5 @@
-"""Issue 32: a run directory never loses its last finished step, and reads back after damage.
+"""Run recovery (docs/RELIABILITY.md, "Interruptions"): a run directory never loses its last finished step, and
+reads back after damage.
 
 - a second save of a step (a Ctrl-C on a step that was also due for a checkpoint) writes nothing, so a
   kill inside it cannot delete the only complete copy;

@@ -78,7 +78,7 @@ def test_a_resume_past_the_recorded_time_marks_it_incomplete_for_good(data_home,
 
 
 def test_a_file_written_before_complete_existed_reads_as_complete_and_a_damaged_one_as_incomplete(tmp_path, caplog):
-    """A damaged timing.json names itself and leaves its run's wall time out; it blocks nothing (issue 32)."""
+    """A damaged timing.json names itself and leaves its run's wall time out; it blocks nothing."""
     (tmp_path / "timing.json").write_text(json.dumps({"seconds": 12.5, "step": 1266}))
     assert read_timing(tmp_path) == {"seconds": 12.5, "step": 1266, "complete": True}
     assert recorded_seconds(tmp_path) == 12.5

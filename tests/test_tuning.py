@@ -1,4 +1,5 @@
-"""speccond tune (harness/protocol/tuning.py): issue 17's protocol on scikit-learn's digits, seconds per run."""
+"""speccond tune (harness/protocol/tuning.py): the pre-registered protocol (docs/RESULTS.md) on
+scikit-learn's digits, seconds per run."""
 from __future__ import annotations
 
 import json

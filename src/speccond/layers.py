@@ -129,7 +129,8 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
 def unrecognised_refusal(model: nn.Module, what: str, config: Optional[SpectralConfig] = None) -> str:
     """Why ``what`` (a diagnostic) refuses ``model`` because attention-like modules in it are covered by no
     adapter, declared layout or attached correction ('' when none is): a table that quietly left them out
-    would read as "nothing to measure" where there is attention (issue 31). Runs nothing."""
+    would read as "nothing to measure" where there is attention (tests/test_diagnostics_refuse_unrecognised.py).
+    Runs nothing."""
     from speccond.adapters import unrecognised_attention
 
     config = config or SpectralConfig(lam=0.0)

@@ -214,7 +214,7 @@ def applied_softcap(module: nn.Module) -> Optional[float]:
     same attribute and passes nothing. The cap is read from the forward, not from the attribute: applied
     when the forward passes the attribute as ``softcap=``, not applied when the forward never mentions a
     soft-cap; anything else (the source unreadable, the cap used some other way) is refused, since a
-    rebuilt head with the wrong cap reports the wrong entropy (issue 31).
+    rebuilt head with the wrong cap reports the wrong entropy (tests/test_forward_follows.py).
     """
     cap = getattr(module, "attn_logit_softcapping", None)
     if not cap:

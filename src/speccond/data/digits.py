@@ -28,8 +28,9 @@ def parse(files: dict[str, Path]) -> dict[str, torch.Tensor]:
     """images uint8 (N, 1, 8, 8), labels int64 (N,), for the train and test splits."""
     try:
         from sklearn.datasets import load_digits
-    except ImportError:
-        raise ImportError("the digits dataset needs scikit-learn: pip install scikit-learn") from None
+    except ImportError:  # a ModuleNotFoundError naming sklearn: the command line prints it in one line
+        raise ModuleNotFoundError("the digits dataset needs scikit-learn: pip install scikit-learn",
+                                  name="sklearn") from None
     bunch = load_digits()
     values = torch.as_tensor(bunch.images, dtype=torch.float64)  # (1797, 8, 8), 0..16
     if values.shape != (1797, 8, 8) or values.min() < 0 or values.max() > 16:

@@ -6,7 +6,7 @@ n_Q, n_K and an additive logit bias (relative positions, masks):
 
     A(X) = softmax(scale n_Q(X W_Q + b_Q) n_K(X W_K + b_K)^T + logit_bias) (X W_V + b_V)      W_* (D, dh)
 
-Two Jacobians, both in float64 (docs/THEORY.md section 1; issue 4):
+Two Jacobians, both in float64 (docs/THEORY.md section 1; tests/test_jacobian.py):
 
 - ``wrt="weights"``, the paper's J: d vec(A) / d [vec W_Q, vec W_K, vec W_V], biases excluded.
   Rows B*N*dh (vec(A) is the row-major flatten of A (B, N, dh)); columns 3*D*dh (blocks q, k, v in that

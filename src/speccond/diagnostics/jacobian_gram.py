@@ -1,4 +1,5 @@
-"""kappa(J) of a real head's weight Jacobian from its Gram matrix J J^T (issue 36): jacobian_spectrum(method="gram").
+"""kappa(J) of a real head's weight Jacobian from its Gram matrix J J^T: jacobian_spectrum(method="gram")
+(tests/test_jacobian.py, method="gram").
 
 Why the Gram matrix. J = d vec(A) / d [vec W_Q, vec W_K, vec W_V] is (R, C) with R = B N dh rows and
 C = 3 D dh columns: for one image through a timm ViT-Ti block at 224 px, 12608 x 36864 (ViT-S: 12608 x

@@ -1,4 +1,4 @@
-"""The attention Jacobian and Theorem 3.4 of a real model's layer and head (the contract of issue 4).
+"""The attention Jacobian and Theorem 3.4 of a real model's layer and head (tests/test_jacobian.py).
 
     dx.attention_jacobian(model, inputs, layer=0, head=0, wrt="weights", method="auto")
     dx.theorem_bound(model, inputs, layer=0, head=0)

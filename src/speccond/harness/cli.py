@@ -6,6 +6,8 @@ import math
 import sys
 import time
 
+from speccond.harness.packages import REPORT_NEEDS, RUN_NEEDS, missing_message, missing_package, require
+
 
 def positive_int(text: str) -> int:
     """argparse ``type=`` for counts (seeds, batch, iterations): an integer >= 1."""
@@ -38,6 +40,31 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def lam_or_auto(text: str) -> float | str:
+    """argparse ``type=`` for ``inspect --lam``: a finite number >= 0, or ``auto`` (SpectralConfig's lam="auto":
+    each block's lam chosen from its sigma_max for --target-kappa)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 10 or 0.5) or auto, got {text!r}")
+    return value
+
+
+def kappa_target(text: str) -> float:
+    """argparse ``type=`` for ``--target-kappa``: a finite number > 1 (kappa is at least 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 1 (e.g. 2 or 1.5), got {text!r}")
+    return value
+
+
 def method_list(text: str) -> list[str]:
     """argparse ``type=`` for ``--methods``: comma-separated names from harness.methods.METHODS, at least one."""
     from speccond.harness.methods import METHODS
@@ -64,10 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="model and input seed (default 0)")
 
     inspect = commands.add_parser("inspect", help="per-layer conditioning table of a named model")
-    inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download)")
+    inspect.add_argument("model", help="timm:<name> or hf:<model_type>, built from config (no download), or "
+                         "hf:<folder> (a path) holding a transformers checkpoint")
     inspect.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
     inspect.add_argument("--plain", action="store_true", help="do not condition; inspect the model as built")
-    inspect.add_argument("--lam", type=non_negative_float, default=10.0, help="correction scale (default 10)")
+    inspect.add_argument("--lam", type=lam_or_auto, default=10.0,
+                         help="correction scale (default 10), or auto: each block's lam chosen from its sigma_max so "
+                              "that kappa <= --target-kappa (identity correction; the lams chosen are printed)")
+    inspect.add_argument("--target-kappa", type=kappa_target, metavar="T",
+                         help="the kappa bound --lam auto aims at, > 1 (default 2, SpectralConfig's)")
     inspect.add_argument("--correction", choices=("identity", "svd"), default="identity")
     inspect.add_argument("--checkpoint", help="a safetensors state_dict to load after conditioning")
     inspect.add_argument("--per-head", action="store_true", help="one row per head as well")
@@ -98,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "class attention); nystromformer for lra-* tasks; "
                             "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes; or "
                             "timm:<any registered timm model> for image tasks or hf:<any transformers model type> for "
-                            "the language tasks, sized by --set model_args=k=v,k=v")
+                            "the language tasks, sized by --set model_args=k=v,k=v, or hf:<folder> (a path, e.g. "
+                            "hf:./my-bert) for the checkpoint save_pretrained wrote there")
     comparison.add_argument("--methods", type=method_list, default="baseline,spectral",
                             help="comma-separated (default baseline,spectral); the reference is baseline when present")
     comparison.add_argument("--seeds", type=positive_int, default=3, metavar="N",
@@ -178,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from speccond.harness.demo import run_demo
 
+            require("timm")
             run_demo(lam=args.lam, correction=args.correction, seed=args.seed, out=sys.stdout)
         elif args.command == "inspect":
             _inspect(args)
@@ -196,8 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plot":
             from speccond.diagnostics.plot import plot_runs
 
+            require("matplotlib")
             for path in plot_runs(args.runs, args.out):
                 print(path)
+    except ModuleNotFoundError as error:  # an optional package the command needs: its name and install command
+        if missing_package(error) is None:
+            raise
+        print(f"speccond {args.command}: error: {missing_message(missing_package(error))}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError) as error:  # a user's input or file: one line, never a traceback
         print(f"speccond {args.command}: error: {error}", file=sys.stderr)
         return 2
@@ -241,6 +281,24 @@ TUNE_OWNS = {"seed": "tune runs seeds 0, 1, ... of --tuning-seeds, then 100, 101
              "flush_denormal": "tune always flushes subnormals (flush_denormal=1)"}
 
 
+def _check_models(configs: list, *packages: str) -> None:
+    """Before any data is read or anything written: the command's ``packages`` are installed, and every
+    config's model is known and its packages installed (models/named.py, check_model); an hf:<folder>
+    checkpoint's config fits the task (models/hf_text.py, folder_config)."""
+    from speccond.harness.models.named import check_model, is_checkpoint_folder
+
+    require(*packages)
+    for config in {(c.model, c.task, c.model_args): c for c in configs}.values():
+        check_model(config.model)
+        if config.model.startswith("hf:") and is_checkpoint_folder(config.model[len("hf:"):]):
+            from speccond.harness.models.hf_text import folder_config
+            from speccond.harness.tasks.datasets import task_shape
+
+            shape = task_shape(config.task)
+            if shape.kind == "text":  # another kind of task is refused when the model is built, with the kinds
+                folder_config(config.model[len("hf:"):], shape.vocab, shape.classes, config.model_kwargs())
+
+
 def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
     for pair in pairs:
         key = pair.partition("=")[0]
@@ -260,7 +318,8 @@ def _compare(args: argparse.Namespace) -> None:
     _refuse_owned("--sweep", args.sweep, COMPARE_OWNS)
     base = _base_config(args)
     sweep = parse_sweep(args.sweep)
-    variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    chosen = variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    _check_models([config for _, config in chosen], *RUN_NEEDS, *REPORT_NEEDS)
     if args.dry_run:  # builds what the runs would train, writes nothing
         from speccond.harness.protocol.dry_run import describe, dry_run
 
@@ -310,6 +369,8 @@ def _tune(args: argparse.Namespace) -> None:
         arms[name] = config
     if not arms:
         raise ValueError(f"--arms {args.arms!r} names no arms; give comma-separated methods, e.g. baseline,spectral")
+    _check_models(list(arms.values()), *RUN_NEEDS, *REPORT_NEEDS, "tqdm",
+                  *(("submitit",) if args.engine == "submitit" else ()))
     try:
         lrs = [float(lr) for lr in args.lrs.split(",") if lr.strip()]
     except ValueError:
@@ -375,6 +436,8 @@ def _report(args: argparse.Namespace) -> None:
     from speccond.harness.reporting.report import write_report
     from speccond.harness.training.preflight import check_writable
 
+    require(*REPORT_NEEDS)
+
     if args.out:
         check_writable(args.out, "--out")
     report = write_report(args.runs, args.out)
@@ -404,6 +467,7 @@ def _train(args: argparse.Namespace) -> int:
         check_writable(args.out, "--out")
         config = TrainConfig().with_overrides(args.set)
     task_of(config.task)  # an unknown task is an error before the run directory is written
+    _check_models([config], *RUN_NEEDS)
     result = train(config, Path(args.out or args.resume))  # checks the model and data sizes before writing
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result))
@@ -420,10 +484,23 @@ def _inspect(args: argparse.Namespace) -> None:
         from speccond.harness.training.preflight import check_writable
 
         check_writable(args.json, "--json", folder=False)
+    if args.target_kappa is not None and (args.lam != "auto" or args.plain):
+        raise ValueError(f"--target-kappa {args.target_kappa:g} is read only by --lam auto (conditioned, not "
+                         "--plain); add --lam auto or leave --target-kappa out")
+    auto = {"target_kappa": args.target_kappa} if args.target_kappa is not None else {}
+    spectral = None if args.plain else speccond.SpectralConfig(lam=args.lam, correction=args.correction, **auto)
+    if args.checkpoint:
+        require("safetensors")
     model = build_named_model(args.model, parse_overrides(args.set))
-    if not args.plain:
-        report = speccond.apply(model, speccond.SpectralConfig(lam=args.lam, correction=args.correction))
-        print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
+    if spectral is not None:
+        report = speccond.apply(model, spectral)
+        if args.lam == "auto":
+            print(f"conditioned {len(report)} projection blocks ({args.correction}, lam=auto, target_kappa="
+                  f"{spectral.target_kappa:g})\n")
+            print(report)
+            print()
+        else:
+            print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
     if args.checkpoint:
         from safetensors.torch import load_file
 

@@ -1,4 +1,5 @@
-"""``speccond tune``: issue 17's tuning protocol (docs/RESULTS.md, pre-registered), every arm at its own best lr.
+"""``speccond tune``: the pre-registered protocol of the fair comparison (docs/RESULTS.md), every arm at its own
+best lr.
 
     speccond tune --task fashion-mnist --val-size 6000 --out runs/tune-fashion --jobs 2 \
         --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
@@ -217,7 +218,8 @@ def choose(scores: dict[str, dict[str, list]]) -> dict[str, dict]:
     return choice
 
 
-PEERS = ("qk-norm", "sigma-reparam", "sigma-reparam-all", "spectral-norm")  # issue 17's peers, registered order
+# the peers of the fair comparison (docs/RESULTS.md), in registered order
+PEERS = ("qk-norm", "sigma-reparam", "sigma-reparam-all", "spectral-norm")
 
 ARM_NAMES = {  # the arms' names, as the headline, the mechanism page and people read them
     "baseline": "baseline",

@@ -103,7 +103,8 @@ class Supervised:
         self.data = load_task(config) if self.stream is None else {"val_index": self.stream.val_index}
         self.samples = self.data["train_x"].shape[0] if self.stream is None else self.stream.samples
         # Without a validation split, the test split after every epoch (the published runs' protocol); with
-        # one, "val" rows after every epoch and the test split once, at the end (issue 17's protocol).
+        # one, "val" rows after every epoch and the test split once, at the end (the tuning protocol of
+        # docs/RESULTS.md, "Pre-registered protocol of the fair comparison").
         self.evaluates_each_epoch = not config.val_size
         self.mixing = None
         if (config.mixup or config.cutmix or config.label_smoothing) and self.shape.kind == "image":
