@@ -1,6 +1,6 @@
-"""How long speccond.apply takes on timm ViT-B/16, and what reading its report costs on top (issue 36).
+"""How long speccond.apply takes on timm ViT-B/16, and what reading its report costs on top (docs/BENCHMARKS.md).
 
-Since issue 36 the report's spectra (kappa of W and W + C of every q, k, v block and head: 12 layers x 3
+Since the report became lazy, the report's spectra (kappa of W and W + C of every q, k, v block and head: 12 layers x 3
 roles x (12 heads + 2 blocks) = 504 float64 SVDs on ViT-B) are computed on the report's first read, not on
 attach. Each repetition builds a fresh ``vit_base_patch16_224`` (pretrained=False, outside the timing),
 times ``speccond.apply(model, SpectralConfig(lam=10))`` and then, on the same model, ``report.compute()``
@@ -55,7 +55,7 @@ def main() -> None:
     print(f"  apply                   median {statistics.median(applied):6.2f} s  (all: "
           + ", ".join(f"{a:.2f}" for a in applied) + ")")
     print(f"  report.compute()        median {statistics.median(report):6.2f} s")
-    print(f"  apply + report (paired) median {statistics.median(both):6.2f} s  (what apply took before issue 36)")
+    print(f"  apply + report (paired) median {statistics.median(both):6.2f} s  (what apply took when it built the report)")
     print(f"  load after {os.getloadavg()[0]:.2f}")
 
 

@@ -1,4 +1,4 @@
-"""Conditioning of a timm ViT at initialisation, plain vs each correction (issue 4, item 4).
+"""Conditioning of a timm ViT at initialisation, plain vs each correction (docs/RESULTS.md, "Conditioning at initialisation").
 
     .venv/bin/python benchmarks/conditioning_at_init.py [--depth 2] [--iterations 50]
 

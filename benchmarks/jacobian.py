@@ -1,10 +1,10 @@
-"""Exact vs matrix-free spectra of one attention head's Jacobian, and the cost of the issue-4 speed target.
+"""Exact vs matrix-free spectra of one attention head's Jacobian, and the cost of the speed target in docs/BENCHMARKS.md.
 
 Three measurements (float64, one thread, like the tests). Every matrix-free kappa is printed as its
 value (nan until determined) and the proven bracket it lies in (SingularSummary in jacobian.py):
 
 0. The README's tiny timm ViT (embed 64, depth 2, 4 heads, patch 8 on 32 x 32: N = 17, dh = 16), one
-   image, layer 0 head 0, J w.r.t. the weights (272 x 3072) and the input (272 x 1088) (issue 14):
+   image, layer 0 head 0, J w.r.t. the weights (272 x 3072) and the input (272 x 1088):
    exact vs matrix-free at the default budget (exhaustion of the 272-dimensional Krylov space) and at
    max_iter 50 (the old default).
 1. Exact vs matrix-free on the largest case exact handles in reasonable time here: one sample of a
@@ -13,14 +13,14 @@ value (nan until determined) and the proven bracket it lies in (SingularSummary 
    Golub-Kahan-Lanczos for several max_iter and the default (exhaustion, since min(rows, cols) = 1024 =
    EXHAUST_MAX_DIM). Printed: times, relative error of sigma_max, iterations, converged, kappa and
    kappa_nonzero with their brackets.
-2. The target (issue 4, acceptance 5): all layers of a small timm ViT (embed 192, depth 6, 3 heads,
+2. The speed target: all layers of a small timm ViT (embed 192, depth 6, 3 heads,
    patch 4 on 32 x 32 images: N = 65, dh = 64) at initialisation, probe batch of 8 images, matrix-free
    kappa(J) with respect to the weights. One head is measured at several max_iter and extrapolated to
    6 x 3 heads; ``--all-heads`` measures all 18 at ``--max-iter``. The layer input is captured with a
    forward pre-hook and head h's weights are rows h*dh:(h+1)*dh of the q, k, v blocks of ``qkv``
    (timm layout (3*D, D), q/k/v blocks, heads contiguous), transposed to the paper's (D, dh).
 
-3. Issue 36 (``--real``): method="gram" on real heads, layer 0 head 0 of timm ViT-Ti/16 and ViT-S/16 at
+3. Real heads (``--real``): method="gram" on real heads, layer 0 head 0 of timm ViT-Ti/16 and ViT-S/16 at
    224 px (pretrained=False), one seeded Gaussian image: J is 12608 x 36864 (ViT-Ti) and 12608 x 73728
    (ViT-S), R = 12608 > GRAM_EIGH_MAX, so Cholesky + shift-invert Lanczos; and the issue's ViT-Ti-sized
    head of part 2 (embed 192, 3 heads, patch 4 on 32 x 32, N = 65), one image: J 4160 x 36864, all
@@ -32,7 +32,7 @@ Command (from the repository root):
     .venv/bin/python benchmarks/jacobian.py               # about 75 s on 2 shared CPU cores
     .venv/bin/python benchmarks/jacobian.py --quick       # smoke run, about 10 s
     .venv/bin/python benchmarks/jacobian.py --all-heads   # adds the 18-head run (about 20 s more; 94 s)
-    .venv/bin/python benchmarks/jacobian.py --real        # part 3 only (issue 36)
+    .venv/bin/python benchmarks/jacobian.py --real        # part 3 only
 
 Measured here (torch 2.14.1, one thread, 2 shared cores under load; single runs drift by 10-50 %):
 
@@ -181,7 +181,7 @@ def vit_target(batch: int, embed: int, depth: int, heads: int, iterations: list[
 
 
 def real_heads() -> None:
-    """Part 3 (issue 36): method="gram" on real heads, with matrix-free at max_iter 50 beside it."""
+    """Part 3: method="gram" on real heads, with matrix-free at max_iter 50 beside it."""
     import os
     import timm
 
@@ -217,7 +217,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument("--all-heads", action="store_true", help="also run every head of the ViT")
     parser.add_argument("--max-iter", type=int, default=50, help="max_iter for --all-heads (default 50)")
-    parser.add_argument("--real", action="store_true", help="part 3 only: method='gram' on real heads (issue 36)")
+    parser.add_argument("--real", action="store_true", help="part 3 only: method='gram' on real heads")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.real:

@@ -1,4 +1,4 @@
-"""What speccond.monitor costs a training run: ViT-S/16 at 224 px, paired and interleaved steps (issue 36).
+"""What speccond.monitor costs a training run: ViT-S/16 at 224 px, paired and interleaved steps (docs/BENCHMARKS.md).
 
 Three arms share one model (timm ``vit_small_patch16_224``, pretrained=False, conditioned with
 ``SpectralConfig(correction="svd")``) and one AdamW; each step is zero_grad + forward + cross-entropy +

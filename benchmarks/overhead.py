@@ -101,8 +101,8 @@ REFRESH_EVERY_STEP = {"svd-every"}
 CONTROL = "plain-again"  # a second plain copy, timed only: its ratio to plain shows the noise floor (A/A)
 BY_HAND = "by-hand"  # timed only: the plain model with lam * I added to each q, k, v block of qkv by hand
 TARGETS = {
-    "identity training ratio": 1.01,  # issue 2, against plain
-    "identity training ratio vs by-hand": 1.03,  # issue 15, against the same function built by hand
+    "identity training ratio": 1.01,  # against plain
+    "identity training ratio vs by-hand": 1.03,  # against the same function built by hand
     "merged inference ratio": 1.00,
     "identity memory ratio": 1.01,
 }

@@ -1,4 +1,4 @@
-"""The peer issue 17's reduced protocol takes, from the full-protocol tasks' choice.json (validation only).
+"""The peer the fair-comparison protocol's reduced tasks take, from the full-protocol tasks' choice.json (validation only).
 
     .venv/bin/python scripts/best_peer.py runs/tune-fashion-mnist/choice.json runs/tune-cifar10/choice.json
 

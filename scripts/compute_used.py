@@ -4,7 +4,7 @@
 
 Per folder: finished runs (a final eval row in metrics.jsonl), runs not finished, runs whose timing is
 incomplete (harness/training/timing.py: a kill lost the time since its last record, so the sum undercounts) and
-the wall time recorded, in hours. Every issue-17 run has one thread, so its wall time is its core time.
+the wall time recorded, in hours. Every run of the fair-comparison protocol has one thread, so its wall time is its core time.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The long-budget comparison's reading (issue 17, pre-registered in docs/RESULTS.md), from its run folder.
+"""The long-budget comparison's reading (pre-registered in docs/RESULTS.md), from its run folder.
 
     .venv/bin/python scripts/long_budget_report.py runs/long-budget --out docs/results/long-budget
 

@@ -1,4 +1,4 @@
-"""Retrain one published run and check it regenerates every stored figure (issue 16's acceptance).
+"""Retrain one published run and check it regenerates every stored figure (docs/RESULTS.md: nothing published changes).
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/retrain_sample.py docs/results/cifar10-swin "spectral lam=10" \
         --out runs/retrain

@@ -1,5 +1,5 @@
 """Which of lam = 10's corrections costs XCiT without class attention: q and k, v, or all three (a post hoc
-check, issue 17; docs/RESULTS.md). Reads the 20 validation-scored runs of
+check of the fair-comparison protocol; docs/RESULTS.md). Reads the 20 validation-scored runs of
 
     speccond tune --task cifar10 --model xcit-noca --val-size 800 --lrs 3e-3 --tuning-seeds 5 --stage tune \\
         --jobs 1 --arms baseline,spectral,spectral:corrected=v,spectral:corrected=qk --out runs/xca-v-correction
