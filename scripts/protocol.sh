@@ -111,7 +111,7 @@ kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final)
 }
 pack() {  # a kept folder is committed packed (kept.tar.xz, its manifest folded into $published/kept-archives.json)
   [ ! -d "$1" ] || "$py" -m speccond.harness.protocol.kept_runs pack "$1" || return 1
-  "$py" -m speccond.harness.protocol.kept_runs fold "$published" >/dev/null
+  [ ! -f "$1.manifest.json" ] || "$py" -m speccond.harness.protocol.kept_runs fold "$published" >/dev/null
 }
 kept_count() {  # kept_count KEPT STAGE: how many finished runs of STAGE (tune or final) KEPT holds, packed or not
   "$py" -m speccond.harness.protocol.kept_runs list "$1" 2>/dev/null | grep -c "^$2/"
