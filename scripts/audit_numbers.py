@@ -4,7 +4,8 @@
 
 A quoted interval "a +- b" (a mean and the half width of its 95 % interval, as every report writes
 them) is backed when a committed file under docs/results/ holds it:
-- verbatim, in any .md, .json or .txt there;
+- verbatim, in any .md, .json or .txt there, or in the tuning table a choice.json there makes
+  (harness/protocol/tuning_table.py: a committed protocol keeps choice.json, not the tuning.md made from it);
 - or as numbers that round to it: an interval in a results.json ({"mean", "half_width"}) whose mean and
   half width, as stored or times 100 (fractions shown as percent), round to a and b at the decimals
   quoted.
@@ -39,6 +40,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
+sys.path.insert(0, str(ROOT / "src"))
+
+from speccond.harness.protocol.tuning_table import table_of_choice  # noqa: E402
 DOCUMENTS = ("README.md", "docs/RESULTS.md", "docs/RECOMMENDATIONS.md", "docs/GUIDE.md", "docs/MODELS.md",
              "docs/HARNESS.md", "docs/GPU.md")
 KNOWN = RESULTS / "unbacked-numbers.md"
@@ -114,8 +118,9 @@ def unbacked(root: Path = ROOT) -> list[str]:
     against every committed file."""
     results = root / "docs" / "results"
     known_list = results / KNOWN.name
-    corpus = "\n".join(p.read_text(errors="ignore") for p in sorted(results.rglob("*"))
-                       if p.suffix in (".md", ".json", ".txt") and p != known_list)
+    corpus = "\n".join([p.read_text(errors="ignore") for p in sorted(results.rglob("*"))
+                        if p.suffix in (".md", ".json", ".txt") and p != known_list]
+                       + [table_of_choice(json.loads(p.read_text())) for p in sorted(results.rglob("choice.json"))])
     intervals, p_values = stored_intervals(results), stored_p_values(results)
     missing = []
     for document in DOCUMENTS:

@@ -7,9 +7,10 @@ baseline paired by seed (mean +- 95 % t interval once two seeds have reached tha
 tracker's rows at the epoch ends: attention entropy (mean over layers and heads) and sigma_max of the
 trained W_q, W_k, W_v (mean over layers and roles; W itself, not W + C), against lam. At the end: test
 accuracy once per run, differences against the baseline with paired t-test p and Holm over the arms,
-and the reading registered before the runs for lam = 10 at the last epoch. Writes OUT/long-budget.md and
-OUT/long-budget.png, and the test table alone as OUT/holm.md and holm.json (harness/reporting/final_table.py,
-with the reading) for scripts/headline.py; unfinished runs count up to the epoch they reached.
+and the reading registered before the runs for lam = 10 at the last epoch. Writes OUT/long-budget.md (the
+test table is its section) and OUT/long-budget.png, and the test table's record as OUT/holm.json
+(harness/reporting/final_table.py, with the reading) for scripts/headline.py; unfinished runs count up to
+the epoch they reached.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.diagnostics.records import read_metrics  # noqa: E402
-from speccond.harness.reporting.final_table import final_table, write_final_table  # noqa: E402
+from speccond.harness.reporting.final_table import final_table, write_final_record  # noqa: E402
 from speccond.harness.reporting.stats import mean_interval, paired_difference  # noqa: E402
 
 REFERENCE = "baseline"
@@ -199,9 +200,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     text = markdown(result)
     (args.out / "long-budget.md").write_text(text + "\n![the four panels](long-budget.png)\n")
-    table, record = final_table_of(result)
+    _, record = final_table_of(result)  # its text is long-budget.md's test section
     record["reading"] = reading(result)
-    write_final_table(args.out, table, record)
+    write_final_record(args.out, record)
     plot(result, args.out)
     print(text)
 

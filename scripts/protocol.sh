@@ -109,8 +109,9 @@ kept() {  # kept NAME keep|restore: task NAME's finished runs (tuning and final)
   "$py" -m speccond.harness.protocol.kept_runs "$2" "runs/tune-$1" "$published/protocol-$1/kept" || return 1
   pack "$published/protocol-$1/kept"
 }
-pack() {  # a kept folder is committed packed (kept.tar.xz and its manifest; harness/protocol/kept_runs.py)
-  [ ! -d "$1" ] || "$py" -m speccond.harness.protocol.kept_runs pack "$1"
+pack() {  # a kept folder is committed packed (kept.tar.xz, its manifest folded into $published/kept-archives.json)
+  [ ! -d "$1" ] || "$py" -m speccond.harness.protocol.kept_runs pack "$1" || return 1
+  [ ! -f "$1.manifest.json" ] || "$py" -m speccond.harness.protocol.kept_runs fold "$published" >/dev/null
 }
 kept_count() {  # kept_count KEPT STAGE: how many finished runs of STAGE (tune or final) KEPT holds, packed or not
   "$py" -m speccond.harness.protocol.kept_runs list "$1" 2>/dev/null | grep -c "^$2/"
@@ -152,8 +153,12 @@ publish() {
   [ -f "runs/tune-$name/tuning.md" ] || return 0
   target="docs/results/protocol-$name"
   mkdir -p "$target"
-  cp runs/tune-"$name"/tuning.md runs/tune-"$name"/tuning.png "$target/"
-  [ ! -f "runs/tune-$name/choice.json" ] || cp "runs/tune-$name/choice.json" "$target/"
+  cp runs/tune-"$name"/tuning.png "$target/"
+  if [ -f "runs/tune-$name/choice.json" ]; then  # the choice holds the table: tuning_table.py makes it again
+    cp "runs/tune-$name/choice.json" "$target/" && rm -f "$target/tuning.md"
+  else
+    cp runs/tune-"$name"/tuning.md "$target/"  # no choice yet: the table of the runs so far
+  fi
   # A task's final tables are committed once every final run has finished (the headline reads them), so a
   # partial table never reads as a result; until then its finished final runs are kept (below).
   if complete "runs/tune-$name/final/holm.json"; then

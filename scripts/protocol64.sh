@@ -1,7 +1,9 @@
 #!/bin/sh
 # The head-width-64 protocol, as pre-registered in docs/RESULTS.md ("Pre-registered protocol at head width 64").
 # Every command resumes where it stopped and skips finished runs; finished runs are kept in
-# docs/results/protocol64-NAME/kept by `publish`, and restored from there on a fresh clone.
+# docs/results/protocol64-NAME/kept by `publish`, and restored from there on a fresh clone. publish leaves the
+# archive's manifest beside it, so the folder travels whole; before committing it, fold the manifest into
+# the index: python -m speccond.harness.protocol.kept_runs fold docs/results (docs/RESULTS_LAYOUT.md).
 #   scripts/protocol64.sh pilot           the plateau pilot: the baseline at lr 1e-3 for 10 epochs, on validation
 #   scripts/protocol64.sh fashion-mnist   tuning, then the final runs (speccond tune --jobs ${JOBS:-2})
 #   scripts/protocol64.sh cifar10         the same on the offline CIFAR-10 split
@@ -76,9 +78,11 @@ case "${1:-plan}" in
       [ -d "$out" ] || continue
       tune "$name" --stage report || exit 1
       mkdir -p "$dest"
-      for f in tuning.md tuning.png choice.json; do
+      for f in tuning.png choice.json; do
         [ ! -f "$out/$f" ] || cp "$out/$f" "$dest/"
       done
+      # the table of the runs so far until there is a choice, which holds it (protocol/tuning_table.py makes it)
+      if [ -f "$out/choice.json" ]; then rm -f "$dest/tuning.md"; elif [ -f "$out/tuning.md" ]; then cp "$out/tuning.md" "$dest/"; fi
       keep keep "$name" || exit 1
       [ ! -d "$dest/kept" ] || "$py" -m speccond.harness.protocol.kept_runs pack "$dest/kept" || exit 1
     done

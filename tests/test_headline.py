@@ -164,9 +164,12 @@ def test_the_committed_xca_correction_table_is_what_its_script_makes_of_the_kept
     XCiT without class attention) regenerate from the kept runs beside them, scored on validation."""
     import shutil
 
+    from speccond.harness.protocol import kept_runs
+
     script = load_script("xca_v_correction")
-    for name in ("kept.tar.xz", "kept.manifest.json"):
-        shutil.copy(script.FOLDER / name, tmp_path / name)
+    shutil.copy(script.FOLDER / "kept.tar.xz", tmp_path / "kept.tar.xz")
+    manifest, _ = kept_runs.manifest_for(script.FOLDER / "kept")  # its entry in docs/results/kept-archives.json
+    (tmp_path / "kept.manifest.json").write_text(json.dumps(manifest))  # beside the copy, as pack writes it
     assert script.main(tmp_path) == 0
     for name in ("holm.md", "holm.json"):
         assert (tmp_path / name).read_text() == (script.FOLDER / name).read_text(), f"stale: scripts/xca_v_correction.py"

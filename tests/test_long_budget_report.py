@@ -50,3 +50,18 @@ def test_no_reading_before_the_three_registered_seeds_reach_epoch_20(tmp_path, g
     report = load_script("long_budget_report")
     _write_runs(tmp_path, gaps, 0.2)
     assert report.reading(report.analyse(tmp_path)).startswith("Not yet")
+
+
+def test_the_page_holds_the_test_table_and_holm_json_its_record(tmp_path, monkeypatch):
+    """The test table is a section of long-budget.md, not a file of its own; holm.json is the record
+    scripts/headline.py reads (docs/RESULTS_LAYOUT.md)."""
+    report = load_script("long_budget_report")
+    _write_runs(tmp_path / "runs", (-0.10, -0.11, -0.12), 0.2)
+    monkeypatch.setattr("sys.argv", ["long_budget_report.py", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    report.main()
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["holm.json", "long-budget.md", "long-budget.png"]
+    table, record = report.final_table_of(report.analyse(tmp_path / "runs"))
+    assert table.rstrip("\n") in (out / "long-budget.md").read_text()
+    saved = json.loads((out / "holm.json").read_text())
+    assert saved["comparisons"] == record["comparisons"] and "the collapse is a ceiling" in saved["reading"]

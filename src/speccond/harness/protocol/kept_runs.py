@@ -25,13 +25,18 @@ was there, and ``runs.read_run`` reads it. Nothing is overwritten: ``keep`` refu
 with other contents, and ``restore`` leaves alone a run that OUT already has (finished, or under way from
 its own checkpoint).
 
-In the repository KEPT is packed: KEPT.tar.xz beside KEPT.manifest.json (the archive's size and sha256, and
-every member's), so the tree holds two files a protocol instead of hundreds. ``pack`` makes them from a KEPT
-folder (deterministically: the same records give the same bytes) and removes the folder; ``keep`` and
-``restore`` read a packed KEPT through :func:`opened`, which checks the archive and every member against the
-manifest before anything is read, and ``keep`` packs again what it added to.
+In the repository KEPT is packed: KEPT.tar.xz, with a manifest (the archive's size and sha256, and every
+member's), so the tree holds one file a protocol instead of hundreds. ``pack`` makes them from a KEPT folder
+(deterministically: the same records give the same bytes), writes the manifest beside the archive
+(KEPT.manifest.json, so a freshly published folder travels whole) and removes the folder. ``fold`` moves every
+such manifest of a results folder into its one index, RESULTS/kept-archives.json ({"<folder>/kept.tar.xz":
+manifest}), which is how the repository commits them (docs/RESULTS_LAYOUT.md). ``keep`` and ``restore`` read a
+packed KEPT through :func:`opened`, which finds its manifest in either place (both, when they agree), checks
+the archive and every member against it before anything is read, and refuses a damaged one naming the file
+and the fix; ``keep`` packs again what it added to.
 
     .venv/bin/python -m speccond.harness.protocol.kept_runs pack docs/results/protocol-lra-listops/kept
+    .venv/bin/python -m speccond.harness.protocol.kept_runs fold docs/results
 """
 from __future__ import annotations
 
@@ -83,8 +88,63 @@ def archive_of(kept: Path) -> Path:
 
 
 def manifest_of(kept: Path) -> Path:
-    """KEPT.manifest.json: {"archive": {"size", "sha256"}, "files": {member: {"size", "sha256"}}}."""
+    """KEPT.manifest.json, the manifest beside the archive that ``pack`` writes: {"archive": {"size", "sha256"},
+    "files": {member: {"size", "sha256"}}}."""
     return kept.with_name(kept.name + ".manifest.json")
+
+
+INDEX = "kept-archives.json"  # in a results folder: {"<folder>/kept.tar.xz": manifest} of every archive under it
+
+
+def index_of(kept: Path) -> tuple[Path, str]:
+    """(the index that may hold KEPT's manifest, its key there): RESULTS/kept-archives.json for
+    RESULTS/<folder>/kept, keyed "<folder>/kept.tar.xz"."""
+    return kept.parent.parent / INDEX, f"{kept.parent.name}/{archive_of(kept).name}"
+
+
+def _read_index(index: Path) -> dict:
+    if not index.is_file():
+        return {}
+    try:
+        entries = json.loads(index.read_text())
+        if not isinstance(entries, dict):
+            raise TypeError(f"a {type(entries).__name__}, not an object")
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"{index}: unreadable index of kept archives ({error}); restore the committed copy "
+                         f"(git checkout -- {index})") from None
+    return entries
+
+
+def _write_index(index: Path, entries: dict) -> None:
+    if entries:
+        _write_atomic(index, (json.dumps(entries, indent=1, sort_keys=True) + "\n").encode())
+    elif index.is_file():
+        index.unlink()
+
+
+def manifest_for(kept: Path) -> tuple[dict, str]:
+    """(KEPT's manifest, where it was read: a file, or "INDEX entry KEY"): KEPT.manifest.json, else its entry in
+    the index (:func:`index_of`). Raises ValueError naming the files and the fix when neither holds one, when
+    one is unreadable, or when both hold one and they differ."""
+    beside, (index, key) = manifest_of(kept), index_of(kept)
+    found = []
+    if beside.is_file():
+        try:
+            found.append((json.loads(beside.read_text()), str(beside)))
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{beside}: unreadable manifest of kept runs ({error}); restore the committed copies "
+                             f"(git checkout -- {archive_of(kept)} {beside})") from None
+    entry = _read_index(index).get(key)
+    if entry is not None:
+        found.append((entry, f"{index} entry {key}"))
+    if not found:
+        raise ValueError(f"{archive_of(kept)} has no manifest: neither {beside} nor an entry {key} in {index}; restore "
+                         f"the committed copies (git checkout -- {archive_of(kept)} {index})")
+    if len(found) == 2 and found[0][0] != found[1][0]:
+        raise ValueError(f"{archive_of(kept)} has two manifests that differ, {beside} and its entry in {index} (it was "
+                         f"packed again after it was folded); check and fold the new one: python -m "
+                         f"speccond.harness.protocol.kept_runs fold {kept.parent.parent}")
+    return found[0]
 
 
 def _digest(data: bytes) -> dict:
@@ -92,8 +152,9 @@ def _digest(data: bytes) -> dict:
 
 
 def pack(kept: Path) -> Path:
-    """Pack the folder KEPT into KEPT.tar.xz and KEPT.manifest.json, check the archive against the folder, then
-    remove the folder; returns the archive. Members are sorted and carry no time, owner or mode of this
+    """Pack the folder KEPT into KEPT.tar.xz and KEPT.manifest.json (an entry the index held for the archive it
+    replaces is dropped: ``fold`` puts the new one there), check the archive against the folder, then remove
+    the folder; returns the archive. Members are sorted and carry no time, owner or mode of this
     machine, so the same records always give the same bytes."""
     if not kept.is_dir():
         raise ValueError(f"{kept} is not a folder of kept runs; nothing to pack")
@@ -107,8 +168,12 @@ def pack(kept: Path) -> Path:
             archive.addfile(info, io.BytesIO(data))
     packed = buffer.getvalue()
     manifest = {"archive": _digest(packed), "files": {name: _digest(data) for name, data in members.items()}}
+    index, key = index_of(kept)
+    entries = _read_index(index)  # an unreadable index stops here, before anything is written
     _write_atomic(archive_of(kept), packed)
     _write_atomic(manifest_of(kept), (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    if entries.pop(key, None) is not None:  # its folded manifest is of the archive just replaced
+        _write_index(index, entries)
     with tempfile.TemporaryDirectory() as scratch:  # read back before the only other copy goes
         _unpack_checked(kept, Path(scratch) / kept.name)
     shutil.rmtree(kept)
@@ -122,17 +187,23 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _unpack_checked(kept: Path, target: Path) -> None:
-    """Unpack KEPT.tar.xz into TARGET after checking the archive, then every member, against the manifest."""
-    archive, manifest_path = archive_of(kept), manifest_of(kept)
-    advice = f"restore the committed copies (git checkout -- {archive} {manifest_path})"
+    """Unpack KEPT.tar.xz into TARGET after checking the archive, then every member, against its manifest."""
+    manifest, where = manifest_for(kept)
+    _unpack_checked_with(kept, manifest, where, target)
+
+
+def _unpack_checked_with(kept: Path, manifest: dict, where: str, target: Path) -> None:
+    """Unpack KEPT.tar.xz into TARGET after checking the archive, then every member, against MANIFEST (read
+    from WHERE: a file, or an index's entry)."""
+    archive = archive_of(kept)
+    advice = f"restore the committed copies (git checkout -- {archive} {where.split(' entry ')[0]})"
     try:
-        manifest = json.loads(manifest_path.read_text())
         expected_archive, expected_files = manifest["archive"], manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{manifest_path}: unreadable manifest of kept runs ({error}); {advice}") from None
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"{where}: unreadable manifest of kept runs (no {error}); {advice}") from None
     packed = archive.read_bytes()
     if _digest(packed) != expected_archive:
-        raise ValueError(f"{archive} does not match its manifest ({manifest_path}: size or sha256 differ); {advice}")
+        raise ValueError(f"{archive} does not match its manifest ({where}: size or sha256 differ); {advice}")
     found = {}
     with tarfile.open(fileobj=io.BytesIO(packed), mode="r:xz") as members:
         for info in members.getmembers():
@@ -140,10 +211,40 @@ def _unpack_checked(kept: Path, target: Path) -> None:
                 raise ValueError(f"{archive}: member {info.name!r} is not a plain relative file; {advice}")
             found[info.name] = members.extractfile(info).read()
     if {name: _digest(data) for name, data in found.items()} != expected_files:
-        raise ValueError(f"{archive}: its members differ from {manifest_path}; {advice}")
+        raise ValueError(f"{archive}: its members differ from its manifest ({where}); {advice}")
     for name, data in found.items():
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         (target / name).write_bytes(data)
+
+
+def fold(results: Path) -> list[Path]:
+    """Move every RESULTS/<folder>/kept.manifest.json into RESULTS/kept-archives.json, each after its archive and
+    every member check against it (a damaged one stops the fold before anything is written); returns the
+    manifests folded. An entry already there for the archive is replaced by the checked manifest."""
+    if not results.is_dir():
+        raise ValueError(f"{results} is not a folder; give the results folder whose */kept.manifest.json to fold "
+                         "(docs/results)")
+    manifests = sorted(path for path in results.glob("*/*.manifest.json") if archive_of(
+        path.with_name(path.name.removesuffix(".manifest.json"))).is_file())
+    if not manifests:
+        return []
+    index = results / INDEX
+    entries = _read_index(index)
+    for path in manifests:
+        kept = path.with_name(path.name.removesuffix(".manifest.json"))
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{path}: unreadable manifest of kept runs ({error}); restore it from where the folder "
+                             "was published, or pack the records again") from None
+        entries.pop(index_of(kept)[1], None)  # checked against the manifest beside it alone
+        with tempfile.TemporaryDirectory() as scratch:
+            _unpack_checked_with(kept, manifest, str(path), Path(scratch))
+        entries[index_of(kept)[1]] = manifest
+    _write_index(index, entries)
+    for path in manifests:
+        path.unlink()
+    return manifests
 
 
 @contextlib.contextmanager
@@ -228,20 +329,26 @@ def _copy(source: Path, target: Path, kappa: bool = False, encoder: bool = False
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("keep", "restore", "pack", "list"))
+    parser.add_argument("action", choices=("keep", "restore", "pack", "list", "fold"))
     parser.add_argument("out", type=Path, nargs="?", help="the speccond tune folder (runs/tune-NAME), or with --pretraining "
                         "the speccond compare folder of pre-training runs")
     parser.add_argument("kept", type=Path, nargs="?", help="where the records are kept (docs/results/protocol-NAME/kept)")
     parser.add_argument("--pretraining", action="store_true",
                         help="OUT is a speccond compare folder of pre-training runs (runs/protocol-mlm): keep their encoders too")
     args = parser.parse_intermixed_args(argv)  # a flag may stand between the paths
-    if args.action in ("pack", "list"):  # one path: KEPT
+    if args.action == "fold":  # one path: a results folder
+        args.kept = args.kept or args.out or ROOT / "docs" / "results"
+    elif args.action in ("pack", "list"):  # one path: KEPT
         args.kept = args.kept or args.out
     elif args.kept is None:
         parser.error(f"{args.action} takes OUT and KEPT")
     try:
         if args.action == "pack":
             print(f"packed into {pack(args.kept)} and {manifest_of(args.kept)}")
+            return 0
+        if args.action == "fold":  # KEPT is a results folder here
+            folded = fold(args.kept)
+            print(f"{len(folded)} manifest(s) checked and folded into {args.kept / INDEX}")
             return 0
         if args.action == "list":  # every kept run, as <stage>/<arm>/seed-<k> (or <arm>/seed-<k>)
             with opened(args.kept) as folder:  # every run folder KEPT holds (only finished runs are kept)

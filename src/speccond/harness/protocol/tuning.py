@@ -40,10 +40,10 @@ from speccond.diagnostics.records import read_metrics
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.protocol.compare import train_timed
 from speccond.harness.protocol.engines import Job, Submitit
+from speccond.harness.protocol.tuning_table import tuning_table
 from speccond.harness.reporting.final_table import final_table, write_final_table
 from speccond.harness.reporting.numbers import METRIC_NAMES
 from speccond.harness.reporting.report import write_report
-from speccond.harness.reporting.stats import mean_interval
 from speccond.harness.training.run_dir import PARALLEL_JOBS
 from speccond.harness.training.training_tasks import task_class
 
@@ -339,25 +339,15 @@ def write_tuning(scores: dict[str, dict[str, list]], out: Path, metric: str = "a
     choice = choose(scores) if complete else None
     if choice is not None:
         (out / "choice.json").write_text(json.dumps(choice, indent=2) + "\n")
-    lines = ["# Tuning on the validation split", "",
-             f"Mean final validation {label}, %, over the tuning seeds; "
-             + ("the chosen lr in bold (highest mean, ties to the smaller lr)." if complete else
-                "**not every tuning run has finished: no choice yet**; a cell short of seeds says how many it has."), ""]
     lrs = sorted({lr for by_lr in scores.values() for lr in by_lr}, key=float)
-    lines += ["| arm | " + " | ".join(f"lr {lr}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for name, by_lr in scores.items():
-        cells, xs, means = [], [], []
+        xs, means = [], []
         for lr in lrs:
             values = [100 * v for v in by_lr.get(lr, []) if v is not None]
-            text = str(mean_interval(values)) if values else "-"
-            if values and len(values) < len(by_lr[lr]):  # short of seeds: the mean so far and how many
-                text = f"{sum(values) / len(values):.4g} ({len(values)} of {len(by_lr[lr])} seeds)"
-            cells.append(f"**{text}**" if choice and float(lr) == choice[name]["lr"] else text)
             if values:
                 xs.append(float(lr))
                 means.append(sum(values) / len(values))
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
         line, = axis.plot(xs, means, marker="o", label=name)
         for lr in lrs:
             for value in by_lr.get(lr, []):
@@ -369,7 +359,7 @@ def write_tuning(scores: dict[str, dict[str, list]], out: Path, metric: str = "a
     figure.tight_layout()
     figure.savefig(out / "tuning.png", dpi=120)
     plt.close(figure)
-    (out / "tuning.md").write_text("\n".join(lines) + "\n\n![validation accuracy against lr](tuning.png)\n")
+    (out / "tuning.md").write_text(tuning_table(scores, choice, metric))
     return choice
 
 

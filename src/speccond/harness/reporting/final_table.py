@@ -61,6 +61,12 @@ def lr_text(lr) -> str:
 def write_final_table(folder: Path, text: str, record: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "holm.md").write_text(text)
+    write_final_record(folder, record)
+
+
+def write_final_record(folder: Path, record: dict) -> None:
+    """holm.json alone, for a page that shows the table itself (scripts/long_budget_report.py)."""
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "holm.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
