@@ -141,13 +141,30 @@ def test_accumulated_slices_of_a_streamed_batch_give_the_gradient_of_the_whole_b
         assert_same_gradient(sliced[name], whole[name], name)
 
 
-def test_a_streamed_run_resumed_mid_epoch_ends_with_the_same_bytes(folder, tmp_path):
+def test_the_augmenting_dataset_pickles_for_spawned_workers_and_draws_from_the_seed_alone(folder):
+    """What a worker started by spawn (macOS, Windows) receives: the copy gives image i under seed s the same
+    pixels as the original, and another seed other pixels."""
+    from speccond.harness.training.streaming import AugmentedImages
+    from speccond.harness.training.training_tasks import training_task
+
+    stream = training_task(config(task=f"imagefolder:{folder}?size=16&stream=1").with_overrides(TIMM_AUGMENTATION)).stream
+    dataset = AugmentedImages(stream.splits["train"], stream.augmentation)
+    copy = pickle.loads(pickle.dumps(dataset))
+    image, label, index = dataset[(5, 123)]  # (3, 16, 16) standardised
+    assert image.shape == (3, 16, 16) and index == 5 and label == stream.splits["train"].labels[5]
+    assert torch.equal(copy[(5, 123)][0], image) and not torch.equal(dataset[(5, 124)][0], image)
+
+
+@pytest.mark.parametrize("extra", [[], [*TIMM_AUGMENTATION, *MIXING, "accumulate_steps=2"]], ids=["plain", "deit"])
+def test_a_streamed_run_resumed_mid_epoch_ends_with_the_same_bytes(folder, tmp_path, extra):
     """Killed after step 2 (a batch into epoch 1's 3), resumed: the loader starts at the resumed step's batch,
-    and the metrics and final weights equal the uninterrupted run's exactly."""
+    and the metrics and final weights equal the uninterrupted run's exactly, with the recipe's parts too (their
+    draws are functions of the step)."""
     from speccond.harness.training import checkpoint
     from speccond.harness.training.train import train
 
-    chosen = config(task=f"imagefolder:{folder}?size=16&stream=1", num_workers=1, checkpoint_every=2)
+    chosen = config(task=f"imagefolder:{folder}?size=16&stream=1", num_workers=1,
+                    checkpoint_every=2).with_overrides(extra)
     train(chosen, tmp_path / "whole", progress=False)
     assert train(chosen, tmp_path / "resumed", progress=False, stop_after=2) == {}
     train(chosen, tmp_path / "resumed", progress=False)
