@@ -2,7 +2,9 @@
 not pixels, and decodes each image as the in-memory path reads it; a run streams through a DataLoader with
 worker processes to the in-memory run's figures, the same bytes with or without workers, resumes to the same
 bytes, and trains data-parallel under torchrun (2 gloo processes, each rank decoding its own rows and evaluating
-its own shard) to the one-process run's figures."""
+its own shard) to the one-process run's figures. The DeiT recipe's parts stream too: timm's augmentation (each
+image drawn from its own seed, the same on any rank), mixing (each rank its own rows: one process equals the
+in-memory run) and gradient accumulation (this rank's rows in consecutive slices)."""
 from __future__ import annotations
 
 import json
@@ -75,13 +77,94 @@ def test_a_streamed_run_trains_to_the_in_memory_runs_figures_with_or_without_wor
     assert rows(tmp_path / "stream") == rows(tmp_path / "workers")
 
 
-def test_a_streamed_run_resumed_mid_epoch_ends_with_the_same_bytes(folder, tmp_path):
+TIMM_AUGMENTATION = ["auto_augment=rand-m9-mstd0.5-inc1", "random_erasing=0.25"]
+MIXING = ["mixup=0.8", "cutmix=1.0", "label_smoothing=0.1"]
+
+
+@pytest.mark.parametrize("extra", [TIMM_AUGMENTATION, [*TIMM_AUGMENTATION, *MIXING]], ids=["augmented", "mixed"])
+def test_a_streamed_run_with_the_deit_parts_trains_to_the_in_memory_runs_figures(folder, tmp_path, extra):
+    """timm's augmentation in the loader's workers draws each image as the in-memory batch draws it, and one
+    process mixes its rows as the in-memory task mixes the batch: the figures agree to 1e-5 (the statistics'
+    last bits), with or without workers (bit for bit)."""
+    from speccond.harness.training.train import train
+
+    task = f"imagefolder:{folder}?size=16"
+    memory = train(config(task=task, val_size=4).with_overrides(extra), tmp_path / "memory", progress=False)
+    streamed = train(config(task=f"{task}&stream=1", val_size=4).with_overrides(extra), tmp_path / "stream",
+                     progress=False)
+    workers = train(config(task=f"{task}&stream=1", val_size=4, num_workers=2).with_overrides(extra),
+                    tmp_path / "workers", progress=False)
+    plain = train(config(task=f"{task}&stream=1", val_size=4), tmp_path / "plain", progress=False)
+    assert memory["step"] == streamed["step"] == 6 and memory["accuracy"] == streamed["accuracy"]
+    assert abs(memory["loss"] - streamed["loss"]) < 1e-5 and abs(plain["loss"] - streamed["loss"]) > 1e-4
+    for one, other in zip(rows(tmp_path / "memory"), rows(tmp_path / "stream"), strict=True):
+        assert one["kind"] == other["kind"] and abs(one["loss"] - other["loss"]) < 1e-5
+    assert rows(tmp_path / "stream") == rows(tmp_path / "workers")
+
+
+def test_a_streamed_rank_mixes_its_own_rows_with_its_own_draws(folder):
+    """Rank 0 mixes as the in-memory task does (seed alone); another rank seeds with (seed, rank): other draws."""
+    from speccond.harness.training.training_tasks import training_task
+
+    task = training_task(config(task=f"imagefolder:{folder}?size=16&stream=1", mixup=0.8, cutmix=1.0))
+    images, labels = torch.randn(4, 3, 16, 16), torch.tensor([0, 1, 1, 0])
+    first, again, other = (task.mix(images.clone(), labels, 7, rank) for rank in (0, 0, 1))  # timm mixes in place
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert not torch.equal(first[0], other[0])
+
+
+@pytest.mark.parametrize("extra", [[], [*TIMM_AUGMENTATION, *MIXING]], ids=["plain", "deit"])
+@pytest.mark.parametrize("parts", [2, 3, 8])
+def test_accumulated_slices_of_a_streamed_batch_give_the_gradient_of_the_whole_batch(folder, parts, extra):
+    """One step's rows decoded, augmented and mixed once, then trained on in ``parts`` consecutive slices: the
+    gradient of the whole batch's mean within tests/test_recipe_parts.py's tolerance."""
+    from speccond.harness.models.run_model import model_for
+    from speccond.harness.training.accumulation import backward_over
+    from speccond.harness.training.distributed import Context
+    from speccond.harness.training.precision import MixedPrecision
+    from speccond.harness.training.training_tasks import training_task
+    from tests.test_recipe_parts import assert_same_gradient
+
+    chosen_config = config(task=f"imagefolder:{folder}?size=16&stream=1", accumulate_steps=parts).with_overrides(extra)
+    step = 4  # epoch 1's second batch of 8: the loop's own (streaming.RankBatches)
+    chosen = torch.randperm(24, generator=torch.Generator().manual_seed(chosen_config.seed * 1000 + 1))[8:16]
+    found = {}
+    for count in (1, parts):
+        task, model = training_task(chosen_config), model_for(chosen_config)
+        loss, _ = backward_over(task, model, chosen, step, Context(), MixedPrecision("float32", torch.device("cpu")),
+                                count)
+        found[count] = loss, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    (whole_loss, whole), (sliced_loss, sliced) = found[1], found[parts]
+    assert sliced_loss == pytest.approx(whole_loss, rel=1e-6)
+    assert whole.keys() == sliced.keys() and len(whole) > 5
+    for name in whole:
+        assert_same_gradient(sliced[name], whole[name], name)
+
+
+def test_the_augmenting_dataset_pickles_for_spawned_workers_and_draws_from_the_seed_alone(folder):
+    """What a worker started by spawn (macOS, Windows) receives: the copy gives image i under seed s the same
+    pixels as the original, and another seed other pixels."""
+    from speccond.harness.training.streaming import AugmentedImages
+    from speccond.harness.training.training_tasks import training_task
+
+    stream = training_task(config(task=f"imagefolder:{folder}?size=16&stream=1").with_overrides(TIMM_AUGMENTATION)).stream
+    dataset = AugmentedImages(stream.splits["train"], stream.augmentation)
+    copy = pickle.loads(pickle.dumps(dataset))
+    image, label, index = dataset[(5, 123)]  # (3, 16, 16) standardised
+    assert image.shape == (3, 16, 16) and index == 5 and label == stream.splits["train"].labels[5]
+    assert torch.equal(copy[(5, 123)][0], image) and not torch.equal(dataset[(5, 124)][0], image)
+
+
+@pytest.mark.parametrize("extra", [[], [*TIMM_AUGMENTATION, *MIXING, "accumulate_steps=2"]], ids=["plain", "deit"])
+def test_a_streamed_run_resumed_mid_epoch_ends_with_the_same_bytes(folder, tmp_path, extra):
     """Killed after step 2 (a batch into epoch 1's 3), resumed: the loader starts at the resumed step's batch,
-    and the metrics and final weights equal the uninterrupted run's exactly."""
+    and the metrics and final weights equal the uninterrupted run's exactly, with the recipe's parts too (their
+    draws are functions of the step)."""
     from speccond.harness.training import checkpoint
     from speccond.harness.training.train import train
 
-    chosen = config(task=f"imagefolder:{folder}?size=16&stream=1", num_workers=1, checkpoint_every=2)
+    chosen = config(task=f"imagefolder:{folder}?size=16&stream=1", num_workers=1,
+                    checkpoint_every=2).with_overrides(extra)
     train(chosen, tmp_path / "whole", progress=False)
     assert train(chosen, tmp_path / "resumed", progress=False, stop_after=2) == {}
     train(chosen, tmp_path / "resumed", progress=False)
@@ -93,12 +176,11 @@ def test_a_streamed_run_resumed_mid_epoch_ends_with_the_same_bytes(folder, tmp_p
 @pytest.mark.parametrize("setting, message", [
     ("stream=2", "stream must be 0"),
     ("num_workers", "num_workers=2 sets the processes that decode a streamed image folder"),
-    ("mixup", "mix image classification batches held in memory"),
 ])
 def test_a_wrong_streaming_setting_is_refused_in_one_line_and_nothing_is_written(folder, tmp_path, capsys, setting,
                                                                                   message):
     task = f"imagefolder:{folder}?size=16&" + ("stream=2" if setting == "stream=2" else "stream=1")
-    sets = {"num_workers": ["--set", "num_workers=2"], "mixup": ["--set", "mixup=0.2"]}.get(setting, [])
+    sets = {"num_workers": ["--set", "num_workers=2"]}.get(setting, [])
     if setting == "num_workers":
         task = f"imagefolder:{folder}?size=16"  # held in memory: no worker has anything to decode
     out = tmp_path / "cmp"
@@ -108,13 +190,18 @@ def test_a_wrong_streaming_setting_is_refused_in_one_line_and_nothing_is_written
     assert not out.exists()
 
 
-def test_torchrun_two_processes_stream_the_folder_and_shard_evaluation_to_the_one_process_figures(folder, tmp_path):
-    """torchrun --nproc_per_node 2 on gloo, a worker per rank: each rank decodes its rows of every global batch
-    and evaluates its shard of the 10 test images (5 each, none twice); the final figures are the one-process
-    run's (loss to 1e-4, the same accuracy), and so are the per-epoch evaluation rows."""
+@pytest.mark.parametrize("extra", [[], [*TIMM_AUGMENTATION, "accumulate_steps=2"]],
+                         ids=["flip-and-shift", "timm-augmentation-accumulated"])
+def test_torchrun_two_processes_stream_the_folder_and_shard_evaluation_to_the_one_process_figures(folder, tmp_path,
+                                                                                                   extra):
+    """torchrun --nproc_per_node 2 on gloo, a worker per rank: each rank decodes (and augments: the built-in flip
+    and shift, or timm's RandAugment and random erasing) its rows of every global batch and evaluates its shard
+    of the 10 test images (5 each, none twice); with accumulation each rank trains on its rows in 2 slices. The
+    final figures are the one-process run's (loss to 1e-4, the same accuracy), and so are the per-epoch
+    evaluation rows."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     sets = [f"{key}={value}" for key, value in MODEL.items()] + [f"task=imagefolder:{folder}?size=16&stream=1",
-                                                                 "num_workers=1"]
+                                                                 "num_workers=1", *extra]
     sets = [part for pair in sets for part in ("--set", pair)]
     single = subprocess.run([sys.executable, "-m", "speccond", "train", "--out", str(tmp_path / "single"), *sets],
                             env=environment, capture_output=True, text=True, timeout=300)

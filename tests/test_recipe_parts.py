@@ -14,6 +14,7 @@ from speccond.harness.models.run_model import model_for
 from speccond.harness.training import checkpoint
 from speccond.harness.training.accumulation import backward_over
 from speccond.harness.training.distributed import Context
+from speccond.harness.training.image_transforms import image_seed
 from speccond.harness.training.precision import MixedPrecision
 from speccond.harness.training.recipe import Schedule, learning_rate, make_optimizer
 from speccond.harness.training.train import train
@@ -196,9 +197,12 @@ def test_timm_augmentation_replaces_the_built_in_one_and_resumes_to_the_same_byt
     config = TrainConfig().with_overrides([*SETS, "auto_augment=rand-m9-mstd0.5-inc1", "random_erasing=0.25"])
     task = training_task(config)
     batch = task.data["train_x"][:16]  # (16, 1, 8, 8) standardised
-    first, again = task.transform(batch, 7), task.transform(batch, 7)
+    seeds = [image_seed(1, 7, position) for position in range(16)]
+    first, again = task.transform(batch, seeds), task.transform(batch, seeds)
     assert first.shape == batch.shape and first.dtype == batch.dtype and torch.equal(first, again)
-    assert not torch.equal(task.transform(batch, 8), first)
+    assert not torch.equal(task.transform(batch, [image_seed(1, 8, p) for p in range(16)]), first)
+    # each image's draw is its own seed's alone: the same image and seed, alone or in any batch, draw the same
+    assert torch.equal(task.transform(batch[5:7].flip(0), seeds[5:7][::-1]), first[5:7].flip(0))
     augmented = cut_and_resumed_equal_straight(config, tmp_path)
     assert augmented != train(TrainConfig().with_overrides(SETS), tmp_path / "plain", progress=False)
 
@@ -206,7 +210,7 @@ def test_timm_augmentation_replaces_the_built_in_one_and_resumes_to_the_same_byt
 def test_timm_augmentation_keeps_the_standardised_scale_of_unaugmented_images():
     config = TrainConfig().with_overrides([*SETS, "random_erasing=1.0"])
     task = training_task(config)
-    out = task.transform(task.data["train_x"][:256], 0)  # (256, 1, 8, 8)
+    out = task.transform(task.data["train_x"][:256], list(range(256)))  # (256, 1, 8, 8)
     assert abs(float(out.mean())) < 0.5 and 0.5 < float(out.std()) < 1.5
 
 

@@ -62,6 +62,26 @@ def test_each_image_recipes_full_scale_command_passes_a_dry_run(name, images, tm
     assert not out.exists()
 
 
+def test_the_deit_recipe_streams_its_folder_to_the_in_memory_runs_figures(images, tmp_path, monkeypatch, capsys):
+    """ImageNet does not fit in memory: the recipe's every part (timm's augmentation, mixing, accumulation, the
+    weight average) runs on a streamed folder, one process to the in-memory run's figures (the streamed
+    normalisation's last bits aside), and the full-scale command on a streamed folder passes its dry run."""
+    folder, data = images
+    reports = {}
+    for name, task in (("memory", f"imagefolder:{folder}?size=32"), ("stream", f"imagefolder:{folder}?size=32&stream=1")):
+        assert compare(["--recipe", "deit_b_imagenet", "--smoke", "--task", task, "--methods", "spectral", "--seeds", "1",
+                        "--out", str(tmp_path / name)], monkeypatch, data) == 0
+        reports[name] = json.loads((tmp_path / name / "results.json").read_text())["runs"]
+    (memory,), (streamed,) = reports["memory"], reports["stream"]
+    assert memory["accuracy"] == streamed["accuracy"] and memory["loss"] == pytest.approx(streamed["loss"], abs=1e-5)
+    capsys.readouterr()
+    out = tmp_path / "full"
+    assert compare(["--recipe", "deit_b_imagenet", "--task", f"imagefolder:{folder}?size=224&stream=1", "--set",
+                    "num_workers=8", "--methods", "baseline", "--dry-run", "--out", str(out)], monkeypatch, data) == 0
+    printed = capsys.readouterr().out
+    assert "85.8M parameters" in printed and "nothing trained" in printed and not out.exists()
+
+
 def test_the_lra_recipe_runs_at_smoke_size_and_its_full_scale_config_passes_a_dry_run(tmp_path, monkeypatch, capsys):
     data = tmp_path / "data"
     assert compare(["--recipe", "nystromformer_lra", "--smoke", "--methods", "spectral", "--seeds", "1", "--out",

@@ -7,10 +7,11 @@ to seconds on a CPU, on data of the same format (tests/test_recipes.py trains ea
 each gives its full-scale command, for one node of 8 GPUs, and its expected run time; ``--dry-run`` builds
 the model, the data pipeline and the optimiser of that command and trains nothing.
 
-The ImageNet recipes read ImageNet in torchvision's ImageFolder layout (``--task imagefolder:DIR?size=224``,
-data/image_folder.py): that loader holds the decoded images in memory, which ImageNet's 1.28M images
-exceed, so a full-scale ImageNet run needs a streaming loader; the dry run does not (it reads the folder
-it is given). Their batch sizes are global: 1,024 over 8 GPUs is 128 per GPU.
+The ImageNet recipes read ImageNet in torchvision's ImageFolder layout, streamed from disk
+(``--task "imagefolder:DIR?size=224&stream=1" --set num_workers=8``, data/image_folder.py and
+harness/training/streaming.py): ImageNet's 1.28M images do not fit in memory, and every part of the recipe
+runs on a streamed folder (under torchrun its mixing is each rank's own rows, as in DeiT's main.py). Their
+batch sizes are global: 1,024 over 8 GPUs is 128 per GPU.
 
 The values are each recipe's published one where we could read it (DeiT's ``main.py`` defaults for the DeiT
 recipe); those marked "to our reading" should be checked against the model's paper before a published run.
@@ -53,7 +54,8 @@ def deit_b_imagenet(smoke: bool) -> list[str]:
     plain ViT-B/16 architecture); the paper: 81.6 -> 82.6 top-1.
 
         torchrun --standalone --nproc_per_node 8 -m speccond compare --recipe deit_b_imagenet \\
-            --task "imagefolder:/data/imagenet?size=224" --methods baseline,spectral --seeds 1 --out runs/deit-b
+            --task "imagefolder:/data/imagenet?size=224&stream=1" --set num_workers=8 \\
+            --methods baseline,spectral --seeds 1 --out runs/deit-b
 
     375,600 steps per method. Expected time (not measured here): the DeiT paper trained DeiT-B for 300
     epochs in 53 hours on one node of 8 V100s; on 8 H100s in bfloat16, about a day per method.
@@ -70,7 +72,8 @@ def vit_b_imagenet(smoke: bool) -> list[str]:
     deit_b_imagenet, without the weight average; the paper: 80.7 -> 81.7 top-1.
 
         torchrun --standalone --nproc_per_node 8 -m speccond compare --recipe vit_b_imagenet \\
-            --task "imagefolder:/data/imagenet?size=224" --methods baseline,spectral --seeds 1 --out runs/vit-b
+            --task "imagefolder:/data/imagenet?size=224&stream=1" --set num_workers=8 \\
+            --methods baseline,spectral --seeds 1 --out runs/vit-b
 
     375,600 steps per method; as deit_b_imagenet, about a day per method on 8 H100s (an estimate, not
     measured here).
@@ -87,7 +90,8 @@ def swin_b_imagenet(smoke: bool) -> list[str]:
     1,024, lr 1e-3, 20 warm-up epochs, gradient clip 5, drop path 0.5); the paper: 83.4 -> 84.1 top-1.
 
         torchrun --standalone --nproc_per_node 8 -m speccond compare --recipe swin_b_imagenet \\
-            --task "imagefolder:/data/imagenet?size=224" --methods baseline,spectral --seeds 1 --out runs/swin-b
+            --task "imagefolder:/data/imagenet?size=224&stream=1" --set num_workers=8 \\
+            --methods baseline,spectral --seeds 1 --out runs/swin-b
 
     375,600 steps per method; about a day per method on 8 H100s, as deit_b_imagenet (an estimate, not
     measured here).
@@ -105,7 +109,8 @@ def xcit_m_imagenet(smoke: bool) -> list[str]:
     epochs, drop path 0.15); the paper: 82.6 -> 83.5 top-1.
 
         torchrun --standalone --nproc_per_node 8 -m speccond compare --recipe xcit_m_imagenet \\
-            --task "imagefolder:/data/imagenet?size=224" --methods baseline,spectral --seeds 1 --out runs/xcit-m
+            --task "imagefolder:/data/imagenet?size=224&stream=1" --set num_workers=8 \\
+            --methods baseline,spectral --seeds 1 --out runs/xcit-m
 
     500,800 steps per method; about a day and a third per method on 8 H100s (deit_b_imagenet's estimate
     for 400 epochs, not measured here).
@@ -122,7 +127,8 @@ def davit_b_imagenet(smoke: bool) -> list[str]:
     0.4); the paper: 84.3 -> 84.9 top-1.
 
         torchrun --standalone --nproc_per_node 8 -m speccond compare --recipe davit_b_imagenet \\
-            --task "imagefolder:/data/imagenet?size=224" --methods baseline,spectral --seeds 1 --out runs/davit-b
+            --task "imagefolder:/data/imagenet?size=224&stream=1" --set num_workers=8 \\
+            --methods baseline,spectral --seeds 1 --out runs/davit-b
 
     375,600 steps per method; about a day per method on 8 H100s, as deit_b_imagenet (an estimate, not
     measured here).

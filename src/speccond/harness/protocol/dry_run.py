@@ -2,7 +2,8 @@
 
 For every method of the comparison: the task's data pipeline (its data read, augmentation and mixing set
 up), the model (its method applied), the optimiser and the schedule, then one forward of the task's loss on
-the first two training examples through that pipeline, without gradients; returned as one line per method
+a first batch of two training examples through that pipeline (the training loop's first batch of a run with
+``batch_size`` 2, what a streamed folder's loader decodes), without gradients; returned as one line per method
 (parameters, optimiser, steps), so a full-scale recipe can be checked on any machine before it is launched.
 Nothing is written (the dataset's own cache aside).
 """
@@ -28,14 +29,16 @@ def dry_run(base: TrainConfig, methods: Sequence[str]) -> list[dict]:
     task = None
     for name, config in variants(base, methods, {}):
         check_recipe(config)
-        task = task or training_task(config)  # the data are the same for every method
+        # the data are the same for every method; batches of 2, one slice each, for the forward below
+        task = task or training_task(dataclasses.replace(config, batch_size=2, accumulate_steps=1))
         with torch.random.fork_rng(devices=[]):  # building a model seeds the global generator
             model = built_model(config)
         steps_per_epoch = math.ceil(task.samples / config.batch_size)
         optimizer = make_optimizer(config, task, model)
         Schedule(config, optimizer, steps_per_epoch * config.epochs).set(0)
         with torch.no_grad():
-            loss, _, _ = task.train_loss(model, torch.arange(min(2, task.samples)), 0, Context())
+            first = torch.randperm(task.samples, generator=torch.Generator().manual_seed(config.seed * 1000))[:2]
+            loss, _, _ = task.train_loss(model, first, 0, Context())  # train.py's batch of step 0
         rows.append({
             "method": name, "model": config.model, "parameters": sum(p.numel() for p in model.parameters()),
             "optimizer": f"{type(optimizer).__name__} ({config.optimizer})", "scheduler": config.scheduler,

@@ -230,22 +230,17 @@ def stored_counts(config: TrainConfig) -> tuple[int, int]:
 
 def check_task_settings(config: TrainConfig) -> None:
     """ValueError for a setting the task would not use: mixup, cutmix, label smoothing and timm's augmentation act
-    on image classification held in memory only, channels_last on images, and worker processes decode a streamed
-    image folder only."""
+    on image classification (held in memory or streamed), channels_last on images, and worker processes decode a
+    streamed image folder only."""
     mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
     streamed = image_folder.is_image_folder(config.task) and image_folder.streams(config.task)
-    if mixing and (task(config.task).reading != "image" or streamed):
-        raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches held in memory "
-                         f"(timm.data.Mixup); task {config.task!r} is not one: leave {' and '.join(mixing)} at 0")
+    if mixing and task(config.task).reading != "image":
+        raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); "
+                         f"task {config.task!r} is not one: leave {' and '.join(mixing)} at 0")
     imaging = [name for name in ("auto_augment", "random_erasing", "channels_last") if getattr(config, name)]
     if imaging and task(config.task).reading != "image":
         raise ValueError(f"TrainConfig.{', '.join(imaging)} act on image batches; task {config.task!r} has none: "
                          f"leave {' and '.join(imaging)} unset")
-    augmenting = [name for name in ("auto_augment", "random_erasing") if getattr(config, name)]
-    if augmenting and streamed:
-        raise ValueError(f"TrainConfig.{', '.join(augmenting)} augment image batches held in memory (timm's "
-                         f"create_transform); task {config.task!r} streams its images: leave {' and '.join(augmenting)} "
-                         f"unset, or drop ?stream=1 if the folder fits in memory")
     if config.num_workers and not streamed:
         raise ValueError(f"TrainConfig.num_workers={config.num_workers} sets the processes that decode a streamed image "
                          f"folder (imagefolder:DIR?stream=1); task {config.task!r} is held in memory: leave num_workers at 0")

@@ -7,7 +7,8 @@
 With ``parts`` = 1 (the default) this is the loop the published runs ran: one forward of the task's loss
 over ``chosen``, its global mean, and one backward. With ``parts`` = N the task prepares the whole batch as
 it would for one step (augmentation, mixing and masking are drawn per step over the whole batch) and
-trains on its N consecutive slices in turn (``task.train_loss(..., part=(i, N))``); each slice's mean is
+trains on its N consecutive slices in turn (``task.train_loss(..., part=(i, N))``; a streamed image folder
+prepares and slices this rank's rows of it, training_tasks.py); each slice's mean is
 weighted by its share of the whole batch's targets, so the summed gradient is the gradient of the whole
 batch's mean, up to the order of floating-point sums. Under DDP the gradients are all-reduced once, on
 the last slice (``no_sync`` before it).

@@ -3,14 +3,17 @@ DeiT recipe's settings (random resized crop, horizontal flip, RandAugment by ``a
 erasing by ``random_erasing``, bicubic), in place of the built-in flip and shift when either is set.
 
     transform = TimmAugmentation(config, size, mean, std)
-    images = transform(images, seed)     # (B, C, H, W) standardised -> (B, C, H, W) standardised
+    images = transform(images, seeds)    # (B, C, H, W) standardised -> (B, C, H, W) standardised, a seed per image
+    image = transform.pixels(pixels, seed)   # one uint8 (3, H, W) image -> (3, H, W) standardised
 
 The harness holds images standardised by the training subset's per-channel statistics (datasets.py);
 each image goes back to uint8 pixels, through timm's PIL transforms and their Normalize with those same
 statistics, so the model sees the scale it is evaluated on. Grey images pass through as RGB and come back
 as their first channel. timm draws from Python's, numpy's and torch's global generators: all three are
-seeded with ``seed`` (the run's seed and step) for the batch and restored after, so a resumed run draws
-the same.
+seeded for each image with its own seed, :func:`image_seed` of (the run's seed, the step, the image's
+position in the global batch), and restored after. So a resumed run draws the same, and an image draws the
+same whichever process augments it: the in-memory batch here, or a worker of a streamed folder that decodes
+that image alone on one rank (harness/training/streaming.py).
 
 Pillow 10 and later refuse ``ImageOps.posterize`` with 0 bits, which timm's RandAugment asks for at the
 ends of its magnitude range (e.g. magnitude 10 under "inc1", reachable with "mstd0.5"); earlier Pillow
@@ -19,6 +22,7 @@ draws what timm intended instead of failing mid-run.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 
 import torch
@@ -38,13 +42,18 @@ class TimmAugmentation:
             mean=rgb(self.mean), std=rgb(self.std))
         _allow_zero_bit_posterize(self.transform)
 
-    def __call__(self, images: torch.Tensor, seed: int) -> torch.Tensor:
-        from PIL import Image
-
+    def __call__(self, images: torch.Tensor, seeds: list[int]) -> torch.Tensor:
+        """(B, C, H, W) standardised images, each augmented with its seed of ``seeds`` -> (B, C, H, W)."""
         channels = images.shape[1]
         pixels = (images * self.std[:, None, None] + self.mean[:, None, None]).mul(255).round().clamp(0, 255)
         pixels = pixels.to(torch.uint8).expand(-1, 3, -1, -1) if channels == 1 else pixels.to(torch.uint8)  # (B, 3, H, W)
+        return torch.stack([self.pixels(image, seed) for image, seed in zip(pixels, seeds, strict=True)])[:, :channels]
+
+    def pixels(self, image: torch.Tensor, seed: int) -> torch.Tensor:
+        """One uint8 (3, H, W) image through timm's transform, every global generator seeded with ``seed``
+        and restored after: (3, H, W) standardised with this transform's statistics."""
         import numpy as np
+        from PIL import Image
 
         state, numpy_state = random.getstate(), np.random.get_state()
         random.seed(seed)
@@ -52,11 +61,17 @@ class TimmAugmentation:
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                out = [self.transform(Image.fromarray(image.permute(1, 2, 0).numpy())) for image in pixels]
+                return self.transform(Image.fromarray(image.permute(1, 2, 0).numpy()))
         finally:
             random.setstate(state)
             np.random.set_state(numpy_state)
-        return torch.stack(out)[:, :channels]  # (B, C, H, W)
+
+
+def image_seed(seed: int, step: int, position: int) -> int:
+    """The seed of the image at ``position`` of the global batch of ``step`` in a run seeded ``seed``: 63 bits
+    of SHA-256 of the three (not a counter: seeds of neighbouring images share no structure)."""
+    digest = hashlib.sha256(f"{seed},{step},{position}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def _posterize(img, bits_to_keep, **_):

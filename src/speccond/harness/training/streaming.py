@@ -19,7 +19,13 @@ The run is the run the in-memory task would train, step for step:
 - the normalisation is per channel over the training subset, as the in-memory task's, from exact integer sums
   of the pixels (so the same on any number of ranks; it differs from the in-memory float32 statistics in the
   last bits only), and is cached beside the folder's other data under the folder's key;
-- augmentation draws the same random numbers for the global batch and applies this rank's rows of them.
+- augmentation draws the same random numbers for the global batch and applies this rank's rows of them;
+  timm's (``auto_augment``, ``random_erasing``: image_transforms.py) runs in the loader's workers, each image
+  with its own seed, ``image_seed(run seed, step, its position in the global batch)``, the seed the in-memory
+  task gives it, and with the streamed statistics below.
+
+Mixing (timm's Mixup, CutMix, label smoothing) and gradient accumulation act on this rank's rows
+(training_tasks.py's Supervised.train_loss).
 """
 from __future__ import annotations
 
@@ -37,23 +43,49 @@ from speccond.data import image_folder
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks.datasets import check_sizes, indices_sha256, split_indices
 from speccond.harness.training.distributed import Context
+from speccond.harness.training.image_transforms import TimmAugmentation, image_seed
 
 
-class RankBatches(Sampler[list[int]]):
+class RankBatches(Sampler[list]):
     """This rank's rows (``rank::world``) of each global batch of an epoch, from batch ``start`` on: the batches
-    of train.py's loop, whose order is ``randperm(samples, seed * 1000 + epoch)``."""
+    of train.py's loop, whose order is ``randperm(samples, seed * 1000 + epoch)``. With ``seeded`` each row is
+    (example, its augmentation seed): ``image_seed(seed, step, its position in the global batch)``."""
 
-    def __init__(self, samples: int, batch_size: int, seed: int, epoch: int, start: int, context: Context):
+    def __init__(self, samples: int, batch_size: int, seed: int, epoch: int, start: int, context: Context,
+                 seeded: bool = False):
         self.samples, self.batch_size, self.seed, self.epoch, self.start = samples, batch_size, seed, epoch, start
-        self.rank, self.world = context.rank, context.world
+        self.rank, self.world, self.seeded = context.rank, context.world, seeded
 
     def __len__(self) -> int:
         return max(0, math.ceil(self.samples / self.batch_size) - self.start)
 
     def __iter__(self):
         order = torch.randperm(self.samples, generator=torch.Generator().manual_seed(self.seed * 1000 + self.epoch))
+        steps_per_epoch = math.ceil(self.samples / self.batch_size)
         for index in range(self.start, self.start + len(self)):
-            yield order[index * self.batch_size : (index + 1) * self.batch_size][self.rank :: self.world].tolist()
+            batch = order[index * self.batch_size : (index + 1) * self.batch_size].tolist()
+            positions = range(self.rank, len(batch), self.world)
+            if self.seeded:
+                step = self.epoch * steps_per_epoch + index
+                yield [(batch[p], image_seed(self.seed, step, p)) for p in positions]
+            else:
+                yield [batch[p] for p in positions]
+
+
+class AugmentedImages(torch.utils.data.Dataset):
+    """Item ``(i, seed)``: image ``i`` of ``images`` through timm's augmentation drawn from ``seed``,
+    (3, S, S) standardised, with its label and ``i``; decoded and augmented in the loader's worker."""
+
+    def __init__(self, images: image_folder.FolderImages, augmentation: TimmAugmentation):
+        self.images, self.augmentation = images, augmentation
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int, int]:
+        index, seed = key
+        pixels, label, _ = self.images[index]  # uint8 (3, S, S)
+        return self.augmentation.pixels(pixels, seed), label, index
 
 
 class RankShard(Sampler[int]):
@@ -87,6 +119,9 @@ class StreamedImages:
         self.samples = len(self.splits["train"])
         self.steps_per_epoch = math.ceil(self.samples / config.batch_size)
         self.mean, self.std = self._statistics(found, train_index, context)  # (1, 3, 1, 1) each
+        # timm's augmentation, when asked, with this folder's statistics (None: the built-in flip and shift)
+        self.augmentation = (TimmAugmentation(config, self.size, self.mean, self.std)
+                             if config.auto_augment or config.random_erasing else None)
         self._batches = None  # the training loader's iterator, and the step it yields next
         self._next_step = -1
 
@@ -126,15 +161,19 @@ class StreamedImages:
 
     def train_batch(self, chosen: torch.Tensor, step: int, context: Context) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's rows of the global batch ``chosen`` at ``step``: normalised (b / world, 3, S, S) images
-        and (b / world,) labels, decoded by the loader (rebuilt when a run starts or resumes, and each epoch)."""
+        and (b / world,) labels, decoded by the loader (rebuilt when a run starts or resumes, and each epoch);
+        with ``self.augmentation``, augmented by timm's transform in the loader's workers."""
         epoch, index = divmod(step, self.steps_per_epoch)
+        augmenting = self.augmentation is not None
         if step != self._next_step or index == 0:
-            sampler = RankBatches(self.samples, self.config.batch_size, self.config.seed, epoch, index, context)
-            self._batches = iter(self._loader(self.splits["train"], batch_sampler=sampler))
+            sampler = RankBatches(self.samples, self.config.batch_size, self.config.seed, epoch, index, context,
+                                  seeded=augmenting)
+            dataset = AugmentedImages(self.splits["train"], self.augmentation) if augmenting else self.splits["train"]
+            self._batches = iter(self._loader(dataset, batch_sampler=sampler))
         images, labels, indices = next(self._batches)
         self._next_step = step + 1
         assert torch.equal(indices, context.shard(chosen)), (step, indices, chosen)  # the loop's own batch
-        return self.normalise(images), labels
+        return (images if augmenting else self.normalise(images)), labels
 
     def evaluate(self, model: nn.Module, split: str, context: Context) -> dict:
         """Accuracy and mean cross-entropy over the split: each rank its shard (RankShard), the sums all-reduced."""

@@ -26,6 +26,7 @@ from speccond.harness.tasks.datasets import (
 )
 from speccond.harness.tasks.plugins import hook
 from speccond.harness.training.distributed import Context
+from speccond.harness.training.image_transforms import image_seed
 from speccond.harness.training.optimizer import adamw
 from speccond.harness.training.streaming import StreamedImages, reduced
 
@@ -114,7 +115,8 @@ class Supervised:
                                 label_smoothing=config.label_smoothing, num_classes=self.shape.classes,
                                 prob=1.0 if (config.mixup or config.cutmix) else 0.0)
         self.transform = None  # timm's training augmentation, when asked (image_transforms.py)
-        if (config.auto_augment or config.random_erasing) and self.shape.kind == "image":
+        self._prepared = (None, None, None, None)  # a streamed step's rows: (step, inputs, labels, soft targets)
+        if (config.auto_augment or config.random_erasing) and self.shape.kind == "image" and self.stream is None:
             from speccond.harness.training.image_transforms import TimmAugmentation
 
             self.transform = TimmAugmentation(config, self.data["train_x"].shape[-1], self.data["pixel_mean"],
@@ -135,18 +137,26 @@ class Supervised:
         """``part`` (i, N): the i-th of N consecutive slices of the batch, prepared whole (accumulation.py);
         its counts are then (this slice's targets on this rank, the whole global batch's targets)."""
         config = self.config
-        if self.stream is not None:  # this rank's rows alone are decoded, normalised and augmented
-            inputs, labels = self.stream.train_batch(chosen, step, context)  # (b / world, 3, S, S), (b / world,)
-            inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step), context, chosen.shape[0])
+        if self.stream is not None:  # this rank's rows alone are decoded, normalised, augmented and mixed
+            inputs, labels, soft = self._stream_rows(chosen, step, context, part)
+            if part != (0, 1):  # (b / world / N, ...) the i-th consecutive slice of this rank's rows
+                rows = torch.tensor_split(torch.arange(inputs.shape[0]), part[1])[part[0]]
+                inputs, labels = inputs[rows], labels[rows]
+                soft = None if soft is None else soft[rows]
             inputs = inputs.to(context.device)
             if self.channels_last:
                 inputs = inputs.contiguous(memory_format=torch.channels_last)
-            local_mean = F.cross_entropy(model(inputs), labels.to(context.device))
+            if soft is not None:
+                from timm.loss import SoftTargetCrossEntropy
+
+                local_mean = SoftTargetCrossEntropy()(model(inputs), soft.to(context.device))
+            else:
+                local_mean = F.cross_entropy(model(inputs), labels.to(context.device))
             return local_mean, (labels.shape[0], chosen.shape[0]), {}
         inputs = self.data["train_x"][chosen]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
         labels = self.data["train_y"][chosen]  # (b,) classes, or (b, L) tokens for mlm
         if inputs.dim() == 4 and self.transform is not None:  # timm.data.create_transform (image_transforms.py)
-            inputs = self.transform(inputs, config.seed * 10**6 + step)
+            inputs = self.transform(inputs, [image_seed(config.seed, step, p) for p in range(inputs.shape[0])])
         elif inputs.dim() == 4:
             inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
         soft = None  # (b, classes) mixed and smoothed targets, when the recipe mixes (timm.data.Mixup)
@@ -172,16 +182,41 @@ class Supervised:
             local_mean = F.cross_entropy(model(inputs), local_targets)
         return local_mean, (local_targets.shape[0], whole), {}
 
-    def mix(self, images: torch.Tensor, labels: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """timm's Mixup / CutMix with label smoothing on the global batch: (b, C, H, W) images and (b, classes)
+    def _stream_rows(self, chosen, step, context, part):
+        """This rank's rows of the streamed global batch ``chosen``, prepared whole once per step (so every
+        micro-batch of it reads the same draws): (b / world, 3, S, S) images, (b / world,) labels, and
+        (b / world, classes) soft targets or None.
+
+        The built-in flip and shift draw for the global batch and apply this rank's rows (a torchrun run
+        equals a one-process run), timm's augmentation draws per image in the loader (streaming.py). Mixing
+        is timm's Mixup over this rank's rows alone, seeded by (run seed, step, rank), as DeiT's main.py
+        mixes per GPU: one process mixes the whole batch exactly as the in-memory task does, but under
+        torchrun each rank mixes its own rows, so a run with mixup, cutmix or label smoothing differs from
+        the one-process run (other pairs and other draws), unlike every other part of a streamed run."""
+        if part[0] == 0 or self._prepared[0] != step:
+            config = self.config
+            inputs, labels = self.stream.train_batch(chosen, step, context)  # (b / world, 3, S, S), (b / world,)
+            if self.stream.augmentation is None:
+                inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step), context,
+                                 chosen.shape[0])
+            soft = None
+            if self.mixing is not None:
+                inputs, soft = self.mix(inputs, labels, config.seed * 10**6 + step, context.rank)
+            self._prepared = (step, inputs, labels, soft)
+        return self._prepared[1:]
+
+    def mix(self, images: torch.Tensor, labels: torch.Tensor, seed: int, rank: int = 0
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """timm's Mixup / CutMix with label smoothing on the batch: (b, C, H, W) images and (b, classes)
         soft targets. timm draws from numpy's global generator, so it is seeded per step here: a run is the
-        same whether or not it was resumed."""
+        same whether or not it was resumed. ``rank`` > 0 (a streamed folder's rows of another rank) seeds
+        it with (seed, rank) instead, so each rank draws its own."""
         import numpy as np
 
         from timm.data.mixup import mixup_target
 
         state = np.random.get_state()
-        np.random.seed(seed % 2**32)
+        np.random.seed(seed % 2**32 if rank == 0 else [seed % 2**32, rank])
         try:
             if images.shape[0] % 2 == 0:
                 return self.mixing(images, labels)
@@ -215,12 +250,10 @@ def training_task(config: TrainConfig, context: Context | None = None) -> Traini
     """The TrainingTask of ``config.task``, its data loaded (``context``: the ranks its evaluation is sharded
     over; one process when None). Settings the task would not use are refused, not ignored
     (datasets.check_task_settings: mixing, timm's augmentation, channels_last, workers); gradient accumulation
-    slices the batches of Supervised tasks held in memory only."""
+    slices the batches of Supervised tasks only (held in memory or streamed)."""
     check_task_settings(config)
     found = task_class(config)
-    streamed = is_image_folder(config.task) and streams(config.task)
-    if config.accumulate_steps > 1 and (found is not Supervised or streamed):
-        raise ValueError(f"TrainConfig.accumulate_steps slices batches of classification and mlm tasks held in memory; "
-                         f"task {config.task!r} " + ("streams its images" if streamed else "trains its own way")
-                         + ": leave accumulate_steps at 1")
+    if config.accumulate_steps > 1 and found is not Supervised:
+        raise ValueError(f"TrainConfig.accumulate_steps slices batches of classification and mlm tasks; task "
+                         f"{config.task!r} trains its own way: leave accumulate_steps at 1")
     return found(config, context) if found is Supervised else found(config)
