@@ -155,3 +155,20 @@ def test_torchrun_compare_of_a_recipe_reports_what_one_process_reports(images, t
     one, two = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("single", "double"))
     rows = [[(r["method"], r["seed"], r["accuracy"], round(r["loss"], 4)) for r in report["runs"]] for report in (one, two)]
     assert rows[0] == rows[1] and len(rows[0]) == 1
+
+
+def test_the_glue_recipe_fine_tunes_at_smoke_size_on_a_parquet_file_of_text(tmp_path, monkeypatch):
+    """crammed_bert_glue's parts (BERT, timm's AdamW and cosine schedule, its weight decay) on the user's own texts
+    in parquet (a text: task, data/text_files.py) instead of a built-in GLUE-like task: it trains and reports."""
+    pytest.importorskip("pyarrow")
+    from tests.test_text_files import rows, write
+
+    folder = write(tmp_path / "texts", "parquet", {"train": rows(80, 0), "test": rows(40, 1)})
+    task = f"text:{folder}?text=sentence&text_pair=other&label=label&width=24&vocab=120"
+    out = tmp_path / "out"
+    assert compare(["--recipe", "crammed_bert_glue", "--smoke", "--task", task, "--methods", "baseline,spectral",
+                    "--seeds", "1", "--out", str(out)], monkeypatch, tmp_path / "data") == 0
+    recorded = json.loads((out / "spectral" / "seed-0" / "config.json").read_text())["config"]
+    assert (recorded["task"], recorded["model"], recorded["optimizer"], recorded["scheduler"]) == (
+        task, "bert", "timm:adamw", "timm:cosine")
+    assert (out / "results.md").read_text().startswith(f"# speccond report: {task}")

@@ -184,7 +184,8 @@ def crammed_bert_mlm(smoke: bool) -> list[str]:
 
 def crammed_bert_glue(smoke: bool) -> list[str]:
     """Fine-tuning crammed_bert_mlm's encoders on a GLUE-like task (``--task glue-sentiment``, the default, or
-    glue-fact, glue-pairs, glue-hyperbaton: the harness's built-in ones, not GLUE itself), each method from
+    glue-fact, glue-pairs, glue-hyperbaton: the harness's built-in ones, not GLUE itself; or your own texts,
+    ``--task "text:DIR?text=COLUMN&label=COLUMN"`` over parquet, CSV or a saved dataset), each method from
     its own pre-training run (``init_from=runs/crammed-mlm/{method}/seed-0``), batch 32, lr 1e-4, 5 epochs;
     the paper: GLUE average 78.6 -> 79.4.
 
