@@ -160,6 +160,15 @@ def opened(kept: Path) -> Iterator[Path]:
         yield folder
 
 
+def kept_list(kept: Path, pretraining: bool = False) -> list[str]:
+    """Every run KEPT holds (only finished runs are kept), packed or not, as <stage>/<arm>/seed-<k> (with
+    ``pretraining``: <arm>/seed-<k>); none when KEPT is neither a folder nor an archive."""
+    with opened(kept) as folder:
+        runs = sorted(folder.glob("*/seed-*")) if pretraining else sorted(
+            [*folder.glob("tune/*/seed-*"), *folder.glob("final/*/seed-*")])
+        return [run.relative_to(folder).as_posix() for run in runs]
+
+
 def keep(out: Path, kept: Path, pretraining: bool = False) -> list[Path]:
     """Copy the kept files of every finished run under OUT into KEPT (a final run with its kappa.json, a
     pre-training run, with PRETRAINING, with its kappa.json and encoder); returns the runs newly kept. Raises
@@ -243,11 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "pack":
             print(f"packed into {pack(args.kept)} and {manifest_of(args.kept)}")
             return 0
-        if args.action == "list":  # every kept run, as <stage>/<arm>/seed-<k> (or <arm>/seed-<k>)
-            with opened(args.kept) as folder:  # every run folder KEPT holds (only finished runs are kept)
-                runs = sorted(folder.glob("*/seed-*")) if args.pretraining else sorted(
-                    [*folder.glob("tune/*/seed-*"), *folder.glob("final/*/seed-*")])
-                print("".join(f"{run.relative_to(folder).as_posix()}\n" for run in runs), end="")
+        if args.action == "list":
+            print("".join(f"{run}\n" for run in kept_list(args.kept, args.pretraining)), end="")
             return 0
         if args.action == "keep":
             runs = keep_packed(args.out, args.kept, args.pretraining)
