@@ -42,10 +42,10 @@ def get_config(smoke: bool = False) -> Protocol:
         speccond protocol plan fair tier1               # what each task would do here: skip, resume or tune
         speccond protocol publish fair                  # tables and kept runs into docs/results/protocol-*
 
-    Expected run time (docs/RESULTS.md): one task at a time, two runs side by side on two cores; the
-    language stage alone about 13 hours (its pre-training three sessions). Every task's final table is
-    committed (docs/results/protocol-*/final/holm.json owes no run), so on this checkout every task is
-    skipped in seconds.
+    Expected run time: one task at a time, two runs side by side on two cores; the language stage alone
+    about 13 hours (docs/RESULTS.md), longer than a session, hence its kept encoders. Every task's final
+    table is committed (docs/results/protocol-*/final/holm.json owes no run), so on this checkout every
+    task is skipped in seconds (tests/test_protocol_runner.py, the "committed" scenarios).
 
     ``smoke``: every task at one lr, one tuning seed, one final seed and one epoch (tests only).
     """
