@@ -125,6 +125,8 @@ class Runner:
                 raise ValueError(f"no committed choice at {self.results}/{self.protocol.choice_prefix}{task.name}/"
                                  f"choice.json: run the GPU instance's tuning of {task.name} first")
             return ["--choice", path]
+        if self.protocol.family == "width64":  # its own choice comes from its (restored) tuning runs
+            return []
         own = self.committed_choice(task.name)
         if own or not task.choice_of:
             return ["--choice", own] if own else []
