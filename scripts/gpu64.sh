@@ -20,9 +20,7 @@ py=${SPECCOND_PYTHON:-python3}
 export SPECCOND_PYTHON="$py" SPECCOND_DATA="${SPECCOND_DATA:-/tmp/speccond-data}" OMP_NUM_THREADS=1
 export PYTHONPATH="${SPECCOND_SRC:-$PWD/src}" PYTHONUNBUFFERED=1
 if [ "${SMOKE:-0}" = 1 ]; then
-  export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} ARMS64=baseline,spectral
-  export EXTRA64="--lrs 1e-3 --final-seeds 1 --set train_size=6400 --set test_size=256 --set depth=1 --set epochs=1"
-  export PILOT_EXTRA64="--set train_size=6400 --set test_size=256 --set depth=1"
+  export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} SMOKE64=1  # harness/protocol/experiments/width64.py, smoke=True
   pilots="1 2"
 else
   export PROTOCOL64_DEVICE=cuda JOBS=${JOBS:-12}
