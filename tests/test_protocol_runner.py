@@ -165,3 +165,17 @@ def test_run_says_what_is_finished_what_is_left_and_what_runs_now():
     assert said[1] == "fashion-mnist: every final run is in docs/results/protocol-fashion-mnist/final; skipped"
     assert said[2] == "[fair] 1 of 4 finished (fashion-mnist); now: cifar10; left: lra-listops, detection"
     assert said[-1] == "[fair] 4 of 4 finished: fashion-mnist, cifar10, lra-listops, detection"
+
+
+def test_the_runner_calls_its_own_interpreter_with_one_openmp_thread_as_the_scripts_did(tmp_path, monkeypatch):
+    """Every call is ``sys.executable -m ...`` in the checkout (never a .venv path), with OMP_NUM_THREADS=1
+    whatever the caller's environment says, as scripts/protocol.sh and protocol64.sh exported it."""
+    from speccond.harness.protocol.experiments.runner import interpreter_call
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    probe = ("import os, sys; from pathlib import Path; "
+             "sys.exit(0 if (os.environ['OMP_NUM_THREADS'], Path.cwd().name) == ('1', 'checkout') else 5)")
+    (tmp_path / "checkout").mkdir()
+    assert interpreter_call(tmp_path / "checkout")(["-c", probe], None, None) == 0
+    assert interpreter_call(tmp_path / "checkout")(["-c", "import sys; sys.exit(sys.executable != %r)" % sys.executable],
+                                                   None, tmp_path / "log") == 0

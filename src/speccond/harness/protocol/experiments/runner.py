@@ -35,9 +35,11 @@ class Stopped(Exception):
 
 
 def interpreter_call(root: Path) -> Call:
-    """Runs ``sys.executable ARGV`` in ``root`` (output to ``log`` when given, else inherited)."""
+    """Runs ``sys.executable ARGV`` in ``root`` (output to ``log`` when given, else inherited), with one
+    OpenMP thread as every protocol's runs had (the scripts exported OMP_NUM_THREADS=1; --jobs divides the
+    cores between runs, and config.json records the arithmetic)."""
     def call(argv: list, env: Optional[dict] = None, log: Optional[Path] = None) -> int:
-        environment = {**os.environ, **(env or {})}
+        environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
         if log is None:
             return subprocess.run([sys.executable, *argv], cwd=root, env=environment).returncode
         with open(log, "w") as stream:
