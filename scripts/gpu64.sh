@@ -63,7 +63,7 @@ if [ "$status" = 0 ]; then
   fi
   tuned="$runs/tune64-${inst}fashion-mnist"
   gap=$("$py" -c "
-from pathlib import Path; from speccond.harness.protocol.tuning import outcome
+from pathlib import Path; from speccond.harness import outcome
 pilot, base = outcome(Path('$pilot_dir'), 'val'), outcome(Path('$tuned/tune/baseline-lr=0.001/seed-0'), 'val')
 print('none' if pilot is None or base is None else f'{100 * (pilot - base):.2f} {int(pilot - base > 0.01)}')")
   say "plateau rule: the $first-epoch pilot minus the 5-epoch baseline at lr 1e-3 = ${gap% *} points"
