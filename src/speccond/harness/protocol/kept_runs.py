@@ -8,8 +8,8 @@ finished run under OUT, tuning runs (OUT/tune) and final runs (OUT/final), into 
 copies them back into OUT for every run OUT does not have, where ``tuning.outcome`` reads them as finished
 and ``speccond tune`` skips them.
 
-    .venv/bin/python -m speccond.harness.protocol.kept_runs keep runs/tune-lra-listops docs/results/protocol-lra-listops/kept
-    .venv/bin/python -m speccond.harness.protocol.kept_runs restore runs/tune-lra-listops docs/results/protocol-lra-listops/kept
+    python -m speccond.harness.protocol.kept_runs keep runs/tune-lra-listops docs/results/protocol-lra-listops/kept
+    python -m speccond.harness.protocol.kept_runs restore runs/tune-lra-listops docs/results/protocol-lra-listops/kept
 
 The language protocol's pre-training runs (``speccond compare`` folders, OUT/<arm>/seed-<k>) are kept the same
 way with ``--pretraining``, and with the one thing of their checkpoint that fine-tuning reads: the encoder's
@@ -17,7 +17,7 @@ tensors (encoder.safetensors, about 6 MB for the language preset's BERT, with en
 pretrained.write_kept_encoder, read by pretrained.load_pretrained). ``speccond train`` and ``compare`` return a
 restored run's final row without training it again (train.train_run).
 
-    .venv/bin/python -m speccond.harness.protocol.kept_runs keep --pretraining runs/protocol-mlm docs/results/protocol-mlm/kept
+    python -m speccond.harness.protocol.kept_runs keep --pretraining runs/protocol-mlm docs/results/protocol-mlm/kept
 
 A final run's report also reads its kappa at the end, which an untracked run computes from its checkpoint:
 a kept final run carries that figure in kappa.json (runs.write_kept_kappa), written while the checkpoint
@@ -31,7 +31,7 @@ folder (deterministically: the same records give the same bytes) and removes the
 ``restore`` read a packed KEPT through :func:`opened`, which checks the archive and every member against the
 manifest before anything is read, and ``keep`` packs again what it added to.
 
-    .venv/bin/python -m speccond.harness.protocol.kept_runs pack docs/results/protocol-lra-listops/kept
+    python -m speccond.harness.protocol.kept_runs pack docs/results/protocol-lra-listops/kept
 """
 from __future__ import annotations
 
