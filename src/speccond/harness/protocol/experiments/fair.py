@@ -41,6 +41,7 @@ def get_config(smoke: bool = False) -> Protocol:
         speccond protocol run fair tier1 --jobs 2       # then tier2, then language
         speccond protocol plan fair tier1               # what each task would do here: skip, resume or tune
         speccond protocol publish fair                  # tables and kept runs into docs/results/protocol-*
+                                                        # (manifests folded into docs/results/kept-archives.json)
 
     Expected run time: one task at a time, two runs side by side on two cores; the language stage alone
     about 13 hours (docs/RESULTS.md), longer than a session, hence its kept encoders. Every task's final

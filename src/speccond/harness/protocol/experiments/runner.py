@@ -162,8 +162,14 @@ class Runner:
             self.pack(kept)
 
     def pack(self, kept: str) -> None:
+        """Pack a kept folder into KEPT.tar.xz (kept_runs.py). The fair protocol then folds the manifest that
+        pack leaves beside the archive into RESULTS/kept-archives.json, the index the repository commits
+        (docs/RESULTS_LAYOUT.md); the width-64 protocol leaves it beside, so that a folder published on
+        another machine travels whole (fold it before committing)."""
         if self.here(kept).is_dir():
             self._run(["-m", KEPT, "pack", kept])
+        if self.protocol.family == "fair" and self.here(f"{kept}.manifest.json").is_file():
+            self._run(["-m", KEPT, "fold", self.results])  # its line (or its refusal) is shown
 
     # ---- one task
     def tune(self, task: TuneTask, report: bool = False) -> None:
@@ -317,7 +323,8 @@ class Runner:
                 continue
             target = self.here(self.published(task.name))
             target.mkdir(parents=True, exist_ok=True)
-            _copy(out, target, ("tuning.md", "tuning.png", "choice.json"))
+            _copy(out, target, ("tuning.png", "choice.json"))
+            _publish_table(out, target)
             # a final table is committed once every final run has finished: a partial one never reads as a result
             if self.complete(f"{self.out(task.name)}/final/holm.json"):
                 (target / "final").mkdir(exist_ok=True)
@@ -347,7 +354,8 @@ class Runner:
                 continue
             self.tune(task, report=True)
             dest.mkdir(parents=True, exist_ok=True)
-            _copy(out, dest, ("tuning.md", "tuning.png", "choice.json"))
+            _copy(out, dest, ("tuning.png", "choice.json"))
+            _publish_table(out, dest)
             self.kept(task.name, "keep")
         runs = self.here(self.runs)
         for pilot in sorted(runs.glob(f"{self.protocol.runs_prefix}pilot*")) if runs.is_dir() else []:
@@ -360,6 +368,15 @@ class Runner:
             for checkpoints in sorted(dest.rglob("checkpoints"), reverse=True):
                 if checkpoints.is_dir():
                     shutil.rmtree(checkpoints)
+
+
+def _publish_table(out: Path, target: Path) -> None:
+    """The tuning table is published only until there is a choice: choice.json holds it, and
+    protocol/tuning_table.py makes it again byte for byte, so a table left beside a choice is removed."""
+    if (out / "choice.json").is_file():
+        (target / "tuning.md").unlink(missing_ok=True)
+    elif (out / "tuning.md").is_file():
+        shutil.copyfile(out / "tuning.md", target / "tuning.md")
 
 
 def _copy(source: Path, target: Path, names: tuple, required: bool = False) -> None:

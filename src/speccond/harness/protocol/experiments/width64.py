@@ -6,6 +6,10 @@ Instances, each with its own folders (runs/tune64-<instance>NAME, docs/results/p
 ``cpu`` (no prefix), ``gpu`` ("gpu-": ``--set device=cuda``, checkpoints at the end only), ``gpuchoice``
 ("gpuchoice-": the CPU's final runs at the GPU instance's committed choice, no tuning run); and at
 ``epochs=10`` (the plateau rule's branch, "10ep-" after the instance).
+
+``speccond protocol publish width64...`` leaves each kept archive's manifest beside it, so a folder published
+on another machine travels whole; fold it into docs/results/kept-archives.json before committing it:
+``python -m speccond.harness.protocol.kept_runs fold docs/results`` (docs/RESULTS_LAYOUT.md).
 """
 from __future__ import annotations
 
