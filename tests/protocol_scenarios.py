@@ -1,12 +1,17 @@
 """The protocol scenarios tests/test_protocol_runner.py replays: each a checkout state (which committed
 records there are, which runs this machine has), a command of the shell scripts that ran the protocols
-before `speccond protocol` (scripts/protocol.sh, scripts/protocol64.sh at commit 620cac9), and what that
-command did there, recorded in tests/data/protocol_scenarios.json: every call of the interpreter, its
-output, its exit status and the files it left under docs/results.
+before `speccond protocol` (scripts/protocol.sh, scripts/protocol64.sh at commit d6cbbb7, with the
+docs/results layout of docs/RESULTS_LAYOUT.md: kept archives' manifests in docs/results/kept-archives.json,
+folded there by protocol.sh after it packs; a tuning table published only until there is a choice), and
+what that command did there, recorded in tests/data/protocol_scenarios.json: every call of the
+interpreter, its output, its exit status and what it changed under docs/results (each file it added or
+changed with its sha256, each file it removed as null; the state itself is rebuilt by :func:`setup`).
 
 The record was made by running those scripts under a stand-in interpreter that logs its arguments and
-runs only the read-only calls (`python tests/protocol_scenarios.py OLD_SCRIPTS_DIR`): training, reporting,
-keeping and packing were recorded, not run, so the record holds exactly what the scripts asked for.
+runs only the read-only calls (`python tests/protocol_scenarios.py OLD_SCRIPTS_DIR`, OLD_SCRIPTS_DIR
+holding protocol.sh, protocol64.sh, python_env.sh and best_peer.py as `git show d6cbbb7:scripts/NAME`
+gives them): training, reporting, keeping, packing and folding were recorded, not run, so the record holds
+exactly what the scripts asked for.
 """
 from __future__ import annotations
 
@@ -30,7 +35,10 @@ FAIR_TASKS = ("fashion-mnist", "cifar10", "lra-listops", "detection", "cifar10-s
 
 def _copy_results(checkout: Path, names, parts=None) -> None:
     """docs/results/protocol*-NAME of this repository into ``checkout``: the small files copied, the packed
-    kept archives linked (read only: nothing a scenario does writes them); ``parts``: only these files."""
+    kept archives and their index (kept-archives.json) linked (read only: nothing a scenario does writes
+    them; fold is recorded, not run); ``parts``: only these files."""
+    if parts is None:
+        (checkout / "docs" / "results" / "kept-archives.json").symlink_to(ROOT / "docs" / "results" / "kept-archives.json")
     for name in names:
         source = ROOT / "docs" / "results" / name
         for path in sorted(source.rglob("*")):
@@ -59,9 +67,16 @@ def setup(state: str, checkout: Path) -> None:
                "protocol64-gpu-pilot30ep", "protocol64-pilot"]
     if state == "committed":  # this repository's records: every fair task has finished
         _copy_results(checkout, [*fair, "protocol-mlm", *width64])
-    elif state in ("choices", "choices-runs"):  # the choices only: the final runs are owed
+    elif state in ("choices", "choices-runs", "choices-unpacked"):  # the choices only: the final runs are owed
         _copy_results(checkout, fair, parts={"choice.json"})
-        if state == "choices-runs":  # and some runs on this machine, for publish
+        if state == "choices-unpacked":  # kept folders not packed yet, one with a manifest left beside its
+            # archive (a folder published by another machine), and a tuning table beside a choice (an older checkout)
+            for name in ("protocol-fashion-mnist", "protocol-cifar10", "protocol-mlm"):
+                _write(checkout, f"docs/results/{name}/kept/tune/baseline-lr=1e-3/seed-0/config.json")
+            for name in ("protocol-fashion-mnist", "protocol-mlm"):
+                _write(checkout, f"docs/results/{name}/kept.manifest.json", "{}\n")
+            _write(checkout, f"docs/results/{fair[0]}/tuning.md", "an older table\n")
+        if state in ("choices-runs", "choices-unpacked"):  # and some runs on this machine, for publish
             for name in ("tuning.md", "tuning.png", "choice.json", "final/holm.md", "final/results.md",
                          "final/comparison.png"):
                 _write(checkout, f"runs/tune-fashion-mnist/{name}", f"fashion-mnist {name}\n")
@@ -77,9 +92,12 @@ def setup(state: str, checkout: Path) -> None:
         if state == "bare-pre0":  # the language tasks of pre-training seed 0 have chosen on this machine
             for task in ("sentiment", "fact", "pairs", "hyperbaton"):
                 _write(checkout, f"runs/tune-glue-{task}-pre0/choice.json")
-    elif state in ("width64", "width64-runs"):
+    elif state in ("width64", "width64-runs", "width64-unpacked"):
         _copy_results(checkout, width64)
-        if state == "width64-runs":
+        if state == "width64-unpacked":  # a kept folder not packed yet, beside a manifest of an earlier pack
+            _write(checkout, f"docs/results/{width64[0]}/kept/tune/baseline-lr=1e-3/seed-0/config.json")
+            _write(checkout, f"docs/results/{width64[0]}/kept.manifest.json", "{}\n")
+        if state in ("width64-runs", "width64-unpacked"):
             for instance in ("", "gpuchoice-", "gpu-"):
                 for name in ("tuning.md", "tuning.png", "choice.json"):
                     _write(checkout, f"runs/tune64-{instance}fashion-mnist/{name}", f"{instance} {name}\n")
@@ -100,6 +118,7 @@ FAIR = [(state, args, env) for state, env in (("committed", {}), ("choices", {})
                      ["tier1"], ["tier2"], ["language"])]
 FAIR += [("bare", ["list", "reduced"], {}), ("bare", ["tier1"], {}), ("bare", ["language"], {"BEST_PEER": "qk-norm"}),
          ("choices-runs", ["publish"], {}), ("choices-runs", ["report"], {}), ("committed", ["publish"], {}),
+         ("choices-unpacked", ["publish"], {}), ("choices-unpacked", ["tier1"], {}),
          ("bare", ["list", "tier3"], {}), ("bare", ["bogus"], {})]
 WIDTH64_ENVS = ({}, {"PROTOCOL64_DEVICE": "cuda"}, {"CHOICE64": "gpu"}, {"EPOCHS64": "10"},
                 {"PROTOCOL64_DEVICE": "cuda", "EPOCHS64": "10", "JOBS": "12"}, {"CHOICE64": "gpu", "JOBS": "2"})
@@ -114,7 +133,7 @@ WIDTH64 += [("width64", ["pilot"], {"PILOT_EPOCHS": "30", "PROTOCOL64_DEVICE": "
             ("width64", ["mnist"], {}),
             ("width64-runs", ["publish"], {}), ("width64-runs", ["publish"], {"CHOICE64": "gpu"}),
             ("width64-runs", ["publish"], {"PROTOCOL64_DEVICE": "cuda"}),
-            ("width64-runs", ["publish"], {"EPOCHS64": "10"})]
+            ("width64-runs", ["publish"], {"EPOCHS64": "10"}), ("width64-unpacked", ["publish"], {})]
 SCENARIOS = [("protocol.sh", *s) for s in FAIR] + [("protocol64.sh", *s) for s in WIDTH64]
 PASSED = ("BEST_PEER", "XCA_PEER", "JOBS", "PROTOCOL64_DEVICE", "CHOICE64", "EPOCHS64", "PILOT_EPOCHS",
           "ARMS64", "EXTRA64", "PILOT_EXTRA64", "RUNS64", "KEPT64")  # what a scenario may set
@@ -132,6 +151,13 @@ def tree(checkout: Path) -> dict[str, str]:
     return files
 
 
+def changes(before: dict[str, str], after: dict[str, str]) -> dict[str, str | None]:
+    """What a command changed under docs/results, from :func:`tree` before and after it: each file added or
+    changed, with its new sha256 (or "link"), and each file removed, as None."""
+    return {**{path: digest for path, digest in after.items() if before.get(path) != digest},
+            **{path: None for path in before if path not in after}}
+
+
 def _capture(old_scripts: Path, script: str, state: str, args: list[str], env: dict, work: Path) -> dict:
     checkout = work / "checkout"
     shutil.rmtree(checkout, ignore_errors=True)
@@ -147,15 +173,17 @@ def _capture(old_scripts: Path, script: str, state: str, args: list[str], env: d
     log.write_text("")
     fake = work / "fakepy"
     fake.write_text(f"""#!/bin/sh
-{{ for a in "$@"; do printf '%s\\037' "$a"; done; printf '\\n'; }} >> "$CAPTURE_LOG"
+line=$(for a in "$@"; do printf '%s\\037' "$a"; done)  # one write a call: the pre-training chains log side by side
+printf '%s\\n' "$line" >> "$CAPTURE_LOG"
 case "$1 $2 $3" in
   "-m speccond tune"|"-m speccond compare"|"-m speccond report") exit 0 ;;
   "-m speccond.harness.protocol.kept_runs keep"|"-m speccond.harness.protocol.kept_runs restore") exit 0 ;;
-  "-m speccond.harness.protocol.kept_runs pack") exit 0 ;;
+  "-m speccond.harness.protocol.kept_runs pack"|"-m speccond.harness.protocol.kept_runs fold") exit 0 ;;
 esac
 exec {sys.executable} "$@"
 """)
     fake.chmod(0o755)
+    before = tree(checkout)
     environment = {key: value for key, value in os.environ.items() if key not in PASSED}
     environment.update(env, SPECCOND_PYTHON=str(fake), CAPTURE_LOG=str(log), SPECCOND_SRC=str(ROOT / "src"))
     result = subprocess.run(["sh", f"scripts/{script}", *args], cwd=checkout, env=environment,
@@ -164,11 +192,11 @@ exec {sys.executable} "$@"
         if (checkout / "runs").is_dir() else []
     calls = [line.split("\037")[:-1] for line in log.read_text().splitlines()]
     return {"script": script, "state": state, "args": args, "env": env, "rc": result.returncode,
-            "stdout": result.stdout, "stderr": result.stderr, "logs": logs,
+            "stdout": result.stdout, "stderr": result.stderr,
             "log_text": {p: (checkout / p).read_text() for p in logs},
             "calls": [c for c in calls if c[:2] in (["-m", "speccond"], ["-m", "speccond.harness.protocol.kept_runs"])
                       and c[2] != "list"],
-            "tree": tree(checkout)}
+            "changes": changes(before, tree(checkout))}
 
 
 if __name__ == "__main__":
@@ -178,5 +206,6 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
         record = [_capture(old, *scenario, Path(folder)) for scenario in SCENARIOS]
     RECORD.parent.mkdir(exist_ok=True)
-    RECORD.write_text(json.dumps(record, indent=1) + "\n")
+    # one scenario a line, without padding: the record stays small and a change to one scenario diffs alone
+    RECORD.write_text("[\n" + ",\n".join(json.dumps(s, separators=(",", ":")) for s in record) + "\n]\n")
     print(f"{len(record)} scenarios recorded in {RECORD}")

@@ -4,7 +4,8 @@ The acceptance is equivalence: in every recorded scenario (tests/protocol_scenar
 command of the shell scripts that ran the protocols before the runner, and what it did there), the runner
 makes the same calls (the same ``speccond tune`` and ``compare`` arguments, so the same run folders and
 the same TrainConfig of every run; the same keep, restore and pack calls), prints the same plans and lists,
-stops where the scripts stopped, and leaves the same files under docs/results.
+stops where the scripts stopped, and changes the same files under docs/results (the same files added,
+changed or removed, to the same bytes).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.protocol import tuning
 from speccond.harness.protocol.experiments import PROTOCOLS, protocol
 from speccond.harness.protocol.experiments.runner import Runner
-from tests.protocol_scenarios import RECORD, SMOKE64, setup, tree
+from tests.protocol_scenarios import RECORD, SMOKE64, changes, setup, tree
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads(RECORD.read_text())
@@ -67,6 +68,7 @@ def test_the_runner_makes_exactly_the_calls_and_files_the_shell_scripts_made(sce
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     setup(scenario["state"], checkout)
+    before = tree(checkout)
     calls, said = [], []
     runner, action = _runner_for(scenario, checkout, calls, said)
     expected = [call for call in scenario["calls"]]
@@ -99,7 +101,7 @@ def test_the_runner_makes_exactly_the_calls_and_files_the_shell_scripts_made(sce
     for line in "".join(scenario["log_text"].values()).splitlines():
         if line.endswith("; skipped") or line.startswith("published"):
             assert line in said, (line, said)
-    assert tree(checkout) == scenario["tree"]
+    assert changes(before, tree(checkout)) == scenario["changes"]
 
 
 def test_every_scenario_of_both_scripts_was_recorded_and_some_train():
@@ -111,6 +113,25 @@ def test_every_scenario_of_both_scripts_was_recorded_and_some_train():
             "tune64-gpu-10ep-fashion-mnist", "tune64-cifar10"} <= tuned
     assert {tuple(s["args"][:1]) for s in RECORDED} >= {("list",), ("plan",), ("tier1",), ("language",),
                                                         ("publish",), ("pilot",), ("fashion-mnist",)}
+
+
+def test_the_record_holds_the_results_layouts_fold_and_tuning_table_rule():
+    """docs/RESULTS_LAYOUT.md's two rules are in the record, so the equivalence above holds the runner to them:
+    the fair protocol folds a manifest left beside a kept archive into docs/results/kept-archives.json after it
+    packs (on publish and on a run's restore) and the width-64 one leaves it; publish removes a tuning.md
+    beside a task that has chosen, and copies one while a task has not."""
+    fold = ["-m", "speccond.harness.protocol.kept_runs", "fold", "docs/results"]
+    folding = {(s["script"], s["args"][0]) for s in RECORDED if fold in s["calls"]}
+    assert folding == {("protocol.sh", "publish"), ("protocol.sh", "tier1")}
+    unpacked64 = next(s for s in RECORDED if s["state"] == "width64-unpacked")
+    assert ["-m", "speccond.harness.protocol.kept_runs", "pack", "docs/results/protocol64-fashion-mnist/kept"] \
+        in unpacked64["calls"] and fold not in unpacked64["calls"]
+    published = [s["changes"] for s in RECORDED if s["args"] == ["publish"]]
+    table = "docs/results/{}/tuning.md".format
+    assert any(c.get(table("protocol-fashion-mnist"), "") is None for c in published)
+    assert any(c.get(table("protocol64-fashion-mnist"), "") is None for c in published)
+    assert any(c.get(table("protocol-lra-listops")) for c in published)
+    assert any(c.get(table("protocol64-cifar10")) for c in published)
 
 
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
