@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.harness.protocol.tuning_table import table_of_choice  # noqa: E402
+from speccond.harness import table_of_choice  # noqa: E402
 DOCUMENTS = ("README.md", "docs/RESULTS.md", "docs/RECOMMENDATIONS.md", "docs/GUIDE.md", "docs/MODELS.md",
              "docs/HARNESS.md", "docs/GPU.md")
 KNOWN = RESULTS / "unbacked-numbers.md"

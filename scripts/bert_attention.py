@@ -18,12 +18,7 @@ from pathlib import Path
 import torch
 
 from speccond.diagnostics import attention_entropy
-from speccond.harness.config.presets import preset
-from speccond.harness.config.train_config import TrainConfig
-from speccond.harness.models.run_model import model_for
-from speccond.harness.tasks.datasets import load_task
-from speccond.harness.training import checkpoint
-from speccond.harness.training.runs import load_model, read_run
+from speccond.harness import TrainConfig, latest_checkpoint, load_model, load_task, model_for, preset, read_run
 
 AT_INIT = {"lam = 0 (baseline)": {"method": "baseline"}, "lam = 1": {"method": "spectral", "lam": 1.0},
            "lam = 10": {"method": "spectral", "lam": 10.0}, "lam = auto": {"method": "spectral", "target_kappa": 2.0}}
@@ -40,7 +35,7 @@ def pretrained_model(folder: Path) -> torch.nn.Module | None:
     record = read_run(folder)
     if record.status != "finished" or record.config.method == "qk-norm":
         return None
-    return load_model(record.config, checkpoint.latest(folder))[0].eval()
+    return load_model(record.config, latest_checkpoint(folder))[0].eval()
 
 
 def main(folders: list[str]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.harness.protocol.tuning import best_peer, read_choice, validation_leads  # noqa: E402
+from speccond.harness import best_peer, read_choice, validation_leads  # noqa: E402
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
-from speccond.harness.reporting.report import shared_reading, write_report
+from speccond.harness import shared_reading, write_report
 
 # ImageNet-1k top-1, baseline -> spectral conditioning, as the paper reports (docs/THEORY.md section 4).
 PAPER_IMAGENET = {

@@ -12,14 +12,14 @@ import argparse
 from pathlib import Path
 
 from speccond.diagnostics.records import read_metrics
-from speccond.harness.training.timing import FILE, read_timing
+from speccond.harness import TIMING_FILE, read_timing
 
 
 def used(folder: Path) -> tuple[int, int, int, float]:
     """(finished runs, unfinished runs, runs with incomplete timing, hours) over the timed runs under ``folder``."""
     finished = unfinished = incomplete = 0
     seconds = 0.0
-    for run in sorted(path.parent for path in folder.rglob(FILE)):
+    for run in sorted(path.parent for path in folder.rglob(TIMING_FILE)):
         record = read_timing(run)
         seconds += record["seconds"]
         incomplete += not record["complete"]

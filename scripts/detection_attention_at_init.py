@@ -21,10 +21,7 @@ from torch.nn.functional import normalize
 
 from speccond import data
 from speccond.diagnostics.entropy import row_entropy
-from speccond.harness.config.presets import preset
-from speccond.harness.config.train_config import TrainConfig
-from speccond.harness.models.run_model import model_for
-from speccond.harness.tasks.detection.model import IMAGE_MEAN, IMAGE_STD
+from speccond.harness import IMAGE_MEAN, IMAGE_STD, TrainConfig, model_for, preset
 
 
 def attention_logits(module, tokens: torch.Tensor) -> torch.Tensor:

@@ -20,9 +20,7 @@ py=${SPECCOND_PYTHON:-python3}
 export SPECCOND_PYTHON="$py" SPECCOND_DATA="${SPECCOND_DATA:-/tmp/speccond-data}" OMP_NUM_THREADS=1
 export PYTHONPATH="${SPECCOND_SRC:-$PWD/src}" PYTHONUNBUFFERED=1
 if [ "${SMOKE:-0}" = 1 ]; then
-  export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} ARMS64=baseline,spectral
-  export EXTRA64="--lrs 1e-3 --final-seeds 1 --set train_size=6400 --set test_size=256 --set depth=1 --set epochs=1"
-  export PILOT_EXTRA64="--set train_size=6400 --set test_size=256 --set depth=1"
+  export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} SMOKE64=1  # harness/protocol/experiments/width64.py, smoke=True
   pilots="1 2"
 else
   export PROTOCOL64_DEVICE=cuda JOBS=${JOBS:-12}
@@ -65,7 +63,7 @@ if [ "$status" = 0 ]; then
   fi
   tuned="$runs/tune64-${inst}fashion-mnist"
   gap=$("$py" -c "
-from pathlib import Path; from speccond.harness.protocol.tuning import outcome
+from pathlib import Path; from speccond.harness import outcome
 pilot, base = outcome(Path('$pilot_dir'), 'val'), outcome(Path('$tuned/tune/baseline-lr=0.001/seed-0'), 'val')
 print('none' if pilot is None or base is None else f'{100 * (pilot - base):.2f} {int(pilot - base > 0.01)}')")
   say "plateau rule: the $first-epoch pilot minus the 5-epoch baseline at lr 1e-3 = ${gap% *} points"

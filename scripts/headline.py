@@ -28,10 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.diagnostics.plot import save_figure  # noqa: E402
-from speccond.harness.protocol.tuning import ARM_NAMES as ARMS, PEERS  # noqa: E402
-from speccond.harness.reporting.final_table import final_table, lr_text, read_final_table  # noqa: E402
-from speccond.harness.reporting.numbers import METRIC_NAMES  # noqa: E402
-from speccond.harness.reporting.stats import Interval, family, mean_interval  # noqa: E402
+from speccond.harness import ARM_NAMES as ARMS, PEERS  # noqa: E402
+from speccond.harness import METRIC_NAMES, Interval, family, final_table, lr_text, mean_interval, read_final_table  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "headline.md"

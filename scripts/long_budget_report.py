@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.diagnostics.records import read_metrics  # noqa: E402
-from speccond.harness.reporting.final_table import final_table, write_final_record  # noqa: E402
-from speccond.harness.reporting.stats import mean_interval, paired_difference  # noqa: E402
+from speccond.harness import final_table, mean_interval, paired_difference, write_final_record  # noqa: E402
 
 REFERENCE = "baseline"
 COLLAPSED = "spectral"  # lam = 10 on q, k, v: the arm the registered reading is about

@@ -26,9 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from speccond.diagnostics.plot import save_figure  # noqa: E402
-from speccond.harness.protocol.tuning import ARM_NAMES  # noqa: E402
-from speccond.harness.reporting.final_table import read_final_table  # noqa: E402
-from speccond.harness.reporting.stats import Interval, mean_interval  # noqa: E402
+from speccond.harness import ARM_NAMES, Interval, mean_interval, read_final_table  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 OUT = RESULTS / "mechanism.md"

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.harness.reporting.stats import family  # noqa: E402
+from speccond.harness import family  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 POOLED = {"ablations (quick preset, Fashion-MNIST)": sorted(p.name for p in RESULTS.glob("ablate-*"))}

@@ -18,10 +18,7 @@ import torch
 from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
 
 from speccond.diagnostics.entropy import row_entropy
-from speccond.harness.config.presets import preset
-from speccond.harness.config.train_config import TrainConfig
-from speccond.harness.models.run_model import build_model
-from speccond.harness.tasks.datasets import load_task, task_shape
+from speccond.harness import TrainConfig, build_model, load_task, preset, task_shape
 
 
 def entropy(p: torch.Tensor) -> float:

@@ -73,7 +73,7 @@ def main() -> int:
     parser.add_argument("--command", help="the command that made the runs, where results.json records none")
     parser.add_argument("--out", type=Path, default=Path("runs/retrain"))
     args = parser.parse_args()
-    from speccond.harness.cli import main as speccond
+    from speccond.harness import speccond_main as speccond
 
     results = json.loads((args.report / "results.json").read_text())
     group, published = recorded_run(results, args.label, 0)

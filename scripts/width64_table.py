@@ -22,7 +22,7 @@ RESULTS = ROOT / "docs" / "results"
 PAGE = RESULTS / "protocol64-runs.md"
 sys.path.insert(0, str(ROOT / "src"))
 
-from speccond.harness.protocol.tuning import ARM_NAMES  # noqa: E402  (the arms' display names)
+from speccond.harness import ARM_NAMES  # noqa: E402  (the arms' display names)
 
 
 def run_summary(config: dict, rows: list[dict]) -> dict:
@@ -57,7 +57,7 @@ def run_summary(config: dict, rows: list[dict]) -> dict:
 def archive_runs(kept: Path) -> dict[str, dict]:
     """{run path inside the kept records ("tune/baseline-lr=0.001/seed-0"): its summary}, read through the
     checked archive (kept_runs.opened refuses one that differs from its manifest)."""
-    from speccond.harness.protocol.kept_runs import opened
+    from speccond.harness import opened_kept as opened
 
     with opened(kept) as folder:
         return {str(metrics.parent.relative_to(folder)): folder_run(metrics.parent)

@@ -15,9 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from speccond.harness.protocol.kept_runs import opened
-from speccond.harness.protocol.tuning import outcome
-from speccond.harness.reporting.final_table import final_table, write_final_table
+from speccond.harness import final_table, opened_kept as opened, outcome, write_final_table
 
 FOLDER = Path(__file__).resolve().parents[1] / "docs" / "results" / "xca-v-correction"
 LR = 3e-3

@@ -137,28 +137,27 @@ def test_runs_side_by_side_give_the_figures_of_runs_one_at_a_time_and_say_so(tmp
         (tmp_path / "alone" / "choice.json").read_text())
 
 
-def test_the_protocol_script_names_the_registered_arms_and_tasks_speccond_tune_accepts():
-    """scripts/protocol.sh's arms are those registered in docs/RESULTS.md (nine on the full protocol, five on
-    the reduced), each a method the harness knows with settings TrainConfig accepts, and every task of every
-    tier parses as speccond tune arguments (a typo would only show hours into the protocol)."""
-    import subprocess
+def test_the_protocol_names_the_registered_arms_and_tasks_speccond_tune_accepts():
+    """The fair protocol's arms (harness/protocol/experiments/fair.py) are those registered in docs/RESULTS.md
+    (nine on the full protocol, five on the reduced), each a method the harness knows with settings TrainConfig
+    accepts, and every task of every tier parses as speccond tune arguments (a typo would only show hours in)."""
     from pathlib import Path
 
     from speccond.harness.cli import build_parser
     from speccond.harness.methods import METHODS
+    from speccond.harness.protocol.experiments import protocol
+    from speccond.harness.protocol.experiments.runner import Runner
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "protocol.sh"
     registered = ["baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
                   "sigma-reparam", "sigma-reparam-all", "spectral-norm"]
     names = []
-    peer = {**os.environ, "BEST_PEER": "qk-norm", "SPECCOND_PYTHON": sys.executable}  # as if the full protocol had chosen it (scripts/best_peer.py)
+    runner = Runner(protocol("fair"), Path(__file__).resolve().parents[1], peer="qk-norm")  # as if the full protocol had chosen it
     for tier, count in (("tier1", 4), ("tier2", 6), ("language", 8)):
-        lines = subprocess.run(["sh", str(script), "list", tier], capture_output=True, text=True, check=True,
-                               env=peer).stdout
-        assert len(lines.splitlines()) == count
-        for line in lines.splitlines():
+        lines = runner.listing(tier)
+        assert len(lines) == count
+        for line in lines:
             name, *arguments = line.split()
-            if arguments[0] == "--choice-of":  # protocol.sh's own: take that task's choice (tune --choice FILE)
+            if arguments[0] == "--choice-of":  # the protocol's own: take that task's choice (tune --choice FILE)
                 shared, arguments = arguments[1], arguments[2:]
                 assert tier == "language" and name.endswith("-pre1") and shared == name.replace("-pre1", "-pre0")
             args = build_parser().parse_args(["tune", "--out", f"runs/tune-{name}", *arguments])
@@ -207,20 +206,14 @@ def test_the_reduced_protocol_takes_the_peer_that_leads_the_baseline_most_on_val
     assert "not a choice (KeyError: 'no validation figures at the chosen lr 0.01')" in refused.stderr
 
 
-def _protocol(*arguments: str, checkout) -> list[str]:
-    """scripts/protocol.sh's output lines in ``checkout``, a copy of the scripts run by this interpreter
-    (SPECCOND_PYTHON), with no runs/ and only the docs/results/ the test puts there (a fresh clone's view)."""
-    import shutil
-    import subprocess
-    from pathlib import Path
+def _protocol(action: str, stage: str, checkout) -> list[str]:
+    """``speccond protocol list|plan fair STAGE``'s lines in ``checkout``, with no runs/ and only the
+    docs/results/ the test puts there (a fresh clone's view), without BEST_PEER."""
+    from speccond.harness.protocol.experiments import protocol
+    from speccond.harness.protocol.experiments.runner import Runner
 
-    root = Path(__file__).resolve().parents[1]
-    (checkout / "scripts").mkdir(parents=True, exist_ok=True)
-    for script in ("protocol.sh", "python_env.sh", "best_peer.py"):
-        shutil.copy(root / "scripts" / script, checkout / "scripts" / script)
-    environment = {**{k: v for k, v in os.environ.items() if k != "BEST_PEER"}, "SPECCOND_PYTHON": sys.executable}
-    return subprocess.run(["sh", str(checkout / "scripts" / "protocol.sh"), *arguments], capture_output=True,
-                          text=True, check=True, env=environment).stdout.splitlines()
+    runner = Runner(protocol("fair"), checkout)
+    return runner.listing(stage) if action == "list" else runner.plan(stage)
 
 
 def test_a_script_without_speccond_on_its_python_says_how_to_run_it_before_anything_runs(tmp_path):

@@ -1,4 +1,4 @@
-"""Command line: ``speccond demo | inspect | plot | data prepare``."""
+"""Command line: ``speccond demo | inspect | plot | train | compare | tune | protocol | report | data``."""
 from __future__ import annotations
 
 import argparse
@@ -185,6 +185,26 @@ def build_parser() -> argparse.ArgumentParser:
                              "and --tuning-seeds, e.g. a committed docs/results/protocol-*/choice.json) instead of "
                              "the tuning runs, which a fresh clone does not have; checked before it is used")
 
+    protocols = commands.add_parser("protocol", help="a published protocol (docs/RESULTS.md), task by task, "
+                                    "resumable: run, plan, publish, list, report")
+    protocols.add_argument("action", choices=("run", "plan", "publish", "list", "report"),
+                           help="run: train what is left of a stage, task or pilot; plan: what running it would do "
+                                "here; publish: tables and kept runs into docs/results; list: each task's speccond "
+                                "tune arguments; report: tables of what has finished")
+    protocols.add_argument("name", help="the protocol: fair, width64, width64-10ep, width64-gpu, width64-gpu-10ep, "
+                                        "width64-gpuchoice (harness/protocol/experiments)")
+    protocols.add_argument("task", nargs="?", help="run: a stage (fair: tier1, full, reduced, tier2, language), a task "
+                                                   "or a pilot; plan and list: a stage")
+    protocols.add_argument("--jobs", type=positive_int, default=2, metavar="N",
+                           help="runs trained side by side (speccond tune --jobs; default 2)")
+    protocols.add_argument("--peer", help="fair: the best peer, instead of the registered rule over the full "
+                                          "protocol's choices (scripts/best_peer.py)")
+    protocols.add_argument("--xca-peer", help="fair: XCiT's peer where the best peer is qk-norm (default sigma-reparam)")
+    protocols.add_argument("--runs", default="runs", help="where the runs train, relative to the checkout (default runs)")
+    protocols.add_argument("--results", default="docs/results",
+                           help="where the records are committed, relative to the checkout (default docs/results)")
+    protocols.add_argument("--smoke", action="store_true", help="the protocol shrunk to tiny runs (tests only)")
+
     summary = commands.add_parser("report", help="tables and plots from finished runs (no training)")
     summary.add_argument("runs", nargs="+", help="comparison folders (<method>/seed-<k>/ runs) or run directories")
     summary.add_argument("--out", help="folder for results.md, results.json and plots "
@@ -221,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             _tune(args)
         elif args.command == "report":
             _report(args)
+        elif args.command == "protocol":
+            return _protocol(args)
         elif args.command == "train":
             code = _train(args)
             if code:
@@ -405,6 +427,38 @@ def _tune(args: argparse.Namespace) -> None:
         print((out / "tuning.md").read_text())
         if args.stage == "all":
             print(tuning.final(arms, choice, args.final_seeds, out, args.jobs, engine))
+
+
+def _protocol(args: argparse.Namespace) -> int:
+    """Exit status 0, or the status of the call that stopped the protocol."""
+    from speccond.harness.protocol.experiments import protocol
+    from speccond.harness.protocol.experiments.runner import Runner, Stopped
+    from pathlib import Path
+
+    chosen = protocol(args.name, smoke=args.smoke)
+    root = Path.cwd()  # the checkout: its runs/ and docs/results, as the calls name them
+    if not (root / "docs" / "RESULTS.md").is_file():
+        raise ValueError(f"speccond protocol runs in a checkout of speccond (where docs/RESULTS.md registers the "
+                         f"protocols), got {root}: cd there first")
+    if args.action in ("publish", "report") and args.task:
+        raise ValueError(f"speccond protocol {args.action} takes no task (it covers every task), got {args.task!r}")
+    runner = Runner(chosen, root, runs=args.runs, results=args.results, jobs=args.jobs, peer=args.peer,
+                    xca_peer=args.xca_peer, say=lambda line: print(line, flush=True))
+    try:
+        if args.action == "run":
+            runner.run(args.task)
+        elif args.action == "plan":
+            print("\n".join(runner.plan(args.task)))
+        elif args.action == "list":
+            print("\n".join(runner.listing(args.task)))
+        elif args.action == "report":
+            runner.report()
+        else:
+            runner.publish()
+    except Stopped as stopped:
+        print(f"speccond protocol: {stopped}", file=sys.stderr)
+        return stopped.status
+    return 0
 
 
 def _data(args: argparse.Namespace) -> None:

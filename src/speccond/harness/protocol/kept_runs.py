@@ -8,8 +8,8 @@ finished run under OUT, tuning runs (OUT/tune) and final runs (OUT/final), into 
 copies them back into OUT for every run OUT does not have, where ``tuning.outcome`` reads them as finished
 and ``speccond tune`` skips them.
 
-    .venv/bin/python -m speccond.harness.protocol.kept_runs keep runs/tune-lra-listops docs/results/protocol-lra-listops/kept
-    .venv/bin/python -m speccond.harness.protocol.kept_runs restore runs/tune-lra-listops docs/results/protocol-lra-listops/kept
+    python -m speccond.harness.protocol.kept_runs keep runs/tune-lra-listops docs/results/protocol-lra-listops/kept
+    python -m speccond.harness.protocol.kept_runs restore runs/tune-lra-listops docs/results/protocol-lra-listops/kept
 
 The language protocol's pre-training runs (``speccond compare`` folders, OUT/<arm>/seed-<k>) are kept the same
 way with ``--pretraining``, and with the one thing of their checkpoint that fine-tuning reads: the encoder's
@@ -17,7 +17,7 @@ tensors (encoder.safetensors, about 6 MB for the language preset's BERT, with en
 pretrained.write_kept_encoder, read by pretrained.load_pretrained). ``speccond train`` and ``compare`` return a
 restored run's final row without training it again (train.train_run).
 
-    .venv/bin/python -m speccond.harness.protocol.kept_runs keep --pretraining runs/protocol-mlm docs/results/protocol-mlm/kept
+    python -m speccond.harness.protocol.kept_runs keep --pretraining runs/protocol-mlm docs/results/protocol-mlm/kept
 
 A final run's report also reads its kappa at the end, which an untracked run computes from its checkpoint:
 a kept final run carries that figure in kappa.json (runs.write_kept_kappa), written while the checkpoint
@@ -35,8 +35,8 @@ packed KEPT through :func:`opened`, which finds its manifest in either place (bo
 the archive and every member against it before anything is read, and refuses a damaged one naming the file
 and the fix; ``keep`` packs again what it added to.
 
-    .venv/bin/python -m speccond.harness.protocol.kept_runs pack docs/results/protocol-lra-listops/kept
-    .venv/bin/python -m speccond.harness.protocol.kept_runs fold docs/results
+    python -m speccond.harness.protocol.kept_runs pack docs/results/protocol-lra-listops/kept
+    python -m speccond.harness.protocol.kept_runs fold docs/results
 """
 from __future__ import annotations
 
@@ -261,6 +261,15 @@ def opened(kept: Path) -> Iterator[Path]:
         yield folder
 
 
+def kept_list(kept: Path, pretraining: bool = False) -> list[str]:
+    """Every run KEPT holds (only finished runs are kept), packed or not, as <stage>/<arm>/seed-<k> (with
+    ``pretraining``: <arm>/seed-<k>); none when KEPT is neither a folder nor an archive."""
+    with opened(kept) as folder:
+        runs = sorted(folder.glob("*/seed-*")) if pretraining else sorted(
+            [*folder.glob("tune/*/seed-*"), *folder.glob("final/*/seed-*")])
+        return [run.relative_to(folder).as_posix() for run in runs]
+
+
 def keep(out: Path, kept: Path, pretraining: bool = False) -> list[Path]:
     """Copy the kept files of every finished run under OUT into KEPT (a final run with its kappa.json, a
     pre-training run, with PRETRAINING, with its kappa.json and encoder); returns the runs newly kept. Raises
@@ -350,11 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             folded = fold(args.kept)
             print(f"{len(folded)} manifest(s) checked and folded into {args.kept / INDEX}")
             return 0
-        if args.action == "list":  # every kept run, as <stage>/<arm>/seed-<k> (or <arm>/seed-<k>)
-            with opened(args.kept) as folder:  # every run folder KEPT holds (only finished runs are kept)
-                runs = sorted(folder.glob("*/seed-*")) if args.pretraining else sorted(
-                    [*folder.glob("tune/*/seed-*"), *folder.glob("final/*/seed-*")])
-                print("".join(f"{run.relative_to(folder).as_posix()}\n" for run in runs), end="")
+        if args.action == "list":
+            print("".join(f"{run}\n" for run in kept_list(args.kept, args.pretraining)), end="")
             return 0
         if args.action == "keep":
             runs = keep_packed(args.out, args.kept, args.pretraining)

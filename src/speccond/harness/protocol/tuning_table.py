@@ -50,7 +50,7 @@ def table_of_choice(choice: dict[str, dict], metric: str = "accuracy") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("choice", type=Path, help="a choice.json speccond tune wrote (docs/results/protocol-NAME/choice.json)")
+    parser.add_argument("choice", type=Path, help="a choice.json speccond tune wrote (docs/results/protocol-*/choice.json)")
     parser.add_argument("--metric", default="accuracy",
                         help="the task's first metric, the figure the scores are of (box_ap for detection)")
     args = parser.parse_args(argv)

@@ -1,0 +1,76 @@
+"""The protocol at head width 64 (docs/RESULTS.md, "Pre-registered protocol at head width 64"): timm's ViT with
+ViT-Ti's heads (width 192, 3 heads of 64, depth 4), six arms tuned over {3e-4, 1e-3, 3e-3} on one seed with
+the edge rule, then 5 new seeds scored on test once; the plateau pilots beside it.
+
+Instances, each with its own folders (runs/tune64-<instance>NAME, docs/results/protocol64-<instance>NAME):
+``cpu`` (no prefix), ``gpu`` ("gpu-": ``--set device=cuda``, checkpoints at the end only), ``gpuchoice``
+("gpuchoice-": the CPU's final runs at the GPU instance's committed choice, no tuning run); and at
+``epochs=10`` (the plateau rule's branch, "10ep-" after the instance).
+
+``speccond protocol publish width64...`` leaves each kept archive's manifest beside it, so a folder published
+on another machine travels whole; fold it into docs/results/kept-archives.json before committing it:
+``python -m speccond.harness.protocol.kept_runs fold docs/results`` (docs/RESULTS_LAYOUT.md).
+"""
+from __future__ import annotations
+
+from speccond.harness.protocol.experiments.spec import Pilot, Protocol, Stage, TuneTask
+
+ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:target_kappa=2", "spectral-svd", "qk-norm")
+MODEL = ("embed_dim=192", "num_heads=3", "depth=4", "patch_size=4", "batch_size=128", "warmup_steps=200")
+GPU = ("device=cuda", "checkpoint_every=1000000")  # the GPU instance: its runs never resume elsewhere
+PILOT_EPOCHS = (10, 30)  # the plateau pilot (registered) and the longer one of the GPU call (a measurement)
+SMOKE_ARMS = ("baseline", "spectral")
+SMOKE_SETS = ("train_size=6400", "test_size=256", "depth=1")
+SMOKE_PILOT_EPOCHS = (1, 2)
+
+
+def pilot_name(epochs: int) -> str:
+    """The pilot's folder suffix: "pilot" at the registered 10 epochs, else "pilot<N>ep"."""
+    return "pilot" if epochs == 10 else f"pilot{epochs}ep"
+
+
+def get_config(instance: str = "cpu", epochs: int = 5, smoke: bool = False) -> Protocol:
+    """The width-64 protocol's tasks on one instance; ``epochs``: Fashion-MNIST's (5, or 10 by the plateau rule).
+
+    Commands (resumable; finished runs are skipped and kept runs restored from docs/results)::
+
+        speccond protocol run width64 pilot               # the plateau pilot, 10 epochs, on validation
+        speccond protocol run width64 fashion-mnist --jobs 2
+        speccond protocol run width64 cifar10 --jobs 2
+        speccond protocol run width64-gpuchoice fashion-mnist --jobs 2   # CPU finals at the GPU's choice
+        speccond protocol publish width64                 # tables, and keep every finished run
+        speccond protocol plan width64                    # what is kept and what is left
+
+    The GPU instance (``width64-gpu``, ``width64-gpu-10ep``) runs in one call of scripts/gpu64.sh.
+    Expected run time (docs/RESULTS.md): one Fashion-MNIST run about 46 minutes on one core, one CIFAR-10
+    run about 48; about 41 and 43 core-hours for their 54 runs, two side by side on two cores.
+
+    ``smoke``: two arms, one lr, one final seed, depth 1 on 6,400 training and 256 test examples, pilots
+    of 1 and 2 epochs: the whole sequence in minutes on a CPU (scripts/gpu64.sh's SMOKE=1).
+    """
+    if instance not in ("cpu", "gpu", "gpuchoice") or epochs not in (5, 10):
+        raise ValueError(f"the width-64 protocol runs on cpu, gpu or gpuchoice at 5 or 10 epochs, got "
+                         f"{instance!r} at {epochs}; these are the registered instances")
+    if instance == "gpuchoice" and epochs != 5:
+        raise ValueError(f"the final runs at the GPU instance's choice run at 5 epochs only, got {epochs}")
+    hardware = GPU if instance == "gpu" else ()
+    prefix = {"cpu": "", "gpu": "gpu-", "gpuchoice": "gpuchoice-"}[instance] + ("" if epochs == 5 else f"{epochs}ep-")
+    extra = ("epochs=1",) if smoke else ()
+    shrink = dict(lrs="1e-3", final_seeds=1) if smoke else {}
+    arms = SMOKE_ARMS if smoke else ARMS
+    tasks = tuple(
+        TuneTask(name, name, val_size, arms, tuning_seeds=1, extend_edges=True, **shrink,
+                 sets=(*MODEL, *hardware, f"epochs={task_epochs}", f"track_every={track}",
+                       *(SMOKE_SETS + extra if smoke else ())))
+        for name, val_size, task_epochs, track in (("fashion-mnist", 6000, epochs, 422), ("cifar10", 800, 30, 57)))
+    pilots = tuple(Pilot(pilot_name(pilot_epochs), (
+        "--task", "fashion-mnist", "--methods", "baseline", "--seeds", "1", "--preset", "full",
+        *(part for pair in (*MODEL, *hardware, f"epochs={pilot_epochs}", "lr=1e-3", "val_size=6000", "tuning=1",
+                            "flush_denormal=1", "track_every=422", *(SMOKE_SETS if smoke else ()))
+          for part in ("--set", pair))))
+        for pilot_epochs in (SMOKE_PILOT_EPOCHS if smoke else PILOT_EPOCHS))
+    name = "width64" + {"cpu": "", "gpu": "-gpu", "gpuchoice": "-gpuchoice"}[instance] + (
+        "" if epochs == 5 else f"-{epochs}ep")
+    return Protocol(name, "width64", instance, (Stage("tasks", tasks),), runs_prefix=f"tune64-{prefix}",
+                    results_prefix=f"protocol64-{prefix}", pilots=pilots, smoke=smoke,
+                    choice_prefix="protocol64-gpu-" if instance == "gpuchoice" else None)
