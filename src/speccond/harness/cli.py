@@ -29,15 +29,20 @@ def _checked_int(text: str, smallest: int, expected: str) -> int:
     return value
 
 
-def non_negative_float(text: str) -> float:
-    """argparse ``type=`` for scales such as lam: a finite number >= 0 (not nan or inf)."""
+def _checked_float(text: str, acceptable, expected: str) -> float:
+    """``text`` as a finite float for which ``acceptable(value)`` holds, else argparse's error naming ``expected``."""
     try:
         value = float(text)
     except ValueError:
         value = None
-    if value is None or not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 10 or 0.5), got {text!r}")
+    if value is None or not math.isfinite(value) or not acceptable(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse ``type=`` for scales such as lam: a finite number >= 0 (not nan or inf)."""
+    return _checked_float(text, lambda value: value >= 0, "a finite number >= 0 (e.g. 10 or 0.5)")
 
 
 def lam_or_auto(text: str) -> float | str:
@@ -45,24 +50,12 @@ def lam_or_auto(text: str) -> float | str:
     each block's lam chosen from its sigma_max for --target-kappa)."""
     if text.strip().lower() == "auto":
         return "auto"
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 10 or 0.5) or auto, got {text!r}")
-    return value
+    return _checked_float(text, lambda value: value >= 0, "a finite number >= 0 (e.g. 10 or 0.5) or auto")
 
 
 def kappa_target(text: str) -> float:
     """argparse ``type=`` for ``--target-kappa``: a finite number > 1 (kappa is at least 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not math.isfinite(value) or value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 1 (e.g. 2 or 1.5), got {text!r}")
-    return value
+    return _checked_float(text, lambda value: value > 1, "a finite number > 1 (e.g. 2 or 1.5)")
 
 
 def method_list(text: str) -> list[str]:
