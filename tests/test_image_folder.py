@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from speccond.harness.cli import main
+from tests.torchrun import one_and_two_processes
 
 
 def write_folder(root, per_class=(12, 4), size=(20, 24), classes=("spots", "stripes")):
@@ -103,21 +104,11 @@ def test_a_folder_in_another_layout_is_refused_in_one_line_and_nothing_is_writte
 def test_torchrun_two_processes_train_a_timm_model_on_the_folder_as_one_process_does(folder, tmp_path):
     """Your model on your images, data-parallel: torchrun --nproc_per_node 2 on gloo, each rank its half of
     every global batch, gives the one-process run's final figures (loss to 1e-4, the same test accuracy)."""
-    import os
-    import subprocess
-    import sys
 
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     sets = ["--set", f"task=imagefolder:{folder}?size=16", "--set", "model=timm:vit_small_patch16_224",
             "--set", "model_args=depth=1,patch_size=4,embed_dim=64,num_heads=2", "--set", "batch_size=8",
             "--set", "epochs=2", "--set", "method=spectral-svd", "--set", "warmup_steps=1"]
-    single = subprocess.run([sys.executable, "-m", "speccond", "train", "--out", str(tmp_path / "single"), *sets],
-                            env=environment, capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-3000:]
-    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "-m", "speccond", "train", "--out", str(tmp_path / "double"), *sets],
-                            env=environment, capture_output=True, text=True, timeout=300)
-    assert double.returncode == 0, double.stderr[-3000:]
+    single, double = one_and_two_processes(["train", *sets], tmp_path)
     one, two = (json.loads(run.stdout.strip().splitlines()[-1]) for run in (single, double))
     assert one["step"] == two["step"] == 6
     assert abs(one["loss"] - two["loss"]) < 1e-4 and one["accuracy"] == two["accuracy"]

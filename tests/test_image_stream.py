@@ -8,16 +8,14 @@ in-memory run) and gradient accumulation (this rank's rows in consecutive slices
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from speccond.harness.cli import main
 from tests.test_image_folder import write_folder
+from tests.torchrun import one_and_two_processes
 
 MODEL = {"model": "timm:vit_small_patch16_224", "model_args": "depth=1,patch_size=4,embed_dim=64,num_heads=2",
          "batch_size": 8, "epochs": 2, "method": "spectral-svd", "warmup_steps": 1}
@@ -199,17 +197,10 @@ def test_torchrun_two_processes_stream_the_folder_and_shard_evaluation_to_the_on
     of the 10 test images (5 each, none twice); with accumulation each rank trains on its rows in 2 slices. The
     final figures are the one-process run's (loss to 1e-4, the same accuracy), and so are the per-epoch
     evaluation rows."""
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     sets = [f"{key}={value}" for key, value in MODEL.items()] + [f"task=imagefolder:{folder}?size=16&stream=1",
                                                                  "num_workers=1", *extra]
     sets = [part for pair in sets for part in ("--set", pair)]
-    single = subprocess.run([sys.executable, "-m", "speccond", "train", "--out", str(tmp_path / "single"), *sets],
-                            env=environment, capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-3000:]
-    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "-m", "speccond", "train", "--out", str(tmp_path / "double"), *sets],
-                            env=environment, capture_output=True, text=True, timeout=300)
-    assert double.returncode == 0, double.stderr[-3000:]
+    single, double = one_and_two_processes(["train", *sets], tmp_path)
     one, two = (json.loads(run.stdout.strip().splitlines()[-1]) for run in (single, double))
     assert one["step"] == two["step"] == 6
     assert abs(one["loss"] - two["loss"]) < 1e-4 and one["accuracy"] == two["accuracy"]

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from speccond.harness.cli import main
+from tests.torchrun import one_and_two_processes
 
 datasets = pytest.importorskip("datasets")
 pyarrow = pytest.importorskip("pyarrow")
@@ -239,24 +240,13 @@ def test_a_transformers_encoder_by_model_type_on_the_texts_under_torchrun_report
     """--model hf:bert (any transformers encoder, built from its config) trains on a parquet text task, with
     progress and the usual report; 2 gloo processes under torchrun train each run data-parallel with evaluation
     sharded over them, and end at one process's figures (accuracy equal, loss within 1e-5)."""
-    import os
-    import subprocess
-    import sys
-
     task = f"text:{write(tmp_path / 'pairs', 'parquet')}?text=sentence&text_pair=other&label=label&width=24&vocab=120"
-    args = ["-m", "speccond", "compare", "--task", task, "--model", "hf:bert", "--set",
+    args = ["compare", "--task", task, "--model", "hf:bert", "--set",
             "model_args=hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64",
             "--methods", "baseline,spectral", "--seeds", "1", "--set", "epochs=2", "--set", "batch_size=16",
             "--set", "lr=1e-3", "--set", "device=cpu"]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "SPECCOND_DATA": str(data_home)}
-    single = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "single")], env=environment,
-                            capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-3000:]
+    single, _ = one_and_two_processes(args, tmp_path, {"SPECCOND_DATA": str(data_home)})
     assert "## Runs" in single.stdout and (tmp_path / "single" / "results.md").is_file()
-    double = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             *args, "--out", str(tmp_path / "double")], env=environment, capture_output=True,
-                            text=True, timeout=300)
-    assert double.returncode == 0, double.stderr[-3000:]
     one, two = (json.loads((tmp_path / name / "results.json").read_text())["runs"] for name in ("single", "double"))
     assert [(r["method"], r["accuracy"]) for r in one] == [(r["method"], r["accuracy"]) for r in two] and len(one) == 2
     assert all(abs(a["loss"] - b["loss"]) < 1e-5 for a, b in zip(one, two))
