@@ -37,6 +37,15 @@ def recorded_run(results: dict, label: str, seed: int) -> tuple[dict, dict]:
     return groups[0], runs[0]
 
 
+def rerun_report(results: dict, name: str | None) -> dict:
+    """The report of the dated re-run ``name`` in a results.json that keeps re-runs side by side."""
+    reruns = {rerun["name"]: rerun["report"] for rerun in results.get("reruns", [])}
+    if name not in reruns:
+        raise SystemExit(f"--rerun must name one of this report's re-runs: {', '.join(reruns) or 'it keeps none'}; "
+                         f"got {name!r}")
+    return reruns[name]
+
+
 def rerun_arguments(command: str, method: str, out: Path) -> list[str]:
     """The recorded ``speccond compare`` command for one method, seed 0, into ``out``."""
     words = shlex.split(command)
@@ -71,11 +80,15 @@ def main() -> int:
     parser.add_argument("report", type=Path, help="a committed report folder, e.g. docs/results/cifar10-swin")
     parser.add_argument("label", help="the group's label as the report writes it, e.g. 'spectral lam=10'")
     parser.add_argument("--command", help="the command that made the runs, where results.json records none")
+    parser.add_argument("--rerun", help="a report that keeps dated re-runs side by side (docs/results/main-job): the "
+                                            "re-run's name, e.g. main-job-2026-12-03")
     parser.add_argument("--out", type=Path, default=Path("runs/retrain"))
     args = parser.parse_args()
     from speccond.harness import speccond_main as speccond
 
     results = json.loads((args.report / "results.json").read_text())
+    if "reruns" in results or args.rerun is not None:
+        results = rerun_report(results, args.rerun)
     group, published = recorded_run(results, args.label, 0)
     command = args.command or (group.get("commands") or [None])[0]
     if not command:
@@ -92,7 +105,10 @@ def main() -> int:
     for key in sorted(set(published) - set(IGNORED)):
         mark = "DIFFERS" if key in different else "same"
         print(f"  {key}: published {published.get(key)!r}, retrained {fresh.get(key)!r}  [{mark}]")
-    old_row = run_row((args.report / "results.md").read_text(), args.label, 0)
+    published_page = (args.report / "results.md").read_text()
+    if args.rerun:  # that re-run's section of the page
+        published_page = published_page.split(f"## {args.rerun}\n", 1)[-1].split("\n## ", 1)[0]
+    old_row = run_row(published_page, args.label, 0)
     new_row = run_row((out / "results.md").read_text(), args.label, 0)
     print("  results.md row, published:", " | ".join(old_row))
     print("  results.md row, retrained:", " | ".join(new_row))
