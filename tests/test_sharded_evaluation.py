@@ -4,11 +4,11 @@ example counted once (101 images, an odd count, where a padded sampler would cou
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.torchrun import two_processes
 
 pytest.importorskip("timm")
 
@@ -19,10 +19,7 @@ TOLERANCE = 1e-6  # relative, on the mean loss: the shards' sums are added in an
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("sharded-evaluation")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-               "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
+    two_processes(WORKER, ["--out", str(out)])
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 

@@ -6,7 +6,8 @@ are families of models/registry.py, named by the same path.
 
 A plugin module defines the hooks it needs, each optional:
 
-- ``training_task()``: its TrainingTask class (training/training_tasks.py; Supervised otherwise);
+- ``training_task()``: its TrainingTask class (training/training_tasks.py; Supervised otherwise), built with
+  the config and the run's ranks (``Context``), over which its evaluation is sharded;
 - ``write_report(folders, out)``: its report, written by reporting/report.py for runs that are all of it.
 
 Naming the module by its path keeps the plugin above the rest of the harness: it may import training,

@@ -79,6 +79,15 @@ class Context:
         dist.all_reduce(total)
         return float(total) / global_count
 
+    def gathered(self, value: object) -> list:
+        """Every rank's ``value``, in rank order, on every rank (``[value]`` in one process): pickled Python
+        objects, for small lists such as a shard's detections."""
+        if not self.distributed:
+            return [value]
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, value)
+        return everyone
+
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()

@@ -248,7 +248,7 @@ def task_class(config: TrainConfig) -> type:
 
 def training_task(config: TrainConfig, context: Context | None = None) -> TrainingTask:
     """The TrainingTask of ``config.task``, its data loaded (``context``: the ranks its evaluation is sharded
-    over; one process when None). Settings the task would not use are refused, not ignored
+    over, handed to Supervised and to a plugin's class alike; one process when None). Settings the task would not use are refused, not ignored
     (datasets.check_task_settings: mixing, timm's augmentation, channels_last, workers); gradient accumulation
     slices the batches of Supervised tasks only (held in memory or streamed)."""
     check_task_settings(config)
@@ -256,4 +256,4 @@ def training_task(config: TrainConfig, context: Context | None = None) -> Traini
     if config.accumulate_steps > 1 and found is not Supervised:
         raise ValueError(f"TrainConfig.accumulate_steps slices batches of classification and mlm tasks; task "
                          f"{config.task!r} trains its own way: leave accumulate_steps at 1")
-    return found(config, context) if found is Supervised else found(config)
+    return found(config, context)

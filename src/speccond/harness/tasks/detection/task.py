@@ -8,7 +8,10 @@ flips are functions of (seed, epoch, step), and the global generator, which Mask
 proposal sampling draw from, is seeded at every step, so a resumed run ends bit for bit where an
 uninterrupted one does. Under torchrun each rank takes scenes rank, rank + world, ... of the batch and
 DDP averages the ranks' losses (torchvision's reference recipe: Mask R-CNN normalises its losses per
-batch of sampled anchors, so this is not exactly the one-process gradient).
+batch of sampled anchors, so this is not exactly the one-process gradient). Evaluation is sharded the same
+way: each rank runs the model on scenes rank, rank + world, ... of the split alone, the ranks' detections
+are gathered to every rank in scene order and COCO AP is computed once over them, so every rank reports the
+figures one process reports for the same weights (tests/test_detection_sharded_evaluation.py).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from speccond.data.fashion_scenes import Scenes
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks.datasets import task
 from speccond.harness.tasks.detection.metrics import coco_evaluate, coco_ground_truth, detections
+from speccond.harness.training.distributed import Context
 from speccond.harness.training.optimizer import adamw
 
 
@@ -63,21 +67,37 @@ def batch_of(scenes: Scenes, index: torch.Tensor, flip: Optional[torch.Tensor] =
     return images, targets
 
 
-def evaluate(model: nn.Module, scenes: Scenes, batch_size: int = 25) -> dict:
-    """COCO box and mask AP of ``model`` on ``scenes`` (metrics.py), and the number of scenes."""
+def evaluate(model: nn.Module, scenes: Scenes, batch_size: int = 25, context: Optional[Context] = None) -> dict:
+    """COCO box and mask AP of ``model`` on ``scenes`` (metrics.py), and the number of scenes.
+
+    Under torchrun (``context`` distributed) each rank runs the model on its scenes rank, rank + world, ...
+    only; every rank gathers all the ranks' detection rows, puts them in scene order (within a scene, in the
+    order the model gave them, as one process has them) and scores them once: AP is not a mean of the
+    shards' APs."""
+    everything = torch.arange(scenes.images.shape[0])  # (N,) scene ids, the COCO image ids
+    sharded = context is not None and context.distributed
+    results = scene_detections(model, scenes, context.shard(everything) if sharded else everything, batch_size)
+    if sharded:  # a stable sort: each rank's rows are already in scene order
+        results = sorted((row for rows in context.gathered(results) for row in rows), key=lambda row: row["image_id"])
+    truth = coco_ground_truth(scenes.instances, scenes.labels, scenes.boxes)
+    return {**coco_evaluate(truth, results), "scenes": int(scenes.images.shape[0])}
+
+
+def scene_detections(model: nn.Module, scenes: Scenes, index: torch.Tensor, batch_size: int) -> list[dict]:
+    """COCO result rows (metrics.detections) of ``model`` on scenes ``index`` (int64 (n,)), run in
+    consecutive batches of ``batch_size`` of them in eval mode; the rows in the order of ``index``."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     results = []
     with torch.no_grad():
-        for start in range(0, scenes.images.shape[0], batch_size):
-            index = torch.arange(start, min(start + batch_size, scenes.images.shape[0]))
-            images, _ = batch_of(scenes, index)
+        for start in range(0, index.shape[0], batch_size):
+            chosen = index[start : start + batch_size]  # (b,)
+            images, _ = batch_of(scenes, chosen)
             outputs = model([image.to(device) for image in images])
-            results += detections(index.tolist(), [{k: v.cpu() for k, v in o.items()} for o in outputs])
+            results += detections(chosen.tolist(), [{k: v.cpu() for k, v in o.items()} for o in outputs])
     model.train(was_training)
-    truth = coco_ground_truth(scenes.instances, scenes.labels, scenes.boxes)
-    return {**coco_evaluate(truth, results), "scenes": int(scenes.images.shape[0])}
+    return results
 
 
 class Detection:
@@ -87,11 +107,13 @@ class Detection:
     libraries = ("torchvision", "timm", "pycocotools")
     evaluates_each_epoch = False  # the test scenes once, at the end; "val" rows after each epoch
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: TrainConfig, context: Optional[Context] = None):
+        """``context``: the ranks its evaluation is sharded over (one process when None)."""
         if config.track_every:
             raise ValueError("TrainConfig.track_every: the tracker reads classification models; the detection "
                              "task is not tracked (leave track_every at 0)")
         self.config = config
+        self.context = context or Context()
         self.scenes = load_scenes(config)
         self.samples = self.scenes["train"].images.shape[0]
         self.splits = {"val": {"size": config.val_size, "stored": "the dataset's own val scenes"}} if config.val_size else {}
@@ -113,7 +135,7 @@ class Detection:
         return sum(losses.values()), (len(images), chosen.numel()), losses
 
     def evaluate(self, model, split):
-        return evaluate(model, self.scenes[split], self.config.eval_batch_size)
+        return evaluate(model, self.scenes[split], self.config.eval_batch_size, self.context)
 
     def probe(self):
         return None
