@@ -6,6 +6,11 @@ TrainConfig (harness/config/train_config.py), the one config of every task, inhe
     TrainConfig.from_dict(values)             # unknown keys are a ValueError naming the known ones
     config.with_overrides(["lr=3e-4"])        # a copy, each value parsed to its field's type
 
+``field_value`` is the one reading of a ``key=value`` text as a field's value: ``with_overrides`` uses it, so
+``--set``, ``--sweep`` and an arm's settings (``spectral:lam=auto``) all read a value the same way, and so does
+``speccond inspect --lam``. A field annotated ``float | str`` (TrainConfig.lam) reads a number or the word
+``auto``.
+
 Errors name the class (``type(config).__name__``), so a user reads "unknown TrainConfig field 'lr_max'".
 Validation stays in each class's ``__post_init__``, which every constructed copy runs.
 """
@@ -15,11 +20,27 @@ import ast
 import dataclasses
 from typing import Sequence, TypeVar
 
+from speccond.core.config import AUTO  # "auto", SpectralConfig's word for a lam chosen from each block's sigma_max
+
 Config = TypeVar("Config", bound="ConfigFields")
 
 
+NUMBER_OR_AUTO = "float | str"  # the annotation of such a field, as ``from __future__ import annotations`` keeps it
+_EXPECTED = {NUMBER_OR_AUTO: f"float or {AUTO!r}"}  # what an error says a field expects (others: the annotation)
+
+
+def field_value(annotation: str, text: str):
+    """``text`` (the value of a ``key=value`` pair) as a field annotated ``annotation`` holds it: "int" -> int,
+    "float" -> float, "float | str" -> float, or "auto" for the word auto (any case), anything else -> the
+    text. ValueError when the text is not such a value."""
+    if annotation == NUMBER_OR_AUTO:
+        return AUTO if text.strip().lower() == AUTO else float(text)
+    return {"int": int, "float": float}.get(annotation, str)(text)
+
+
 class ConfigFields:
-    """Mixin for a frozen dataclass whose fields are annotated ``int``, ``float`` or ``str``."""
+    """Mixin for a frozen dataclass whose fields are annotated ``int``, ``float``, ``str`` or ``float | str``
+    (a number or "auto")."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -35,7 +56,7 @@ class ConfigFields:
     def with_overrides(self: Config, pairs: Sequence[str]) -> Config:
         """A copy with ``key=value`` overrides parsed to each field's type; unknown keys are an error."""
         name = type(self).__name__
-        types = {f.name: f.type for f in dataclasses.fields(self)}  # annotations as strings: "int", "float", "str"
+        types = {f.name: f.type for f in dataclasses.fields(self)}  # annotations as strings: "int", "float", ...
         changes = {}
         for pair in pairs:
             key, sep, text = pair.partition("=")
@@ -44,9 +65,9 @@ class ConfigFields:
             if key not in types:
                 raise ValueError(f"unknown {name} field {key!r}; known: {sorted(types)}")
             try:
-                changes[key] = {"int": int, "float": float}.get(types[key], str)(text)
+                changes[key] = field_value(types[key], text)
             except ValueError:
-                raise ValueError(f"{name}.{key} expects {types[key]}, got {text!r}") from None
+                raise ValueError(f"{name}.{key} expects {_EXPECTED.get(types[key], types[key])}, got {text!r}") from None
         return dataclasses.replace(self, **changes)
 
 
