@@ -160,3 +160,14 @@ def test_the_published_lam_auto_commands_rerun_the_same_folders_and_labels():
         assert all(group["label"].startswith(method_label(planned[folder])) for folder in folders), (path, group["label"])
         found += "lam=auto" in group["label"]
     assert found >= 8  # ablations, LRA ListOps, MLM pre-training and the four GLUE tasks
+
+
+@pytest.mark.parametrize("text", ["10", "0.5", "0", "auto", "AUTO", " auto"])
+def test_every_command_line_form_reads_a_lam_the_same_way(text):
+    """--set, --sweep, an arm's settings and inspect --lam read a lam through one parser (fields.field_value)."""
+    from speccond.harness.cli import lam_or_auto
+
+    by_set = TrainConfig().with_overrides([f"lam={text}"]).lam
+    by_sweep = variants(TrainConfig(), ["spectral"], parse_sweep([f"lam={text}"]))[0][1].lam
+    by_arm = tuning.arm_config(TrainConfig(), f"spectral:lam={text}")[1].lam
+    assert by_set == by_sweep == by_arm == lam_or_auto(text)

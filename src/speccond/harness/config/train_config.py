@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
 from typing import Sequence
 
-from speccond.harness.config.fields import AUTO, ConfigFields, parse_overrides
+from speccond.harness.config.fields import AUTO, NUMBER_OR_AUTO, ConfigFields, field_value, parse_overrides
 from speccond.harness.config.forms import CONFIG_FORM, DEFAULT_TARGET_KAPPA, form_1_upgraded
 from speccond.harness.methods import METHODS  # the registry of methods (methods.py)
 from speccond.harness.values import show_value
@@ -177,10 +176,13 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
         """ConfigFields.with_overrides, refusing a target_kappa given where lam is a number (it would be ignored;
         before config form 2, target_kappa=T alone asked for lam="auto")."""
         bounds = [text for key, _, text in (pair.partition("=") for pair in pairs) if key == "target_kappa"]
-        lams = [text.strip() for key, _, text in (pair.partition("=") for pair in pairs) if key == "lam"]
-        lam = lams[-1] if lams else show_value(self.lam)
-        if bounds and lam.lower() != AUTO:
-            raise ValueError(_unread_bound(bounds[-1], lam))
+        lams = [text for key, _, text in (pair.partition("=") for pair in pairs) if key == "lam"]
+        try:
+            lam = field_value(NUMBER_OR_AUTO, lams[-1]) if lams else self.lam
+        except ValueError:
+            lam = AUTO  # not a lam at all: super() refuses it, saying what a lam reads
+        if bounds and lam != AUTO:
+            raise ValueError(_unread_bound(bounds[-1], show_value(float(lam))))
         return super().with_overrides(pairs)
 
     @classmethod
