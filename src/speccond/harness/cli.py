@@ -324,7 +324,7 @@ def _check_models(configs: list, *packages: str) -> None:
 
 def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
     for pair in pairs:
-        key = pair.partition("=")[0]
+        key = pair.partition("=")[0]  # a pair without "=" is refused by with_overrides, naming the form
         if key in owned:
             raise ValueError(f"{flag} {pair}: {owned[key]}")
 
@@ -368,6 +368,7 @@ def _tune(args: argparse.Namespace) -> None:
     import dataclasses
 
     from speccond import data
+    from speccond.harness.config.fields import arm_settings
     from speccond.harness.methods import METHODS
     from speccond.harness.protocol import tuning
     from speccond.harness.protocol.engines import engine_from
@@ -384,7 +385,7 @@ def _tune(args: argparse.Namespace) -> None:
     base = _base_config(args, f"val_size={args.val_size}", "flush_denormal=1")
     arms = {}
     for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
-        if arm.partition(":")[0] not in METHODS:
+        if arm_settings(arm)[0] not in METHODS:
             raise ValueError(f"--arms: unknown method in {arm!r}; methods: {', '.join(METHODS)}")
         name, config = tuning.arm_config(base, arm)
         if name in arms:

@@ -6,10 +6,12 @@ TrainConfig (harness/config/train_config.py), the one config of every task, inhe
     TrainConfig.from_dict(values)             # unknown keys are a ValueError naming the known ones
     config.with_overrides(["lr=3e-4"])        # a copy, each value parsed to its field's type
 
-``field_value`` is the one reading of a ``key=value`` text as a field's value: ``with_overrides`` uses it, so
-``--set``, ``--sweep`` and an arm's settings (``spectral:lam=auto``) all read a value the same way, and so does
-``speccond inspect --lam``. A field annotated ``float | str`` (TrainConfig.lam) reads a number or the word
-``auto``.
+The command line writes settings three ways, each taken apart here and nowhere else: ``--set lam=auto``
+(:func:`setting`), ``--sweep lam=1,10,auto`` (:func:`sweep_setting`) and an arm of ``speccond tune --arms``,
+``spectral:corrected=q+lam=auto`` (:func:`arm_settings`). Each ends as ``key=value`` pairs for
+``with_overrides``, whose :func:`field_value` is the one reading of a value as its field's type, so every
+form reads a value the same way, and so does ``speccond inspect --lam``. A field annotated ``float | str``
+(TrainConfig.lam) reads a number or the word ``auto``.
 
 Errors name the class (``type(config).__name__``), so a user reads "unknown TrainConfig field 'lr_max'".
 Validation stays in each class's ``__post_init__``, which every constructed copy runs.
@@ -38,6 +40,27 @@ def field_value(annotation: str, text: str):
     return {"int": int, "float": float}.get(annotation, str)(text)
 
 
+def setting(pair: str) -> tuple[str, str]:
+    """"lam=auto" -> ("lam", "auto"); ValueError when there is no "=" or no key."""
+    key, sep, text = pair.partition("=")
+    if not sep or not key:
+        raise ValueError(f"settings look like key=value, got {pair!r}")
+    return key, text
+
+
+def sweep_setting(text: str) -> tuple[str, list[str]]:
+    """One ``--sweep``: "lam=1,10,auto" -> ("lam", ["1", "10", "auto"]) (blank values dropped)."""
+    key, values = setting(text)
+    return key, [value.strip() for value in values.split(",") if value.strip()]
+
+
+def arm_settings(arm: str) -> tuple[str, list[str]]:
+    """One arm of ``speccond tune --arms``: "spectral:corrected=q+lam=auto" -> ("spectral", ["corrected=q",
+    "lam=auto"]); "baseline" -> ("baseline", [])."""
+    method, _, settings = arm.partition(":")
+    return method, [pair for pair in settings.split("+") if pair]
+
+
 class ConfigFields:
     """Mixin for a frozen dataclass whose fields are annotated ``int``, ``float``, ``str`` or ``float | str``
     (a number or "auto")."""
@@ -59,9 +82,7 @@ class ConfigFields:
         types = {f.name: f.type for f in dataclasses.fields(self)}  # annotations as strings: "int", "float", ...
         changes = {}
         for pair in pairs:
-            key, sep, text = pair.partition("=")
-            if not sep:
-                raise ValueError(f"overrides look like key=value, got {pair!r}")
+            key, text = setting(pair)
             if key not in types:
                 raise ValueError(f"unknown {name} field {key!r}; known: {sorted(types)}")
             try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from speccond.core.config import AUTO, SpectralConfig
+from speccond.harness.config.fields import arm_settings, setting, sweep_setting
 
 CONFIG_FORM = 2  # config.json's "config_form" (absent: 1)
 DEFAULT_TARGET_KAPPA = SpectralConfig.target_kappa  # 2.0: the bound of the SVD correction, and "auto"'s default
@@ -50,12 +51,12 @@ def form_1_arguments(words: Sequence[str]) -> list[str]:
             out.append(flag)
         elif flag == "--arms":
             out += [flag, ",".join(_form_1_arm(arm) for arm in value.split(","))]
-        elif value.partition("=")[0] != "target_kappa":
+        elif setting(value)[0] != "target_kappa":
             out += [flag, value]
         elif flag == "--set":
             out += [word for pair in _form_1_pairs([value]) for word in ("--set", pair)]
         else:
-            bounds = [float(v) for v in value.partition("=")[2].split(",") if v.strip()]
+            bounds = [float(v) for v in sweep_setting(value)[1]]
             if 0 in bounds:
                 raise ValueError(f"--sweep {value}: form 1 swept lam against lam=auto; give --sweep lam=...,auto "
                                  "and the bounds in separate comparisons")
@@ -64,8 +65,8 @@ def form_1_arguments(words: Sequence[str]) -> list[str]:
 
 
 def _form_1_arm(arm: str) -> str:
-    method, colon, settings = arm.partition(":")
-    return method + colon + "+".join(_form_1_pairs([s for s in settings.split("+") if s]))
+    method, pairs = arm_settings(arm)
+    return f"{method}:{'+'.join(_form_1_pairs(pairs))}" if pairs else arm
 
 
 def _form_1_pairs(pairs: Sequence[str]) -> list[str]:
@@ -73,7 +74,7 @@ def _form_1_pairs(pairs: Sequence[str]) -> list[str]:
     target_kappa=0 dropped."""
     out = []
     for pair in pairs:
-        key, _, text = pair.partition("=")
+        key, text = setting(pair)
         if key != "target_kappa":
             out.append(pair)
         elif float(text) != 0:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from speccond.harness.config.fields import AUTO, NUMBER_OR_AUTO, ConfigFields, field_value, parse_overrides
+from speccond.harness.config.fields import AUTO, NUMBER_OR_AUTO, ConfigFields, field_value, parse_overrides, setting
 from speccond.harness.config.forms import CONFIG_FORM, DEFAULT_TARGET_KAPPA, form_1_upgraded
 from speccond.harness.methods import METHODS  # the registry of methods (methods.py)
 from speccond.harness.values import show_value
@@ -175,8 +175,9 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     def with_overrides(self, pairs: Sequence[str]) -> "TrainConfig":
         """ConfigFields.with_overrides, refusing a target_kappa given where lam is a number (it would be ignored;
         before config form 2, target_kappa=T alone asked for lam="auto")."""
-        bounds = [text for key, _, text in (pair.partition("=") for pair in pairs) if key == "target_kappa"]
-        lams = [text for key, _, text in (pair.partition("=") for pair in pairs) if key == "lam"]
+        settings = [setting(pair) for pair in pairs]
+        bounds = [text for key, text in settings if key == "target_kappa"]
+        lams = [text for key, text in settings if key == "lam"]
         try:
             lam = field_value(NUMBER_OR_AUTO, lams[-1]) if lams else self.lam
         except ValueError:
@@ -221,7 +222,7 @@ def folder_settings(pairs: Sequence[str], config: TrainConfig) -> list[str]:
     """``pairs`` (``key=value`` as given) as a run folder's name says them: as given, except that lam=auto is
     named by the bound it aims at, ``target_kappa=T`` (once), as the published runs' folders are
     (``spectral-target_kappa=2``). ``config`` is the config the pairs made."""
-    keys = [pair.partition("=")[0] for pair in pairs]
+    keys = [setting(pair)[0] for pair in pairs]
     if config.lam != AUTO or "lam" not in keys:
         return list(pairs)
     bound = [] if "target_kappa" in keys else [f"target_kappa={show_value(float(config.target_kappa))}"]

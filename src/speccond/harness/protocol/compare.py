@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+from speccond.harness.config.fields import sweep_setting
 from speccond.harness.config.train_config import TrainConfig, folder_settings
 from speccond.harness.reporting.groups import config_key, reads
 from speccond.harness.reporting.report import Report, write_report
@@ -86,10 +87,13 @@ def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
     """``["lam=1,10", "weight_decay=0,0.05"]`` -> {"lam": ["1", "10"], "weight_decay": ["0", "0.05"]}."""
     sweep = {}
     for text in texts:
-        name, sep, values = text.partition("=")
-        if not sep or name in sweep:
+        try:
+            name, values = sweep_setting(text)
+        except ValueError:
+            name, values = None, []
+        if name is None or name in sweep:
             raise ValueError(f"--sweep takes FIELD=V1,V2,... once per field, got {text!r}")
-        sweep[name] = [v.strip() for v in values.split(",") if v.strip()]
+        sweep[name] = values
     return sweep
 
 

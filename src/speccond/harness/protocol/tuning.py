@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Optional
 
 from speccond.diagnostics.records import read_metrics
+from speccond.harness.config.fields import arm_settings
 from speccond.harness.config.train_config import TrainConfig, folder_settings
 from speccond.harness.protocol.compare import train_timed
 from speccond.harness.protocol.engines import Job, Submitit
@@ -57,8 +58,7 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     ("spectral:lam=auto" -> "spectral-target_kappa=2", train_config.folder_settings). An ``init_from``
     setting (the pre-trained encoder this arm fine-tunes) is not part of the name: the arm is its method and
     settings, its runs' config.json say where it started."""
-    method, _, settings = arm.partition(":")
-    pairs = [s for s in settings.split("+") if s]
+    method, pairs = arm_settings(arm)
     config = dataclasses.replace(base, method=method).with_overrides(pairs)
     named = [s for s in pairs if not s.startswith("init_from=")]
     return "-".join([method, *folder_settings(named, config)]), config
