@@ -19,7 +19,7 @@ for job in "$@"; do
     projections) compare --methods spectral --sweep corrected=q,k,v,qk ;;
     init) compare --methods spectral,shifted-init --sweep weight_decay=0,0.05 ;;
     norm) compare --methods baseline,spectral --set attention_norm=none ;;
-    auto) compare --methods spectral --set target_kappa=2 --sweep refresh_every=0,50 ;;
+    auto) compare --methods spectral --set lam=auto --sweep refresh_every=0,50 ;;
     svd) compare --methods spectral-svd --sweep granularity=head,projection --sweep refresh_every=0,50 &&
          compare --methods spectral --set granularity=projection ;;
     *) echo "unknown job $job: lam, projections, init, norm, auto or svd" >&2; exit 2 ;;

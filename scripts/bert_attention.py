@@ -21,7 +21,7 @@ from speccond.diagnostics import attention_entropy
 from speccond.harness import TrainConfig, latest_checkpoint, load_model, load_task, model_for, preset, read_run
 
 AT_INIT = {"lam = 0 (baseline)": {"method": "baseline"}, "lam = 1": {"method": "spectral", "lam": 1.0},
-           "lam = 10": {"method": "spectral", "lam": 10.0}, "lam = auto": {"method": "spectral", "target_kappa": 2.0}}
+           "lam = 10": {"method": "spectral", "lam": 10.0}, "lam = auto": {"method": "spectral", "lam": "auto"}}
 
 
 def mean_entropy(model: torch.nn.Module, probe: torch.Tensor) -> tuple[float, float, float]:

@@ -20,7 +20,7 @@ run() {  # seeds, then compare arguments
 }
 chain_a() { for seeds in 1 2 3; do run "$seeds" --methods baseline,spectral || return 1; done; }
 chain_b() { for seeds in 1 2 3; do run "$seeds" --methods spectral --sweep corrected=q &&
-                                   run "$seeds" --methods spectral --sweep target_kappa=2 || return 1; done; }
+                                   run "$seeds" --methods spectral --sweep lam=auto || return 1; done; }
 export SPECCOND_PARALLEL_JOBS=2  # recorded in each config.json ("arithmetic")
 chain_a > "$out/chain-a.log" 2>&1 &
 chain_b > "$out/chain-b.log" 2>&1 &

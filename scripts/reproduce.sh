@@ -28,7 +28,7 @@ elif [ "$1" = lra ]; then
   done
   full() { speccond compare --task lra-listops --preset full --seeds 3 --out runs/lra-listops-full "$@"; }
   full --methods baseline,spectral && full --methods spectral-svd,qk-norm,sigma-reparam,spectral-norm &&
-    full --methods spectral --sweep target_kappa=2
+    full --methods spectral --sweep lam=auto
 elif [ "$1" = language ]; then
   preset=${PRESET:-full}
   methods=${METHODS:-baseline,spectral}
@@ -45,12 +45,12 @@ elif [ "$1" = language-peers ]; then
   peers=baseline,spectral,qk-norm,sigma-reparam,spectral-norm
   speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods $peers &&
     speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods spectral \
-      --sweep target_kappa=2 || exit 1
+      --sweep lam=auto || exit 1
   for task in sentiment hyperbaton pairs fact; do
     speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
       --methods $peers --set "init_from=runs/language-mlm-$preset/{method}/seed-0" || exit 1
     speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
-      --methods spectral --sweep target_kappa=2 \
+      --methods spectral --sweep lam=auto \
       --set "init_from=runs/language-mlm-$preset/spectral-target_kappa=2/seed-0" || exit 1
   done
   speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \

@@ -4,7 +4,7 @@
         --out runs/retrain
 
 reads the group's recorded command (results.json; ``--command`` gives it for reports that did not
-record one), reruns it for that one method and seed 0 into ``OUT/<report folder>``, and compares
+record one; one recorded before lam took "auto" is read as it is spelled now), reruns it for that one method and seed 0 into ``OUT/<report folder>``, and compares
 
 - the run's per-run figures in the new results.json with the committed ones, every key but the wall
   time and the run's path, as stored (floats exactly, so every stored digit);
@@ -47,8 +47,12 @@ def rerun_report(results: dict, name: str | None) -> dict:
 
 
 def rerun_arguments(command: str, method: str, out: Path) -> list[str]:
-    """The recorded ``speccond compare`` command for one method, seed 0, into ``out``."""
-    words = shlex.split(command)
+    """The recorded ``speccond compare`` command for one method, seed 0, into ``out``; a command recorded before
+    lam took "auto" (``--set target_kappa=2``, ``--sweep target_kappa=2``) read as it is spelled now
+    (``lam=auto``: harness/config/forms.py)."""
+    from speccond.harness import form_1_arguments
+
+    words = form_1_arguments(shlex.split(command))
     if words[:2] != ["speccond", "compare"]:
         raise SystemExit(f"expected a 'speccond compare ...' command, got {command!r}")
     kept, skip = [], False

@@ -271,7 +271,7 @@ def test_a_sweep_runs_each_method_at_the_values_it_reads():
         "spectral-corrected=q", "spectral-corrected=qk", "spectral-svd-corrected=q", "spectral-svd-corrected=qk"]
     with pytest.raises(ValueError, match="unknown TrainConfig field 'lamda'"):
         variants(TINY, ["spectral"], parse_sweep(["lamda=1,2"]))
-    with pytest.raises(ValueError, match="TrainConfig.lam expects float, got 'ten'"):
+    with pytest.raises(ValueError, match="TrainConfig.lam expects float or 'auto', got 'ten'"):
         variants(TINY, ["spectral"], parse_sweep(["lam=1,ten"]))
     with pytest.raises(ValueError, match="once per field"):
         parse_sweep(["lam=1", "lam=2"])
@@ -314,8 +314,10 @@ def test_a_sweep_is_the_one_numeric_field_a_methods_groups_differ_in():
     assert swept_field([group("baseline"), group("spectral")]) is None  # one group per method
     assert swept_field([group("spectral", corrected="q"), group("spectral", corrected="k")]) is None  # not numeric
     assert swept_field([group("spectral", lam=1.0, lr=0.1), group("spectral", lam=2.0, lr=0.2)]) is None  # two fields
-    # target_kappa = 0 is lam = 10, another method, not kappa 0: lam = 10 against lam = auto is no line to draw
-    assert swept_field([group("spectral", target_kappa=0.0), group("spectral", target_kappa=2.0)]) is None
+    # lam = 10 against lam = auto is no line to draw; lam = auto at several bounds is one
+    assert swept_field([group("spectral", target_kappa=2.0), group("spectral", lam="auto", target_kappa=2.0)]) is None
+    bounds = [group("spectral", lam="auto", target_kappa=t) for t in (2.0, 50.0)]
+    assert swept_field(bounds) == ("target_kappa", bounds)
 
 
 @needs_data

@@ -314,7 +314,7 @@ def test_a_pretraining_run_kept_without_checkpoints_fine_tunes_to_the_same_weigh
 @pytest.mark.parametrize("method", [*METHODS, "auto"])
 def test_every_method_trains_bert_on_mlm_and_classification(method):
     """Each method conditions BERT's q, k, v (or normalises q, k) and a step gives finite gradients everywhere."""
-    extra = {"method": "spectral", "target_kappa": 2.0} if method == "auto" else {"method": method}
+    extra = {"method": "spectral", "lam": "auto"} if method == "auto" else {"method": method}
     for task, shape in (("mlm", task_shape("mlm")), ("glue-fact", task_shape("glue-fact"))):
         config = dataclasses.replace(PRETRAIN, task=task, **extra)
         model = build_model(config, shape)

@@ -308,11 +308,12 @@ def test_refresh_every_keeps_the_svd_correction_on_the_current_weights(prepared,
     assert drift(0) > 1e-4  # never refreshed: still the correction of the initial weights
 
 
-def test_target_kappa_trains_with_lam_auto_and_refresh_rechooses_it():
+def test_lam_auto_trains_to_its_target_kappa_and_refresh_rechooses_it():
     import speccond
     from speccond.core.backends import attachments
 
-    config = TINY.with_overrides(["method=spectral", "target_kappa=2", "granularity=projection"])
+    config = TINY.with_overrides(["method=spectral", "lam=auto", "granularity=projection"])
+    assert (config.lam, config.target_kappa) == ("auto", 2.0)  # SpectralConfig's default bound
     model = build_model(config, FASHION)
     rows = speccond.describe(model).rows
     assert all(r.correction.startswith("identity lam=auto(") for r in rows)
@@ -323,8 +324,8 @@ def test_target_kappa_trains_with_lam_auto_and_refresh_rechooses_it():
     assert max(r.kappa_eff for r in speccond.describe(model).rows) > 2
     speccond.refresh(model)
     assert all(r.kappa_eff <= 2 + 1e-6 for r in speccond.describe(model).rows)
-    with pytest.raises(ValueError, match="target_kappa must be 0 \\(off\\) or a number > 1"):
-        TINY.with_overrides(["target_kappa=1"])
+    with pytest.raises(ValueError, match="target_kappa is the kappa bound lam='auto' aims at, a finite number > 1"):
+        TINY.with_overrides(["lam=auto", "target_kappa=1"])
 
 
 @needs_data

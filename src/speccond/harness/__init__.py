@@ -18,6 +18,7 @@ Nothing in the library imports this package. Its public surface, PUBLIC below, i
 PUBLIC = {
     "TrainConfig": "speccond.harness.config.train_config",
     "preset": "speccond.harness.config.presets",
+    "form_1_arguments": "speccond.harness.config.forms",
     "load_task": "speccond.harness.tasks.datasets",
     "task_shape": "speccond.harness.tasks.datasets",
     "IMAGE_MEAN": "speccond.harness.tasks.detection.model",

@@ -47,10 +47,17 @@ def non_negative_float(text: str) -> float:
 
 def lam_or_auto(text: str) -> float | str:
     """argparse ``type=`` for ``inspect --lam``: a finite number >= 0, or ``auto`` (SpectralConfig's lam="auto":
-    each block's lam chosen from its sigma_max for --target-kappa)."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    return _checked_float(text, lambda value: value >= 0, "a finite number >= 0 (e.g. 10 or 0.5) or auto")
+    each block's lam chosen from its sigma_max for --target-kappa), read as ``--set lam=...`` reads it
+    (config/fields.py, field_value)."""
+    from speccond.harness.config.fields import NUMBER_OR_AUTO, field_value
+
+    try:
+        value = field_value(NUMBER_OR_AUTO, text)
+    except ValueError:
+        value = None
+    if value is None or (value != "auto" and not (math.isfinite(value) and value >= 0)):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 10 or 0.5) or auto, got {text!r}")
+    return value
 
 
 def kappa_target(text: str) -> float:
@@ -138,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "optimiser, print what each would train, and train nothing")
     comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
     comparison.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
-                            help="run every method at each value (repeat for a grid), e.g. --sweep lam=1,10; "
+                            help="run every method at each value (repeat for a grid), e.g. --sweep lam=1,10,auto; "
                                  "values a method does not read (lam for baseline) are not rerun")
 
     tuning = commands.add_parser("tune", help="every method at its own best lr on a validation split, then new "
@@ -148,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--model", help="model family, as for compare")
     tuning.add_argument("--arms", default="baseline,spectral",
                         help="comma-separated methods, each optionally with settings after a colon joined by '+' "
-                             "(spectral:corrected=q, spectral:target_kappa=2); default baseline,spectral")
+                             "(spectral:corrected=q, spectral:lam=auto, spectral:lam=auto+target_kappa=3); default "
+                             "baseline,spectral")
     tuning.add_argument("--lrs", default="3e-4,1e-3,3e-3", help="peak learning rates tried (default 3e-4,1e-3,3e-3)")
     tuning.add_argument("--val-size", type=positive_int, required=True, metavar="N",
                         help="validation examples held out of the training data")
@@ -316,7 +324,7 @@ def _check_models(configs: list, *packages: str) -> None:
 
 def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
     for pair in pairs:
-        key = pair.partition("=")[0]
+        key = pair.partition("=")[0]  # a pair without "=" is refused by with_overrides, naming the form
         if key in owned:
             raise ValueError(f"{flag} {pair}: {owned[key]}")
 
@@ -360,6 +368,7 @@ def _tune(args: argparse.Namespace) -> None:
     import dataclasses
 
     from speccond import data
+    from speccond.harness.config.fields import arm_settings
     from speccond.harness.methods import METHODS
     from speccond.harness.protocol import tuning
     from speccond.harness.protocol.engines import engine_from
@@ -376,7 +385,7 @@ def _tune(args: argparse.Namespace) -> None:
     base = _base_config(args, f"val_size={args.val_size}", "flush_denormal=1")
     arms = {}
     for arm in [a.strip() for a in args.arms.split(",") if a.strip()]:
-        if arm.partition(":")[0] not in METHODS:
+        if arm_settings(arm)[0] not in METHODS:
             raise ValueError(f"--arms: unknown method in {arm!r}; methods: {', '.join(METHODS)}")
         name, config = tuning.arm_config(base, arm)
         if name in arms:

@@ -33,6 +33,7 @@ from torch import nn
 
 from speccond import peers
 import speccond
+from speccond.core.config import AUTO
 from speccond.harness.values import show_value
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,8 @@ class MethodSettings(Protocol):
     Named here so that this registry, which TrainConfig checks its ``method`` against, imports no config."""
 
     method: str
-    lam: float
-    target_kappa: float
+    lam: float | str  # a number or "auto" (SpectralConfig's)
+    target_kappa: float  # the bound lam="auto" aims at
     corrected: str
     correction: str
     granularity: str
@@ -114,7 +115,7 @@ def label(values: dict) -> str:
     """A label from a method's settings (the fields it reads, see ``reads``), e.g. "baseline",
     "spectral lam=10", "spectral lam=auto(kappa<=50) correction=svd", "spectral-svd granularity=projection"."""
     parts = [values["method"]]
-    if values.get("target_kappa") and values["method"] in ("spectral", "shifted-init"):
+    if values.get("lam") == AUTO:
         parts.append(f"lam=auto(kappa<={show_value(values['target_kappa'])})")
     elif "lam" in values:
         parts.append(f"lam={show_value(values['lam'])}")
@@ -128,8 +129,8 @@ def label(values: dict) -> str:
 # -- the methods -----------------------------------------------------------------------------------------
 def _spectral(model: nn.Module, config: MethodSettings) -> None:
     speccond.apply(model, speccond.SpectralConfig(
-        lam=_lam(config), correction=config.correction, granularity=config.granularity,
-        target_kappa=config.target_kappa or 2.0, **_scales(config)))
+        lam=config.lam, correction=config.correction, granularity=config.granularity,
+        target_kappa=config.target_kappa, **_scales(config)))
 
 
 def _spectral_svd(model: nn.Module, config: MethodSettings) -> None:
@@ -139,18 +140,13 @@ def _spectral_svd(model: nn.Module, config: MethodSettings) -> None:
 def _shifted_init(model: nn.Module, config: MethodSettings) -> None:
     """W0 + C as a plain initialisation: weight decay then pulls it to 0, not to C."""
     speccond.apply(model, speccond.SpectralConfig(
-        lam=_lam(config), granularity=config.granularity, target_kappa=config.target_kappa or 2.0, **_scales(config)))
+        lam=config.lam, granularity=config.granularity, target_kappa=config.target_kappa, **_scales(config)))
     speccond.remove(model, merge=True)
-
-
-def _lam(config: MethodSettings) -> float | str:
-    """config.lam, or "auto" when config.target_kappa is set."""
-    return "auto" if getattr(config, "target_kappa", 0) else config.lam
 
 
 def _scales(config: MethodSettings) -> dict[str, float | str]:
     """lam_q, lam_k, lam_v: the lam for the projections in config.corrected, 0 (untouched) for the rest."""
-    return {f"lam_{role}": (_lam(config) if role in config.corrected else 0.0) for role in "qkv"}
+    return {f"lam_{role}": (config.lam if role in config.corrected else 0.0) for role in "qkv"}
 
 
 _CONDITIONING = ("corrected", "granularity", "target_kappa")

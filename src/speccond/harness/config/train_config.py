@@ -2,18 +2,26 @@
 
 ``with_overrides(["lr=3e-4", "epochs=2"])`` (config/fields.py) parses ``key=value`` strings to each field's
 type and rejects unknown keys, so a command line can set any field and nothing else.
+
+lam is a number or "auto" and target_kappa is the kappa bound "auto" aims at, as in SpectralConfig. Run
+directories written before that (config.json without ``"config_form"``) said lam="auto" as target_kappa > 1
+and "off" as target_kappa = 0; :meth:`TrainConfig.from_record` reads both forms. The two cannot be told apart
+by their values ({"lam": 10.0, "target_kappa": 2.0} is lam = 10 now and was lam = auto then), so config.json
+records its form (:data:`CONFIG_FORM`).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
-from speccond.harness.config.fields import ConfigFields, parse_overrides
+from speccond.harness.config.fields import AUTO, NUMBER_OR_AUTO, ConfigFields, field_value, parse_overrides, setting
+from speccond.harness.config.forms import CONFIG_FORM, DEFAULT_TARGET_KAPPA, form_1_upgraded
 from speccond.harness.methods import METHODS  # the registry of methods (methods.py)
+from speccond.harness.values import show_value
 
 TIMM_PREFIX = "timm:"  # model names of any registered timm model ("timm:vit_small_patch16_224")
 HF_PREFIX = "hf:"  # model names of any transformers model type, for the language tasks ("hf:roberta")
-
 
 
 @dataclass(frozen=True)
@@ -25,9 +33,10 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     #                     or "hf:<model type>" (any transformers encoder, language tasks; its config from model_args)
     model_args: str = ""  # timm:<name> and hf:<type> only: "key=value,key=value" (Python literals)
     method: str = "spectral"  # one of methods.METHODS (the registry)
-    lam: float = 10.0  # identity correction scale (method "spectral")
+    lam: float | str = 10.0  # identity correction scale (methods "spectral", "shifted-init"), or "auto": each block's
+    #                          lam from its sigma_max so that the Weyl bound on kappa meets target_kappa
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
-    target_kappa: float = 0.0  # > 1: lam="auto" (lam per block so the Weyl bound meets it; lam is ignored)
+    target_kappa: float = DEFAULT_TARGET_KAPPA  # the kappa bound lam="auto" aims at, > 1; read by lam="auto" only
     corrected: str = "qkv"  # which projections the spectral methods correct: any of q, k, v (ablation)
     granularity: str = "head"  # svd correction per "head" or per "projection" block
     refresh_every: int = 0  # steps between speccond.refresh (recomputes svd corrections; 0 = never)
@@ -103,8 +112,13 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
         if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):
             raise ValueError(f"TrainConfig.corrected names projections from 'qkv' (e.g. 'qk', 'v'), got {self.corrected!r}")
-        if self.target_kappa != 0 and not (math.isfinite(self.target_kappa) and self.target_kappa > 1):
-            raise ValueError(f"TrainConfig.target_kappa must be 0 (off) or a number > 1, got {self.target_kappa}")
+        if self.lam != AUTO and not (isinstance(self.lam, (int, float)) and not isinstance(self.lam, bool) and math.isfinite(self.lam) and self.lam >= 0):
+            raise ValueError(f"TrainConfig.lam must be a finite number >= 0 or 'auto', got {self.lam!r}")
+        if not (math.isfinite(self.target_kappa) and self.target_kappa > 1):
+            raise ValueError(f"TrainConfig.target_kappa is the kappa bound lam='auto' aims at, a finite number > 1 "
+                             f"(default 2), got {self.target_kappa}")
+        if self.target_kappa != DEFAULT_TARGET_KAPPA and self.lam != AUTO:
+            raise ValueError(_unread_bound(show_value(float(self.target_kappa)), show_value(float(self.lam))))
         if self.granularity not in ("head", "projection"):
             raise ValueError(f"TrainConfig.granularity must be 'head' or 'projection', got {self.granularity!r}")
         if self.attention_norm not in ("layernorm", "none"):
@@ -143,7 +157,7 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
             if not (math.isfinite(value) and value >= 0) or (name in ("label_smoothing", "drop_path") and value >= 1):
                 raise ValueError(f"TrainConfig.{name} must be >= 0" + (" and < 1" if name in ("label_smoothing", "drop_path")
                                                                        else "") + f", got {value}")
-        for name in ("lam", "lr", "weight_decay", "grad_clip"):
+        for name in ("lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"TrainConfig.{name} must be finite and >= 0, got {value}")
@@ -158,6 +172,31 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
         if self.embed_dim % self.num_heads:
             raise ValueError(f"TrainConfig.num_heads ({self.num_heads}) must divide embed_dim ({self.embed_dim})")
 
+    def with_overrides(self, pairs: Sequence[str]) -> "TrainConfig":
+        """ConfigFields.with_overrides, refusing a target_kappa given where lam is a number (it would be ignored;
+        before config form 2, target_kappa=T alone asked for lam="auto")."""
+        settings = [setting(pair) for pair in pairs]
+        bounds = [text for key, text in settings if key == "target_kappa"]
+        lams = [text for key, text in settings if key == "lam"]
+        try:
+            lam = field_value(NUMBER_OR_AUTO, lams[-1]) if lams else self.lam
+        except ValueError:
+            lam = AUTO  # not a lam at all: super() refuses it, saying what a lam reads
+        if bounds and lam != AUTO:
+            raise ValueError(_unread_bound(bounds[-1], show_value(float(lam))))
+        return super().with_overrides(pairs)
+
+    @classmethod
+    def from_record(cls, record: dict) -> "TrainConfig":
+        """The TrainConfig of a config.json object ({"config": {...}, "config_form": 2, ...}) in either form: one
+        without "config_form" is form 1 and is read through :func:`form_1_upgraded`."""
+        form = record.get("config_form", 1)
+        if form not in (1, CONFIG_FORM):
+            raise ValueError(f"config_form {form!r} is not one this speccond reads (1 or {CONFIG_FORM}); a newer "
+                             "speccond wrote it: upgrade to read it")
+        values = record["config"]
+        return cls.from_dict(values if form == CONFIG_FORM else form_1_upgraded(values))
+
     def model_kwargs(self) -> dict:
         """model_args as keyword arguments: "drop_path_rate=0.1,depth=6" -> {"drop_path_rate": 0.1, "depth": 6};
         commas inside brackets belong to their value: "depths=(1,1),window_size=4" -> {"depths": (1, 1), ...}."""
@@ -171,6 +210,23 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     def init_path(self) -> str:
         """``init_from`` with its ``{field}`` placeholders filled from this config."""
         return self.init_from.format(**self.to_dict())
+
+
+def _unread_bound(bound: str, lam: str) -> str:
+    """The refusal of a target_kappa that lam, a number, would not read (nothing given is ignored)."""
+    return (f"TrainConfig.target_kappa={bound} is the kappa bound lam=auto aims at, and lam is {lam}: add lam=auto "
+            f"(--set lam=auto, or an arm's spectral:lam=auto+target_kappa={bound}), or leave target_kappa out")
+
+
+def folder_settings(pairs: Sequence[str], config: TrainConfig) -> list[str]:
+    """``pairs`` (``key=value`` as given) as a run folder's name says them: as given, except that lam=auto is
+    named by the bound it aims at, ``target_kappa=T`` (once), as the published runs' folders are
+    (``spectral-target_kappa=2``). ``config`` is the config the pairs made."""
+    keys = [setting(pair)[0] for pair in pairs]
+    if config.lam != AUTO or "lam" not in keys:
+        return list(pairs)
+    bound = [] if "target_kappa" in keys else [f"target_kappa={show_value(float(config.target_kappa))}"]
+    return [part for pair, key in zip(pairs, keys) for part in (bound if key == "lam" else [pair])]
 
 
 def _top_level_split(text: str) -> list[str]:

@@ -16,7 +16,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.config.fields import sweep_setting
+from speccond.harness.config.train_config import TrainConfig, folder_settings
 from speccond.harness.reporting.groups import config_key, reads
 from speccond.harness.reporting.report import Report, write_report
 from speccond.harness.training.folder_lock import writing
@@ -63,7 +64,8 @@ def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequ
 
     A combination that only changes fields the method does not read (lam for the baseline) is the run
     already listed and is not repeated; the folder name is the method plus the swept fields it reads,
-    e.g. ``spectral-lam=2`` (the same names as before for an empty sweep).
+    e.g. ``spectral-lam=2`` (the same names as before for an empty sweep), lam=auto named by its bound,
+    ``spectral-target_kappa=2`` (train_config.folder_settings).
     """
     for name, values in sweep.items():
         base.with_overrides([f"{name}={v}" for v in values])  # unknown field or bad value: ValueError now
@@ -76,7 +78,8 @@ def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequ
             if config_key(config) in seen:
                 continue
             seen.add(config_key(config))
-            chosen.append(("-".join([method, *(f"{n}={v}" for n, v in combination if reads(method, n))]), config))
+            named = [f"{n}={v}" for n, v in combination if reads(method, n)]
+            chosen.append(("-".join([method, *folder_settings(named, config)]), config))
     return chosen
 
 
@@ -84,10 +87,13 @@ def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
     """``["lam=1,10", "weight_decay=0,0.05"]`` -> {"lam": ["1", "10"], "weight_decay": ["0", "0.05"]}."""
     sweep = {}
     for text in texts:
-        name, sep, values = text.partition("=")
-        if not sep or name in sweep:
+        try:
+            name, values = sweep_setting(text)
+        except ValueError:
+            name, values = None, []
+        if name is None or name in sweep:
             raise ValueError(f"--sweep takes FIELD=V1,V2,... once per field, got {text!r}")
-        sweep[name] = [v.strip() for v in values.split(",") if v.strip()]
+        sweep[name] = values
     return sweep
 
 

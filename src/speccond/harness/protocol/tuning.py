@@ -2,7 +2,7 @@
 best lr.
 
     speccond tune --task fashion-mnist --val-size 6000 --out runs/tune-fashion --jobs 2 \
-        --arms baseline,spectral,spectral:corrected=q,spectral:target_kappa=2,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
+        --arms baseline,spectral,spectral:corrected=q,spectral:lam=auto,spectral-svd,qk-norm,sigma-reparam,sigma-reparam-all,spectral-norm
 
 1. Tuning: every arm at every lr (``--lrs``, default 3e-4,1e-3,3e-3) for ``--tuning-seeds`` seeds (0, 1, ...),
    as tuning runs (``tuning=1``: the final row scores the validation split; the test split is never
@@ -19,7 +19,8 @@ best lr.
    paired t-test p, Holm over the arms).
 
 An arm is a method, optionally with TrainConfig settings after a colon, joined by "+" when there are
-several ("spectral:corrected=q+lam=5"). Every run has ``flush_denormal=1``. Runs resume where they stopped
+several ("spectral:corrected=q+lam=5"); ``spectral:lam=auto`` trains in OUT/tune/spectral-target_kappa=2-lr=...,
+the folder name of the published lam = auto arm. Every run has ``flush_denormal=1``. Runs resume where they stopped
 and finished ones are skipped, so the same command continues an interrupted protocol; ``--stage tune``
 stops after step 2, and ``--stage report`` trains nothing and writes the tables of what has finished
 (arms still short of runs are marked, and no choice.json is written until every tuning run finished).
@@ -37,7 +38,8 @@ from pathlib import Path
 from typing import Optional
 
 from speccond.diagnostics.records import read_metrics
-from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.config.fields import arm_settings
+from speccond.harness.config.train_config import TrainConfig, folder_settings
 from speccond.harness.protocol.compare import train_timed
 from speccond.harness.protocol.engines import Job, Submitit
 from speccond.harness.protocol.tuning_table import tuning_table
@@ -51,13 +53,15 @@ FINAL_SEED = 100  # final seeds start here, apart from the tuning seeds 0, 1, ..
 
 
 def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
-    """("spectral-corrected=q", the config) of "spectral:corrected=q" (several settings joined by "+"). An
-    ``init_from`` setting (the pre-trained encoder this arm fine-tunes) is not part of the name: the arm is
-    its method and settings, its runs' config.json say where it started."""
-    method, _, settings = arm.partition(":")
-    pairs = [s for s in settings.split("+") if s]
+    """("spectral-corrected=q", the config) of "spectral:corrected=q" (several settings joined by "+", each
+    read as ``--set`` reads it: TrainConfig.with_overrides). The name says lam=auto by its bound
+    ("spectral:lam=auto" -> "spectral-target_kappa=2", train_config.folder_settings). An ``init_from``
+    setting (the pre-trained encoder this arm fine-tunes) is not part of the name: the arm is its method and
+    settings, its runs' config.json say where it started."""
+    method, pairs = arm_settings(arm)
+    config = dataclasses.replace(base, method=method).with_overrides(pairs)
     named = [s for s in pairs if not s.startswith("init_from=")]
-    return "-".join([method, *named]), dataclasses.replace(base, method=method).with_overrides(pairs)
+    return "-".join([method, *folder_settings(named, config)]), config
 
 
 def outcome(run_dir: Path, split: str) -> Optional[float]:
@@ -71,7 +75,7 @@ def outcome(run_dir: Path, split: str) -> Optional[float]:
               and r.get("split", "test") == split]
     if not finals:
         return None
-    config = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text())["config"])
+    config = TrainConfig.from_record(json.loads((run_dir / "config.json").read_text()))
     return finals[-1][task_class(config).metrics[0]]
 
 

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from speccond.core.config import AUTO
 from speccond.harness import methods
+from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.values import show_value
 
+DEFAULT_LAM = TrainConfig.lam  # where lam = "auto" sorts (10)
 IGNORED_FIELDS = ("seed", "track_every", "checkpoint_every", "eval_batch_size")  # how a run is recorded, not its result
 DEFAULT_OUT = Path("report")
 
@@ -86,14 +89,18 @@ def reads(method: str, field: str) -> bool:
 
 def _group_order(settings: list[dict]) -> list[int]:
     """Groups of one method stay where the method first appears; within it, numbers sort by value
-    (lam = 2 before lam = 10), so a sweep reads in order whatever its folder names."""
+    (lam = 2 before lam = 10), so a sweep reads in order whatever its folder names; lam = "auto" sorts as
+    TrainConfig's default lam, and after it on a tie."""
     first = {}
     for values in settings:
         first.setdefault(values["method"], len(first))
 
     def sort_key(i: int) -> tuple:
         values = settings[i]
-        ordered = tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for _, v in sorted(values.items()))
-        return first[values["method"]], ordered
+        auto = values.get("lam") == AUTO  # sorts where the default lam does, after it when all else ties: the
+        #                                   order of the reports written when lam = auto was target_kappa > 0
+        ordered = tuple((0, DEFAULT_LAM if auto and f == "lam" else v, "") if isinstance(v, (int, float)) or
+                        (auto and f == "lam") else (1, 0, str(v)) for f, v in sorted(values.items()))
+        return first[values["method"]], ordered, auto
 
     return sorted(range(len(settings)), key=sort_key)

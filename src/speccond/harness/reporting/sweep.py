@@ -1,7 +1,7 @@
 """sweep.png: the report's figure for a sweep, accuracy (and what explains it) against the swept value.
 
 A sweep is a method with two or more groups whose settings differ in exactly one numeric field (lam
-in ``--sweep lam=0,1,2,5,10``). The figure has (a) the final test accuracy of every seed and the mean
+in ``--sweep lam=0,1,2,5,10``; lam = 10 against lam = "auto" is no line to draw). The figure has (a) the final test accuracy of every seed and the mean
 against the value, with the reference group (the baseline) as a band of its mean +- 95 % interval;
 (b) the attention entropy at step 0 (mean over layers, heads and seeds), when the runs were tracked,
 next to log N; (c) kappa of the effective W_q, W_k, W_v at the end (mean over layers and seeds).
@@ -19,9 +19,6 @@ from speccond.diagnostics.records import read_metrics
 from speccond.harness.reporting.stats import mean_interval
 
 FILE = "sweep.png"
-# Fields whose 0 means "off", another method, not the low end of a scale: target_kappa = 0 is lam = 10,
-# not kappa 0, so lam = 10 against lam = auto is not a sweep to draw as a line.
-NOT_A_SCALE = {"target_kappa"}
 
 
 def swept_field(groups: Sequence) -> Optional[tuple[str, list]]:
@@ -32,7 +29,7 @@ def swept_field(groups: Sequence) -> Optional[tuple[str, list]]:
         if len(mine) < 2:
             continue
         differing = {f for g in mine for f, v in g.settings.items() if v != mine[0].settings.get(f)}
-        if len(differing) == 1 and not differing & NOT_A_SCALE:
+        if len(differing) == 1:
             field = differing.pop()
             if all(isinstance(g.settings[field], (int, float)) for g in mine) and (best is None or len(mine) > len(best[1])):
                 best = (field, mine)

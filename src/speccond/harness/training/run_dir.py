@@ -1,6 +1,6 @@
 """The run directory the training loop keeps (harness/training/train.py).
 
-    run_dir/config.json      the config, its method label, the command that started the run, library versions
+    run_dir/config.json      the config and its form, its method label, the command that started the run, library versions
     run_dir/metrics.jsonl    one JSON row per line, appended as it happens: "train", "eval", "diverged", ...
     run_dir/checkpoints/     atomic checkpoints (checkpoint.py)
 
@@ -29,6 +29,7 @@ from torch import nn
 import speccond
 from speccond.diagnostics.records import append_rows, json_value, read_metrics
 from speccond.harness import methods
+from speccond.harness.config.forms import CONFIG_FORM
 from speccond.harness.training import checkpoint
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ METRICS = "metrics.jsonl"
 def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None) -> None:
     """Create ``run_dir`` and write its config.json, or check that the one there records ``config``.
 
-    ``config`` is a TrainConfig (anything with ``to_dict`` and ``from_dict``). ``libraries`` are imported
+    ``config`` is a TrainConfig (anything with ``to_dict`` and ``from_record``); config.json records its
+    ``"config_form"`` (train_config.py: how its "config" says lam="auto"). ``libraries`` are imported
     to record their versions beside speccond's, torch's and python's; ``splits`` (when not empty) says how
     the validation split was drawn (its size, seed and the SHA-256 of its indices). Detection runs written before the
     one harness also carry ``"kind": "detection"``; their config, read as a TrainConfig, is what counts.
@@ -47,14 +49,14 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), sp
     path = run_dir / "config.json"
     if path.is_file():
         recorded = json.loads(path.read_text())
-        if type(config).from_dict(recorded["config"]) != config:
+        if type(config).from_record(recorded) != config:  # a config.json of either form (train_config.py)
             raise ValueError(
                 f"{run_dir} was started with a different config ({path}); resume with the same config or use a new --out"
             )
         return
     versions = {"speccond": speccond.__version__, "torch": torch.__version__}
     versions.update({name: getattr(importlib.import_module(name), "__version__", "?") for name in libraries})
-    record = {"config": config.to_dict(), "label": method_label(config), "command": command(),
+    record = {"config": config.to_dict(), "config_form": CONFIG_FORM, "label": method_label(config), "command": command(),
               "versions": {**versions, "python": platform.python_version()}, "arithmetic": arithmetic()}
     if splits:
         record["splits"] = splits

@@ -212,7 +212,7 @@ def _read_config(path: Path) -> dict:
 
 def _config(path: Path, record: dict) -> TrainConfig:
     try:
-        return TrainConfig.from_dict(record["config"])
+        return TrainConfig.from_record(record)  # either form (train_config.py, CONFIG_FORM)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{path}: not a valid TrainConfig ({error})") from None
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from speccond.harness.protocol.experiments.spec import (PEER, XCA_PEER, Pretraining, Protocol, Stage,
                                                      TuneTask, replaced)
 
-FULL_ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:target_kappa=2", "spectral-svd", "qk-norm",
+FULL_ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:lam=auto", "spectral-svd", "qk-norm",
              "sigma-reparam", "sigma-reparam-all", "spectral-norm")
-REDUCED_ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:target_kappa=2", PEER)
+REDUCED_ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:lam=auto", PEER)
 # XCiT's XCA normalises q and k already, so qk-norm has nothing to do there: XCiT tasks take XCA_PEER
 REDUCED_XCA_ARMS = (*REDUCED_ARMS[:-1], XCA_PEER)
 PRETRAINING = "runs/protocol-mlm"  # <arm>/seed-<p>: the encoders the language arms fine-tune
@@ -28,7 +28,7 @@ def _reduced(name: str, task: str, val_size: int, model: str | None = None, xca:
 
 def _language_arms(seed: int) -> tuple[str, ...]:
     """The five reduced arms, each fine-tuning its own encoder of pre-training seed ``seed``."""
-    methods = ("baseline", "spectral", "spectral:corrected=q", "spectral:target_kappa=2", PEER)
+    methods = ("baseline", "spectral", "spectral:corrected=q", "spectral:lam=auto", PEER)
     return tuple(f"{method}{'+' if ':' in method else ':'}init_from={PRETRAINING}/{folder}/seed-{seed}"
                  for method, folder in zip(methods, LANGUAGE_ARMS))
 
@@ -66,7 +66,7 @@ def get_config(smoke: bool = False) -> Protocol:
     pretraining = Pretraining(PRETRAINING, "protocol-mlm/kept", "protocol-mlm", encoders=10, parallel_jobs=2, chains=(
         ((*mlm, "--methods", f"baseline,spectral,{PEER}"),),
         ((*mlm, "--methods", "spectral", "--sweep", "corrected=q"),
-         (*mlm, "--methods", "spectral", "--sweep", "target_kappa=2"))))
+         (*mlm, "--methods", "spectral", "--sweep", "lam=auto"))))
     stages = (Stage("full", full), Stage("reduced", reduced), Stage("tier2", tier2),
               Stage("language", language, pretraining))
     if smoke:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from speccond.harness.protocol.experiments.spec import Pilot, Protocol, Stage, TuneTask
 
-ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:target_kappa=2", "spectral-svd", "qk-norm")
+ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:lam=auto", "spectral-svd", "qk-norm")
 MODEL = ("embed_dim=192", "num_heads=3", "depth=4", "patch_size=4", "batch_size=128", "warmup_steps=200")
 GPU = ("device=cuda", "checkpoint_every=1000000")  # the GPU instance: its runs never resume elsewhere
 PILOT_EPOCHS = (10, 30)  # the plateau pilot (registered) and the longer one of the GPU call (a measurement)

@@ -55,7 +55,7 @@ class DetectionRun:
 def read_detection_run(run_dir: str | Path) -> DetectionRun:
     run_dir = Path(run_dir)
     record = json.loads((run_dir / "config.json").read_text())
-    config = TrainConfig.from_dict(record["config"])
+    config = TrainConfig.from_record(record)
     rows = read_metrics(run_dir / "metrics.jsonl")
     total = next((int(r["total_steps"]) for r in reversed(rows) if r.get("total_steps") is not None), None)
     diverged = next((r for r in rows if r.get("kind") == "diverged"), None)
