@@ -286,3 +286,18 @@ def test_q_only_is_the_natural_eye_3d_d_reading_of_the_paper_on_a_fused_qkv():
     natural = plain + 10.0 * torch.eye(*plain.shape)
     assert torch.equal(qkv.weight.detach(), natural)
     assert torch.equal(natural[32:], plain[32:])  # k and v rows untouched
+
+
+def test_spectral_svd_reads_no_lam_so_every_lam_conditions_alike():
+    """spectral-svd does not read lam (its registry entry), so lam = 0, 10 or auto give the same conditioned
+    model: for the SVD correction a projection's lam only says corrected or not, and lam = 0 once meant none."""
+    inputs = images()
+    outputs = []
+    for lam in (0.0, 10.0, "auto"):
+        model = vit()
+        apply_method(model, TrainConfig(method="spectral-svd", lam=lam))
+        outputs.append(output(model.eval(), inputs))
+    plain = output(vit().eval(), inputs)
+    assert not torch.allclose(outputs[0], plain, atol=1e-4)  # the correction is there
+    for other in outputs[1:]:
+        assert torch.equal(other, outputs[0])

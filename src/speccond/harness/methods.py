@@ -134,7 +134,12 @@ def _spectral(model: nn.Module, config: MethodSettings) -> None:
 
 
 def _spectral_svd(model: nn.Module, config: MethodSettings) -> None:
-    speccond.apply(model, speccond.SpectralConfig(correction="svd", granularity=config.granularity, **_scales(config)))
+    """The SVD correction on the projections in config.corrected. It does not read lam (the registry says so):
+    for "svd" a projection's lam only says corrected (non-zero) or not, so each corrected one gets
+    SpectralConfig's default lam, whatever config.lam is (lam=0 would otherwise correct nothing)."""
+    on = speccond.SpectralConfig.lam  # 10.0, the value every run of this method has recorded
+    scales = {f"lam_{role}": (on if role in config.corrected else 0.0) for role in "qkv"}
+    speccond.apply(model, speccond.SpectralConfig(correction="svd", granularity=config.granularity, **scales))
 
 
 def _shifted_init(model: nn.Module, config: MethodSettings) -> None:
