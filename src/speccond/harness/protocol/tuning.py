@@ -56,8 +56,13 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     its method and settings, its runs' config.json say where it started."""
     method, _, settings = arm.partition(":")
     pairs = [s for s in settings.split("+") if s]
-    named = [s for s in pairs if not s.startswith("init_from=")]
-    return "-".join([method, *named]), dataclasses.replace(base, method=method).with_overrides(pairs)
+    return arm_name(arm), dataclasses.replace(base, method=method).with_overrides(pairs)
+
+
+def arm_name(arm: str) -> str:
+    """The folder and table name of an arm: "spectral-corrected=q" of "spectral:corrected=q" (init_from left out)."""
+    method, _, settings = arm.partition(":")
+    return "-".join([method, *(s for s in settings.split("+") if s and not s.startswith("init_from="))])
 
 
 def outcome(run_dir: Path, split: str) -> Optional[float]:
