@@ -10,7 +10,8 @@
 # OUT/gpu-scale.log, which ends with the final tables); SECONDS: the wall-clock budget (default 540): what has
 # not finished 45 s before it is stopped, what finished is published and packed, and a second call resumes.
 # Needs docs/results/protocol64-gpu-fashion-mnist/choice.json (committed): the lrs the arms train at.
-# Expected run time on one H200: about 6 minutes (scale.py's arithmetic; not measured at this model's shape).
+# Expected run time on one H200: about 5.5 minutes of training and the start and publishing (scale.py's
+# arithmetic at the width-64 call's speed; not measured at this model's shape).
 # JOBS: runs side by side (default 12: a task's 12 runs at once); TASKS: which tasks, in order (default
 # "fashion-mnist cifar10"); SMOKE=1 runs the same sequence on the CPU with tiny runs (tests/test_gpu_scale.py),
 # RUNS_SCALE and KEPT_SCALE its scratch folders (--runs, --results of speccond protocol).
