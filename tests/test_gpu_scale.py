@@ -69,6 +69,15 @@ def test_a_missing_committed_choice_is_refused_in_one_line_and_nothing_is_writte
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]
 
 
+def test_a_committed_choice_without_one_of_the_arms_is_refused_by_the_plan(tmp_path):
+    chosen = json.loads((ROOT / CHOICE).read_text())
+    del chosen["qk-norm"]
+    (tmp_path / CHOICE).parent.mkdir(parents=True)
+    (tmp_path / CHOICE).write_text(json.dumps(chosen))
+    with pytest.raises(ValueError, match=f"{CHOICE} chooses no lr for arm qk-norm"):
+        Runner(protocol("scale-gpu"), tmp_path, say=lambda line: None).plan(None)
+
+
 def _call(tmp_path: Path, budget: int, tasks: str) -> tuple[subprocess.CompletedProcess, str]:
     from speccond.data import data_dir
 

@@ -401,7 +401,6 @@ class Runner:
                 if checkpoints.is_dir():
                     shutil.rmtree(checkpoints)
 
-
     def _publish_final(self, name: str) -> None:
         """OUT/final's tables and plots copied into RESULTS/<prefix>NAME/final once every final run has finished:
         a partial table never reads as a result (it stays in the run folder, which the GPU call packs)."""

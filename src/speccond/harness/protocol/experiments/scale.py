@@ -1,6 +1,7 @@
-"""The scale question, in under 10 minutes on one GPU (docs/GPU.md, "The quick comparison"): does the paper's
-lam = 10 (or lam = 10 on q only, ``lam="auto"``, SVD per head, or the peer qk-norm) help a ViT whose heads
-are 64 wide, ViT-S's head layout, trained on all of Fashion-MNIST and on the offline CIFAR-10 split?
+"""The scale question, in under 10 minutes on one GPU (docs/GPU.md, "The experiment to run when a GPU is
+available"): does the paper's lam = 10 (or lam = 10 on q only, ``lam="auto"``, SVD per head, or the peer
+qk-norm) help a ViT whose heads are 64 wide, ViT-S's head layout, trained on all of Fashion-MNIST and on the
+offline CIFAR-10 split?
 
 A quick reading, not a verdict: the width-64 protocol (width64.py, registered in docs/RESULTS.md) stays the
 verdict. What this one keeps and what it drops:
