@@ -15,10 +15,6 @@ cd "$(dirname "$0")/.." || exit 1
 pack=${1:?usage: scripts/gpu64.sh PACK OUT [SECONDS]}
 out=${2:?usage: scripts/gpu64.sh PACK OUT [SECONDS]}
 budget=${3:-540}
-start=$(date +%s)
-py=${SPECCOND_PYTHON:-python3}
-export SPECCOND_PYTHON="$py" SPECCOND_DATA="${SPECCOND_DATA:-/tmp/speccond-data}" OMP_NUM_THREADS=1
-export PYTHONPATH="${SPECCOND_SRC:-$PWD/src}" PYTHONUNBUFFERED=1
 if [ "${SMOKE:-0}" = 1 ]; then
   export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} SMOKE64=1  # harness/protocol/experiments/width64.py, smoke=True
   pilots="1 2"
@@ -27,19 +23,12 @@ else
   pilots="10 30"
 fi
 runs=${RUNS64:-runs}; kept=${KEPT64:-docs/results}
-mkdir -p "$out"
-log="$out/gpu64.log"
-left() { s=$((budget - ($(date +%s) - start) - 45)); [ "$s" -gt 1 ] && echo "$s" || echo 1; }  # less 45 s to publish and pack
-say() { echo "[gpu64 $(($(date +%s) - start)) s] $*" | tee -a "$log"; }
-# Every phase runs under timeout, which signals its whole process group (a tune's pool workers too) at its
-# deadline; stop_all ends the pilots still running the same way, and nothing else on the machine.
+call=gpu64 device=$PROTOCOL64_DEVICE
+. scripts/gpu_call.sh  # start, py, log, left, say, unpack_data, pack_records: the budget shared with gpu_scale.sh
+# stop_all ends the pilots still running as timeout ends a phase (gpu_call.sh), and nothing else on the machine.
 stop_all() { for pid in $pilot_pids; do kill -TERM "$pid" 2>/dev/null; done; sleep 2; }
 
-if [ "$pack" != - ]; then  # "-": the datasets are already prepared in $SPECCOND_DATA
-  "$py" -m speccond data unpack "$pack" >>"$log" 2>&1 || { say "the data pack $pack did not unpack (see $log)"; exit 2; }
-fi
-[ "$PROTOCOL64_DEVICE" = cpu ] || "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
-  || { say "torch sees no CUDA device; this is the GPU instance"; exit 2; }
+unpack_data || exit 2
 say "data unpacked; budget $budget s"
 inst=""; [ "$PROTOCOL64_DEVICE" = cuda ] && inst="gpu-"
 pilot_of() { [ "$1" = 10 ] && echo "${inst}pilot" || echo "${inst}pilot${1}ep"; }  # a pilot's folder name
@@ -78,6 +67,4 @@ fi
 stop_all
 wait
 for epochs in 5 10; do EPOCHS64=$epochs scripts/protocol64.sh publish >>"$log" 2>&1; done
-find "$runs" -name checkpoints -type d -prune -exec rm -rf {} + 2>/dev/null
-tar -cJf "$out/gpu64-records.tar.xz" "$runs" "$kept"/protocol64-* 2>>"$log"
-say "records packed: $(du -h "$out/gpu64-records.tar.xz" | cut -f1)"
+pack_records "$runs" "$runs" "$kept"/protocol64-*

@@ -165,11 +165,16 @@ def test_every_protocols_tasks_parse_as_speccond_tune_and_build_their_arms(name,
 
 def test_a_smoke_protocol_shrinks_its_runs_and_keeps_its_folders():
     """smoke=True keeps every task and folder name (so a smoke test exercises the same sequence) and
-    shrinks the runs: one lr, one final seed."""
+    shrinks the runs: one lr, one final seed; the quick comparison (scale.py), whose runs take a committed
+    choice, keeps the choice's lr grid and its 2 seeds, and shrinks the model and the data instead."""
     for name in PROTOCOLS:
         full, smoke = protocol(name), protocol(name, smoke=True)
         assert [t.name for t in full.tasks] == [t.name for t in smoke.tasks]
         assert full.runs_prefix == smoke.runs_prefix and not full.smoke and smoke.smoke
+        if full.family == "scale":
+            assert all((s.lrs, s.final_seeds) == (f.lrs, f.final_seeds) and "depth=1" in s.sets and "depth=1" not in f.sets
+                       for f, s in zip(full.tasks, smoke.tasks))
+            continue
         assert all(t.lrs == "1e-3" and t.final_seeds == 1 for t in smoke.tasks)
 
 

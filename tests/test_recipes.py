@@ -172,3 +172,27 @@ def test_the_glue_recipe_fine_tunes_at_smoke_size_on_a_parquet_file_of_text(tmp_
     assert (recorded["task"], recorded["model"], recorded["optimizer"], recorded["scheduler"]) == (
         task, "bert", "timm:adamw", "timm:cosine")
     assert (out / "results.md").read_text().startswith(f"# speccond report: {task}")
+
+
+def test_the_mlm_recipe_pretrains_at_smoke_size_on_a_parquet_file_of_text(tmp_path, monkeypatch):
+    """crammed_bert_mlm's parts (BERT with its masked-language head, timm's AdamW and cosine schedule, accumulation,
+    clipping) on the user's own texts in parquet (``text:DIR?text=COLUMN&mlm=1``, data/text_files.py) instead of
+    the built-in corpus: it pre-trains and scores the masked test tokens."""
+    pytest.importorskip("pyarrow")
+    from tests.test_text_files import rows, write
+
+    folder = write(tmp_path / "texts", "parquet", {"train": {"sentence": rows(80, 0)["sentence"]},
+                                                   "test": {"sentence": rows(40, 1)["sentence"]}})
+    task = f"text:{folder}?text=sentence&mlm=1&width=16&vocab=120"
+    out = tmp_path / "out"
+    assert compare(["--recipe", "crammed_bert_mlm", "--smoke", "--task", task, "--methods", "baseline,spectral",
+                    "--seeds", "1", "--out", str(out)], monkeypatch, tmp_path / "data") == 0
+    run = out / "spectral" / "seed-0"
+    recorded = json.loads((run / "config.json").read_text())["config"]
+    expected = TrainConfig().with_overrides([*recipe("crammed_bert_mlm", True, task), f"task={task}"])
+    for field in ("model", "optimizer", "scheduler", "weight_decay", "grad_clip", "accumulate_steps", "train_size"):
+        assert recorded[field] == getattr(expected, field), field
+    assert recorded["task"] == task
+    final = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert final["kind"] == "eval" and final["step"] == final["total_steps"] == 4 and 0 <= final["accuracy"] <= 1
+    assert (out / "results.md").read_text().startswith(f"# speccond report: {task}")

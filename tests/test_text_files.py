@@ -194,6 +194,9 @@ def test_compare_trains_bert_on_the_texts_and_reports_it(tmp_path, data_home):
     ("tokenizer without specials", "has no [MASK] or <mask> token"),
     ("tokenizer and vocab", "leave vocab out"),
     ("no tokenizer.json", "holds no tokenizer.json"),
+    ("mlm with a label", "mlm=1 pre-trains on the text column alone; label would be unused"),
+    ("mlm with a pair", "text_pair would be unused"),
+    ("mlm neither 0 nor 1", "mlm must be 1 (masked-language modelling) or 0"),
 ])
 def test_a_wrong_name_column_split_file_or_label_is_refused_in_one_line_and_nothing_is_written(
         tmp_path, data_home, capsys, problem, message):
@@ -205,6 +208,9 @@ def test_a_wrong_name_column_split_file_or_label_is_refused_in_one_line_and_noth
         options += "&lable=x"
     elif problem == "missing column":
         options = "text=sentense&label=label"
+    elif problem.startswith("mlm"):
+        options = {"mlm with a label": options + "&mlm=1", "mlm with a pair": "text=sentence&text_pair=other&mlm=1",
+                   "mlm neither 0 nor 1": "text=sentence&mlm=yes"}[problem]
     elif problem.startswith("tokenizer") or problem == "no tokenizer.json":
         if problem == "tokenizer without specials":
             local_tokenizer(tmp_path / "tokenizer", specials=("<s>", "<pad>", "</s>", "<unk>"))
@@ -250,3 +256,33 @@ def test_a_transformers_encoder_by_model_type_on_the_texts_under_torchrun_report
     one, two = (json.loads((tmp_path / name / "results.json").read_text())["runs"] for name in ("single", "double"))
     assert [(r["method"], r["accuracy"]) for r in one] == [(r["method"], r["accuracy"]) for r in two] and len(one) == 2
     assert all(abs(a["loss"] - b["loss"]) < 1e-5 for a, b in zip(one, two))
+
+
+def test_texts_for_masked_language_modelling_load_as_the_mlm_tasks_blocks(tmp_path, data_home):
+    """text:DIR?text=COLUMN&mlm=1: no label read, each row one [CLS] text [SEP] block; the training blocks stay
+    whole (masked at each step), the test blocks are masked once with mlm.py's exact counts and seed, as the
+    built-in mlm task's; the vocabulary is the prediction's classes; a classification task's cache key
+    (the TextSource's repr) does not change."""
+    from speccond.data import text_files, wordpiece
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.tasks import mlm
+    from speccond.harness.tasks.datasets import load_task, task, task_shape
+
+    folder = write(tmp_path / "corpus", "parquet", {"train": {"sentence": SPLITS["train"]["sentence"]},
+                                                    "test": {"sentence": SPLITS["test"]["sentence"]}})
+    name = f"text:{folder}?text=sentence&mlm=1&width=16&vocab=100"
+    shape = task_shape(name)
+    assert task(name).reading == "mlm" and shape.mlm and shape.classes == shape.vocab <= 100 and shape.length == 16
+    arrays = text_files.load(name)
+    assert "train_labels" not in arrays and "test_labels" not in arrays
+    tensors = load_task(TrainConfig(task=name, model="bert"))
+    blocks = arrays["train_tokens"].long()  # (64, 16)
+    assert blocks.shape == (64, 16) and (blocks[:, 0] == wordpiece.CLS).all()
+    assert torch.equal(tensors["train_x"], blocks[torch.randperm(64, generator=torch.Generator().manual_seed(0))])
+    assert torch.equal(tensors["train_x"], tensors["train_y"])
+    inputs, labels = mlm.mask_tokens(arrays["test_tokens"], torch.Generator().manual_seed(mlm.EVAL_MASK_SEED),
+                                     shape.vocab)
+    assert torch.equal(tensors["test_x"], inputs) and torch.equal(tensors["test_y"], labels)
+    flagged = tensors["test_x"][:, 1].bool()  # (20, 16): where a prediction is asked
+    assert flagged.any(dim=1).all() and torch.equal(flagged, tensors["test_y"] != mlm.IGNORE)
+    assert "mlm" not in repr(text_files.parse(f"text:{folder}?text=sentence&label=x"))

@@ -2,6 +2,7 @@
 
     speccond compare --task "text:/data/reviews?text=sentence&label=label" --model bert ...
     speccond compare --task "text:/data/nli?text=premise&text_pair=hypothesis&label=label&width=128" ...
+    speccond compare --task "text:/data/corpus?text=text&mlm=1" --model bert ...    # masked-language modelling
 
 DIR is either a ``DatasetDict`` saved with ``save_to_disk`` (its ``dataset_dict.json`` beside one folder per
 split), or a folder of ``.parquet`` / ``.csv`` files named by split: ``train.csv``, ``test.parquet``,
@@ -9,8 +10,11 @@ split), or a folder of ``.parquet`` / ``.csv`` files named by split: ``train.csv
 are read in name order). The options:
 
 - ``text`` (required), ``text_pair`` (optional): the columns of the first and second text;
-- ``label`` (required): integers 0..K-1 (a ``ClassLabel`` column gives its names), or strings (the classes are
-  the training split's labels, sorted);
+- ``label`` (required unless ``mlm=1``): integers 0..K-1 (a ``ClassLabel`` column gives its names), or strings
+  (the classes are the training split's labels, sorted);
+- ``mlm=1``: the texts for masked-language-model pre-training instead of classification (the reading of the
+  built-in ``mlm`` task, harness/tasks/mlm.py): each example ``[CLS] text [SEP]`` then PAD is one block, masked
+  at each step in training and once for the test split; no label and no ``text_pair`` (both are refused);
 - ``test``: the split scored as the test split (default ``test``, else ``validation``, else ``val``); a
   validation split is carved out of train by ``--set val_size=N``, as for every task;
 - ``width``: tokens per example, ``[CLS]`` and ``[SEP]`` included (default 128); a longer example is cut,
@@ -25,7 +29,7 @@ are read in name order). The options:
   language tasks (PAD 0 masked, segments split at the first [SEP]).
 
 The examples are stored as the language tasks' are (data/language.py): ``[CLS] a [SEP] (b [SEP])`` then PAD,
-int32 (N, width) ``{split}_tokens`` with int64 ``{split}_labels`` and the tokenizer's bytes, in
+int32 (N, width) ``{split}_tokens`` with int64 ``{split}_labels`` (none with ``mlm=1``) and the tokenizer's bytes, in
 ``$SPECCOND_DATA/text/<key>/arrays.safetensors`` with the arrays' SHA-256 recorded and checked on load. The key
 is a digest of the folder's path, the options, and every file's relative path, size and modification time, so
 a changed dataset is read again, never served stale. Every refusal (an unknown option, a missing column, an
@@ -36,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 from urllib.parse import parse_qs
@@ -50,7 +54,7 @@ DEFAULT_VOCAB = 8192
 MAX_VOCAB = 32767  # wordpiece.encode's int16 ids
 HELD_OUT = ("test", "validation", "val")  # the split scored as the test split, the first one present
 SUFFIXES = (".parquet", ".csv")
-EXAMPLE = "text:DIR?text=COLUMN&label=COLUMN (and &text_pair=COLUMN for pairs)"
+EXAMPLE = "text:DIR?text=COLUMN&label=COLUMN (and &text_pair=COLUMN for pairs; text:DIR?text=COLUMN&mlm=1 to pre-train)"
 
 
 def is_text_files(name: str) -> bool:
@@ -63,12 +67,15 @@ class TextSource:
 
     folder: Path
     text: str
-    label: str
+    label: str  # "" with mlm
     text_pair: str = ""
     test: str = ""  # "" = the first of HELD_OUT present
     width: int = DEFAULT_WIDTH
     vocab: int = DEFAULT_VOCAB
     tokenizer: Optional[Path] = None  # a folder holding tokenizer.json; None: a WordPiece learnt from train
+    # masked-language modelling instead of classification; out of the repr, which keys the cache (_key), so
+    # that a classification task's cache keeps the key it had before this option
+    mlm: bool = field(default=False, repr=False)
 
     @property
     def saved(self) -> bool:
@@ -83,10 +90,15 @@ def parse(name: str) -> TextSource:
         options = {key: values[-1] for key, values in parse_qs(query, strict_parsing=True).items()} if query else {}
     except ValueError:
         raise ValueError(f"a text task looks like {EXAMPLE}, got {name!r}") from None
-    known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer"}
+    known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer", "mlm"}
     unknown = sorted(set(options) - known)
-    if not location or unknown or "text" not in options or "label" not in options:
-        missing = [key for key in ("text", "label") if key not in options]
+    if options.get("mlm", "0") not in ("0", "1"):
+        raise ValueError(f"{name!r}: mlm must be 1 (masked-language modelling) or 0 (classification), got "
+                         f"{options['mlm']!r}")
+    mlm = options.get("mlm") == "1"
+    needed = ("text",) if mlm else ("text", "label")
+    if not location or unknown or any(key not in options for key in needed):
+        missing = [key for key in needed if key not in options]
         reason = (f"unknown option(s) {unknown}; known: {sorted(known)}" if unknown else
                   f"it names no {' and no '.join(missing)} column" if missing else "it names no folder")
         raise ValueError(f"a text task looks like {EXAMPLE}; {name!r}: {reason}")
@@ -98,6 +110,10 @@ def parse(name: str) -> TextSource:
             raise ValueError(f"{name!r}: {key} must be a whole number, e.g. {key}={default}") from None
         if numbers[key] < smallest:
             raise ValueError(f"{name!r}: {key} must be >= {smallest}, got {numbers[key]}")
+    given = [key for key in ("label", "text_pair") if mlm and key in options]
+    if given:
+        raise ValueError(f"{name!r}: mlm=1 pre-trains on the text column alone; {' and '.join(given)} would be "
+                         f"unused: leave {' and '.join(given)} out, or mlm=1 out to classify")
     if numbers["vocab"] > MAX_VOCAB:
         raise ValueError(f"{name!r}: vocab must be <= {MAX_VOCAB} (token ids are encoded as int16), got {numbers['vocab']}")
     tokenizer = Path(options["tokenizer"]).expanduser().resolve() if options.get("tokenizer") else None
@@ -111,8 +127,8 @@ def parse(name: str) -> TextSource:
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder: a text task reads a folder saved with datasets' save_to_disk, or "
                          "one of .parquet / .csv files named by split (train.csv, test.csv)")
-    return TextSource(folder.resolve(), options["text"], options["label"], options.get("text_pair", ""),
-                      options.get("test", ""), tokenizer=tokenizer, **numbers)
+    return TextSource(folder.resolve(), options["text"], options.get("label", ""), options.get("text_pair", ""),
+                      options.get("test", ""), tokenizer=tokenizer, mlm=mlm, **numbers)
 
 
 def _split_files(folder: Path) -> dict[str, list[Path]]:
@@ -245,7 +261,7 @@ def read(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         raise ValueError(f"{source.folder}: the {' and '.join(empty)} split(s) hold no rows")
     texts = {split: _texts(source, split, tables[split], source.text) for split in splits}
     pairs = {split: _texts(source, split, tables[split], source.text_pair) for split in splits} if source.text_pair else None
-    classes, labels = _labels(source, tables, splits, names)
+    classes, labels = ([], None) if source.mlm else _labels(source, tables, splits, names)
     if source.tokenizer is None:
         training = texts["train"] + (pairs["train"] if pairs else [])
         tokenizer = wordpiece.train_tokenizer(training, source.vocab, exact=False)
@@ -258,11 +274,13 @@ def read(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
             tokens, lengths, _ = wordpiece.encode(tokenizer, texts[split], pairs[split] if pairs else None, source.width)
         else:
             tokens, lengths = _encode(tokenizer, ids, texts[split], pairs[split] if pairs else None, source.width)
-        arrays.update({f"{stored}_tokens": tokens.to(torch.int32), f"{stored}_lengths": lengths,
-                       f"{stored}_labels": torch.tensor(labels[split], dtype=torch.int64)})
+        arrays.update({f"{stored}_tokens": tokens.to(torch.int32), f"{stored}_lengths": lengths})
+        if labels is not None:
+            arrays[f"{stored}_labels"] = torch.tensor(labels[split], dtype=torch.int64)
     metadata = {"dataset": name, "format": FORMAT, "sha256": tensors_sha256(arrays), "classes": json.dumps(classes),
                 "vocab": str(tokenizer.get_vocab_size()), "width": str(source.width),
-                "pairs": "1" if source.text_pair else "0", "test_split": splits[1], "folder": str(source.folder)}
+                "pairs": "1" if source.text_pair else "0", "test_split": splits[1], "folder": str(source.folder),
+                **({"mlm": "1"} if source.mlm else {})}
     return arrays, metadata
 
 
@@ -320,7 +338,7 @@ def _encode(tokenizer, ids: torch.Tensor, first: list[str], second: Optional[lis
 
 
 def _key(name: str, source: TextSource) -> str:
-    digest = hashlib.sha256(f"{FORMAT}\n{source}\n".encode())
+    digest = hashlib.sha256(f"{FORMAT}\n{source}\n{'mlm' if source.mlm else ''}".encode())
     if source.tokenizer is not None:
         digest.update((source.tokenizer / "tokenizer.json").read_bytes())
     for path in sorted(p for p in source.folder.rglob("*") if p.is_file()):

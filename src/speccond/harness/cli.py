@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "here; publish: tables and kept runs into docs/results; list: each task's speccond "
                                 "tune arguments; report: tables of what has finished")
     protocols.add_argument("name", help="the protocol: fair, width64, width64-10ep, width64-gpu, width64-gpu-10ep, "
-                                        "width64-gpuchoice (harness/protocol/experiments)")
+                                        "width64-gpuchoice, scale-gpu (harness/protocol/experiments)")
     protocols.add_argument("task", nargs="?", help="run: a stage (fair: tier1, full, reduced, tier2, language), a task "
                                                    "or a pilot; plan and list: a stage")
     protocols.add_argument("--jobs", type=positive_int, default=2, metavar="N",

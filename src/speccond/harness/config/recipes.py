@@ -164,8 +164,9 @@ def crammed_bert_mlm(smoke: bool) -> list[str]:
     """Crammed-BERT-style pre-training (Geiping and Goldstein's shape: 16 layers, width 768, 12 heads,
     intermediate 3,072) by masked-language modelling on the built-in ``mlm`` task, global batch 8,192 by
     accumulating 8 micro-batches of 1,024 (128 per GPU), AdamW lr 1e-3, weight decay 0.01, clip 0.5,
-    bfloat16. The built-in corpus is small (21,039 blocks): a corpus of the paper's size needs the parquet
-    text task, which this recipe does not read yet.
+    bfloat16. The built-in corpus is small (21,039 blocks): a corpus of the paper's size is your own texts,
+    ``--task "text:DIR?text=COLUMN&mlm=1"`` (parquet, CSV or a saved dataset; one ``[CLS] text [SEP]`` block of
+    ``&width=`` tokens per row, data/text_files.py; tests/test_recipes.py runs the smoke size on a parquet file).
 
         torchrun --standalone --nproc_per_node 8 -m speccond compare --recipe crammed_bert_mlm \\
             --methods baseline,spectral --seeds 1 --out runs/crammed-mlm

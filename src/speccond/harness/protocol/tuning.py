@@ -64,6 +64,12 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     return "-".join([method, *folder_settings(named, config)]), config
 
 
+def arm_name(arm: str, base: Optional[TrainConfig] = None) -> str:
+    """The folder and table name of an arm ("spectral-corrected=q" of "spectral:corrected=q", init_from left
+    out), as arm_config names it on ``base`` (default: TrainConfig())."""
+    return arm_config(base or TrainConfig(), arm)[0]
+
+
 def outcome(run_dir: Path, split: str) -> Optional[float]:
     """The final row's headline figure on ``split`` (its task's first metric: accuracy, box AP for
     detection) of a finished run; 0.0 for a diverged run (below chance: the protocol counts it so); None

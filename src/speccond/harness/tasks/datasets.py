@@ -15,7 +15,8 @@ A task reads a prepared dataset (``speccond data prepare NAME``) in one of four 
   PAD, (N, width), read by BERT (models/bert.py);
 - "scenes": the fashion-scenes detection dataset (data/fashion_scenes.py), read by Mask R-CNN
   (harness/tasks/detection/task.py: boxes, labels and masks per scene);
-- "mlm": the ``language`` dataset's 128-token corpus blocks for masked-language-model pre-training. The
+- "mlm": the ``language`` dataset's 128-token corpus blocks for masked-language-model pre-training (or your
+  own texts, ``text:DIR?text=COLUMN&mlm=1``, one ``[CLS] text [SEP]`` block of ``width`` tokens each). The
   training blocks are masked at each step (harness/tasks/mlm.py), so ``train_y`` is the blocks themselves;
   the test blocks are masked once (``mlm.EVAL_MASK_SEED``): ``test_x`` (M, 2, 128) ids and prediction
   flags, ``test_y`` (M, 128) the original tokens where a prediction is asked, IGNORE elsewhere.
@@ -100,8 +101,9 @@ def task(name: str) -> Task:
         return Task(name, name, "image", "your images, in torchvision's ImageFolder layout (stream=1: decoded from "
                     "disk as batches need them, harness/training/streaming.py)")
     if text_files.is_text_files(name):  # your own texts (speccond.data.text_files)
-        text_files.parse(name)  # a one-line error for a malformed name or a missing folder
-        return Task(name, name, "text", "your texts: a saved datasets DatasetDict, or parquet / CSV files by split")
+        source = text_files.parse(name)  # a one-line error for a malformed name or a missing folder
+        return Task(name, name, "mlm" if source.mlm else "text", "your texts: a saved datasets DatasetDict, or "
+                    f"parquet / CSV files by split{', masked-language modelling' if source.mlm else ''}")
     tasks = _tasks()
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
@@ -118,6 +120,8 @@ def task_shape(name: str) -> TaskShape:
         return TaskShape("image", len(image_folder.classes(chosen.dataset)), image_size=size, channels=3)
     if text_files.is_text_files(chosen.dataset):  # read and tokenised once, then from its cache
         found = text_files.metadata(chosen.dataset)
+        if found.get("mlm") == "1":
+            return TaskShape("text", int(found["vocab"]), length=int(found["width"]), vocab=int(found["vocab"]), mlm=True)
         return TaskShape("text", len(json.loads(found["classes"])), length=int(found["width"]),
                          vocab=int(found["vocab"]), pairs=found["pairs"] == "1")
     spec = data.spec(chosen.dataset)
@@ -267,7 +271,7 @@ def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
     """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
     chosen = task(config.task)
     arrays = data.load(chosen.dataset)
-    if chosen.reading == "mlm" or chosen.subset:  # the language dataset: the task's own arrays
+    if chosen.dataset == "language":  # the language dataset: the task's own arrays
         prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
         arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
     return arrays, "tokens" if chosen.reading in ("tokens", "pairs", "text", "mlm") else "images"

@@ -3,10 +3,11 @@ command and run time in its docstring), and the runner of ``speccond protocol`` 
 
     fair.py      the fair comparison (docs/RESULTS.md, "Pre-registered protocol of the fair comparison")
     width64.py   the protocol at head width 64 and its instances (cpu, gpu, gpuchoice; 10 epochs)
+    scale.py     the quick comparison on one GPU: width64's arms at its GPU choice, ViT-S's heads, 2 seeds
 """
 from __future__ import annotations
 
-from speccond.harness.protocol.experiments import fair, width64
+from speccond.harness.protocol.experiments import fair, scale, width64
 from speccond.harness.protocol.experiments.spec import Protocol
 
 PROTOCOLS = {  # speccond protocol run NAME: the config function and its arguments
@@ -16,6 +17,7 @@ PROTOCOLS = {  # speccond protocol run NAME: the config function and its argumen
     "width64-gpu": (width64.get_config, {"instance": "gpu"}),
     "width64-gpu-10ep": (width64.get_config, {"instance": "gpu", "epochs": 10}),
     "width64-gpuchoice": (width64.get_config, {"instance": "gpuchoice"}),
+    "scale-gpu": (scale.get_config, {}),
 }
 
 

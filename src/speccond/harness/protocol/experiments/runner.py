@@ -1,4 +1,4 @@
-"""``speccond protocol``: runs a published protocol (fair.py, width64.py) task by task, resumably.
+"""``speccond protocol``: runs a published protocol (fair.py, width64.py, scale.py) task by task, resumably.
 
 Each task is one ``speccond tune`` (a pilot or a pre-training one ``speccond compare``), run as
 ``sys.executable -m speccond ...`` in the checkout, with the finished runs kept in the repository restored
@@ -122,10 +122,11 @@ class Runner:
     def choice(self, task: TuneTask) -> list[str]:
         """The --choice the task's tune takes, if any."""
         if self.protocol.choice_prefix:  # final runs only, at another instance's committed choice
-            path = self.committed_choice(task.name)
+            source = task.choice_of or task.name  # scale.py: every task takes Fashion-MNIST's
+            path = self.committed_choice(source)
             if path is None:
-                raise ValueError(f"no committed choice at {self.results}/{self.protocol.choice_prefix}{task.name}/"
-                                 f"choice.json: run the GPU instance's tuning of {task.name} first")
+                raise ValueError(f"no committed choice at {self.results}/{self.protocol.choice_prefix}{source}/"
+                                 f"choice.json: run the GPU instance's tuning of {source} first")
             return ["--choice", path]
         if self.protocol.family == "width64":  # its own choice comes from its (restored) tuning runs
             return []
@@ -260,7 +261,7 @@ class Runner:
             return [pilots[name]]
         if name in [task.name for task in protocol.tasks]:
             return [protocol.task(name)]
-        if name is None or protocol.family == "width64":
+        if name is None or protocol.family != "fair":
             names = [*(t.name for t in protocol.tasks), *pilots]
             stages = [*dict(protocol.groups), *(s.name for s in protocol.stages)] if protocol.family == "fair" else []
             raise ValueError(f"speccond protocol run {protocol.name} takes a stage or task: "
@@ -288,6 +289,8 @@ class Runner:
     def plan(self, name: Optional[str]) -> list[str]:
         if self.protocol.family == "width64":
             return [self.plan_line(task) for task in self.protocol.tasks]
+        if self.protocol.family == "scale":
+            return self.plan_runs([self.protocol.task(name)] if name else list(self.protocol.tasks))
         if name is None:
             raise ValueError(f"speccond protocol plan fair takes a stage: "
                              f"{', '.join([*dict(self.protocol.groups), *(s.name for s in self.protocol.stages)])}")
@@ -297,6 +300,30 @@ class Runner:
                 lines.append(self.plan_pretraining(stage.pretraining))
             lines += [self.plan_line(task) for task in stage.tasks]
         return lines
+
+    def plan_runs(self, tasks: list) -> list[str]:
+        """Each final run of ``tasks`` in one line (task, arm, the lr of the committed choice it takes, seed,
+        finished or not), then a count; refuses in one line, as run does, when the choice is not committed."""
+        from speccond.harness.protocol.tuning import FINAL_SEED, arm_name, final_run, outcome, read_choice
+
+        lines, finished, paths = [], 0, []
+        for task in tasks:
+            path = self.choice(task)[1]
+            paths += [path] * (path not in paths)
+            choice = read_choice(self.here(path))
+            kept = set(self._kept_list(f"{self.published(task.name)}/kept"))
+            for arm in map(arm_name, task.arms):
+                if arm not in choice:
+                    raise ValueError(f"{path} chooses no lr for arm {arm}; it must be the choice of the width-64 "
+                                     f"protocol's arms (width64.ARMS)")
+                for seed in range(FINAL_SEED, FINAL_SEED + (task.final_seeds or 5)):
+                    run = final_run(self.here(self.out(task.name)), arm, seed)
+                    done = f"final/{arm}/seed-{seed}" in kept or outcome(run, "test") is not None
+                    finished += done
+                    lines.append(f"{task.name} {arm} lr {float(choice[arm]['lr']):g} seed {seed}: "
+                                 f"{'finished' if done else 'to train'}")
+        return [*lines, f"{len(lines)} final runs, {finished} finished; each arm at the lr of {', '.join(paths)} "
+                        f"(none tuned here)"]
 
     def listing(self, name: Optional[str]) -> list[str]:
         """Each task of a stage: its name, then its speccond tune arguments (--choice-of OTHER first for a
@@ -312,8 +339,8 @@ class Runner:
 
     def publish(self) -> None:
         """Tables of what has finished, copied into RESULTS, and every finished run kept there."""
-        if self.protocol.family == "width64":
-            return self._publish_width64()
+        if self.protocol.family in ("width64", "scale"):
+            return self._publish_own_folders()
         for task in self.protocol.tasks:
             if not self.here(self.out(task.name)).is_dir():
                 continue
@@ -328,8 +355,7 @@ class Runner:
             # a final table is committed once every final run has finished: a partial one never reads as a result
             if self.complete(f"{self.out(task.name)}/final/holm.json"):
                 (target / "final").mkdir(exist_ok=True)
-                _copy(out / "final", target / "final", ("holm.md", "holm.json", "results.md", "results.json",
-                                                        "comparison.png", "detection.png"))
+                _copy(out / "final", target / "final", FINAL_TABLES)
             self.kept(task.name, "keep")
             self.say(f"published {self.published(task.name)}")
         for stage in self.protocol.stages:
@@ -347,7 +373,9 @@ class Runner:
               ("results.md", "results.json", "comparison.png"), required=True)
         self.say(f"published {self.results}/{pretraining.report} (the pre-training report)")
 
-    def _publish_width64(self) -> None:
+    def _publish_own_folders(self) -> None:
+        """width64 and scale: each task's choice and tuning figures, scale's final tables, the kept runs (the
+        manifests left beside their archives); width64's pilots."""
         for task in self.protocol.tasks:
             out, dest = self.here(self.out(task.name)), self.here(self.published(task.name))
             if not out.is_dir():
@@ -356,7 +384,11 @@ class Runner:
             dest.mkdir(parents=True, exist_ok=True)
             _copy(out, dest, ("tuning.png", "choice.json"))
             _publish_table(out, dest)
+            if self.protocol.family == "scale":  # its answer: the final tables, once they owe no run (as fair's)
+                self._publish_final(task.name)
             self.kept(task.name, "keep")
+        if self.protocol.family != "width64":
+            return
         runs = self.here(self.runs)
         for pilot in sorted(runs.glob(f"{self.protocol.runs_prefix}pilot*")) if runs.is_dir() else []:
             if not pilot.is_dir():
@@ -368,6 +400,17 @@ class Runner:
             for checkpoints in sorted(dest.rglob("checkpoints"), reverse=True):
                 if checkpoints.is_dir():
                     shutil.rmtree(checkpoints)
+
+    def _publish_final(self, name: str) -> None:
+        """OUT/final's tables and plots copied into RESULTS/<prefix>NAME/final once every final run has finished:
+        a partial table never reads as a result (it stays in the run folder, which the GPU call packs)."""
+        if self.complete(f"{self.out(name)}/final/holm.json"):
+            target = self.here(f"{self.published(name)}/final")
+            target.mkdir(exist_ok=True)
+            _copy(self.here(self.out(name)) / "final", target, FINAL_TABLES)
+
+
+FINAL_TABLES = ("holm.md", "holm.json", "results.md", "results.json", "comparison.png", "detection.png")
 
 
 def _publish_table(out: Path, target: Path) -> None:

@@ -1,6 +1,6 @@
 """What a published protocol is, as frozen data: its tasks (each one ``speccond tune``), its pilots and its
 pre-training (``speccond compare`` runs), the folders they write and the stages it runs in. The config
-functions of fair.py and width64.py return one; runner.py runs it. Nothing here reads a file or trains."""
+functions of fair.py, width64.py and scale.py return one; runner.py runs it. Nothing here reads a file or trains."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 INSTANCES = ("cpu", "gpu", "gpuchoice")  # where the runs train: CPU, GPU, CPU at the GPU instance's choice
+FAMILIES = ("fair", "width64", "scale")  # fair.py, width64.py, scale.py: what plan and publish write (runner.py)
 PEER = "{peer}"  # in an arm: the best peer of the full protocol (tuning.best_peer), decided when it runs
 XCA_PEER = "{xca_peer}"  # the same for XCiT trunks, where qk-norm has nothing to do (docs/RESULTS.md)
 
@@ -80,7 +81,7 @@ class Protocol:
     """A published protocol (docs/RESULTS.md registers it): the stages it runs, in order, and its folders."""
 
     name: str  # speccond protocol run NAME
-    family: str  # "fair" or "width64": what publish and plan write (runner.py)
+    family: str  # "fair", "width64" or "scale": what publish and plan write (runner.py)
     instance: str  # one of INSTANCES
     stages: tuple[Stage, ...]
     runs_prefix: str  # RUNS/<runs_prefix><task>: the tune folder (tune-, tune64-gpu-, ...)
@@ -91,8 +92,8 @@ class Protocol:
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a name for several stages run in order (tier1)
 
     def __post_init__(self) -> None:
-        if self.instance not in INSTANCES or self.family not in ("fair", "width64"):
-            raise ValueError(f"instance must be one of {INSTANCES} and family fair or width64, got "
+        if self.instance not in INSTANCES or self.family not in FAMILIES:
+            raise ValueError(f"instance must be one of {INSTANCES} and family one of {FAMILIES}, got "
                              f"{self.instance!r}, {self.family!r}")
         names = [task.name for task in self.tasks] + [pilot.name for pilot in self.pilots]
         if len(set(names)) != len(names):

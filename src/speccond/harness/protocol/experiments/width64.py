@@ -19,6 +19,8 @@ ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:lam=auto", "sp
 MODEL = ("embed_dim=192", "num_heads=3", "depth=4", "patch_size=4", "batch_size=128", "warmup_steps=200")
 GPU = ("device=cuda", "checkpoint_every=1000000")  # the GPU instance: its runs never resume elsewhere
 PILOT_EPOCHS = (10, 30)  # the plateau pilot (registered) and the longer one of the GPU call (a measurement)
+TASKS = (("fashion-mnist", 6000, 422), ("cifar10", 800, 57))  # (task, validation examples, steps per epoch)
+CIFAR10_EPOCHS = 30
 SMOKE_ARMS = ("baseline", "spectral")
 SMOKE_SETS = ("train_size=6400", "test_size=256", "depth=1")
 SMOKE_PILOT_EPOCHS = (1, 2)
@@ -62,7 +64,8 @@ def get_config(instance: str = "cpu", epochs: int = 5, smoke: bool = False) -> P
         TuneTask(name, name, val_size, arms, tuning_seeds=1, extend_edges=True, **shrink,
                  sets=(*MODEL, *hardware, f"epochs={task_epochs}", f"track_every={track}",
                        *(SMOKE_SETS + extra if smoke else ())))
-        for name, val_size, task_epochs, track in (("fashion-mnist", 6000, epochs, 422), ("cifar10", 800, 30, 57)))
+        for name, val_size, track in TASKS
+        for task_epochs in [epochs if name == "fashion-mnist" else CIFAR10_EPOCHS])
     pilots = tuple(Pilot(pilot_name(pilot_epochs), (
         "--task", "fashion-mnist", "--methods", "baseline", "--seeds", "1", "--preset", "full",
         *(part for pair in (*MODEL, *hardware, f"epochs={pilot_epochs}", "lr=1e-3", "val_size=6000", "tuning=1",
