@@ -216,6 +216,14 @@ def metadata(folder: Path) -> dict[str, str]:
         return dict(handle.metadata())
 
 
+def counts(folder: Path) -> tuple[int, int]:
+    """(training, test) rows of the streamed cache, from its label arrays' shapes (nothing read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(folder / ARRAYS), "pt") as handle:
+        return handle.get_slice("train_labels").get_shape()[0], handle.get_slice("test_labels").get_shape()[0]
+
+
 def open_cache(folder: Path, name: str) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
     """(the small arrays, {"train": ids, "test": ids} memory-mapped int32 (N, width)), their SHA-256 checked a block
     at a time against the recorded one; a damaged cache is removed and refused in one line."""

@@ -101,7 +101,8 @@ def task(name: str) -> Task:
                     "disk as batches need them, harness/training/streaming.py)")
     if text_files.is_text_files(name):  # your own texts (speccond.data.text_files)
         text_files.parse(name)  # a one-line error for a malformed name or a missing folder
-        return Task(name, name, "text", "your texts: a saved datasets DatasetDict, or parquet / CSV files by split")
+        return Task(name, name, "text", "your texts: a saved datasets DatasetDict, or parquet / CSV files by split "
+                    "(stream=1: token ids read from disk as batches need them, data/text_stream.py)")
     tasks = _tasks()
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
@@ -224,6 +225,10 @@ def stored_counts(config: TrainConfig) -> tuple[int, int]:
     if image_folder.is_image_folder(config.task) and image_folder.streams(config.task):  # counted, not read
         found = image_folder.samples(config.task)
         return len(found["train"]), len(found["test"])
+    if text_files.is_text_files(config.task) and text_files.streams(config.task):  # counted from the labels
+        from speccond.data import text_stream
+
+        return text_stream.counts(text_files.prepare(config.task))
     arrays, stored = _stored_arrays(config)
     return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
 
@@ -233,7 +238,8 @@ def check_task_settings(config: TrainConfig) -> None:
     on image classification (held in memory or streamed), channels_last on images, and worker processes decode a
     streamed image folder only."""
     mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
-    streamed = image_folder.is_image_folder(config.task) and image_folder.streams(config.task)
+    streamed = ((image_folder.is_image_folder(config.task) and image_folder.streams(config.task))
+                or (text_files.is_text_files(config.task) and text_files.streams(config.task)))
     if mixing and task(config.task).reading != "image":
         raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); "
                          f"task {config.task!r} is not one: leave {' and '.join(mixing)} at 0")
@@ -243,7 +249,8 @@ def check_task_settings(config: TrainConfig) -> None:
                          f"leave {' and '.join(imaging)} unset")
     if config.num_workers and not streamed:
         raise ValueError(f"TrainConfig.num_workers={config.num_workers} sets the processes that decode a streamed image "
-                         f"folder (imagefolder:DIR?stream=1); task {config.task!r} is held in memory: leave num_workers at 0")
+                         f"folder or read streamed texts (imagefolder:DIR?stream=1, text:DIR?...&stream=1); task "
+                         f"{config.task!r} is held in memory: leave num_workers at 0")
 
 
 def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
