@@ -178,3 +178,19 @@ def test_a_changed_file_is_prepared_again(tmp_path, data_home):
     write(root, "csv", {"train": rows(65, 0), "test": SPLITS["test"]})
     second = data.prepare(name)
     assert second != first and text_stream.counts(second) == (65, 20)
+
+
+def test_a_csv_text_column_of_numbers_is_read_as_written_when_streamed(tmp_path, data_home):
+    """The one difference from the in-memory path (text_stream.py): pyarrow infers a CSV column of numbers as
+    integers there (007 reads as 7), the streamed reader reads the text columns as the strings written."""
+    from speccond import data
+    from speccond.data import text_stream, wordpiece
+
+    numbers = {split: {"code": [f"00{i % 10}" for i in range(count)], "label": [i % 2 for i in range(count)]}
+               for split, count in (("train", 12), ("test", 4))}
+    name = f"text:{write(tmp_path / 'codes', 'csv', numbers)}?text=code&label=label&width=8&vocab=64"
+    tokenizers = {"memory": wordpiece.from_bytes(data.load(name)["tokenizer"]),
+                  "stream": wordpiece.from_bytes(text_stream.open_cache(data.prepare(f"{name}&stream=1"), name)[0]
+                                                 ["tokenizer"])}
+    assert "007" in tokenizers["stream"].get_vocab() and "007" not in tokenizers["memory"].get_vocab()
+    assert "7" in tokenizers["memory"].get_vocab()

@@ -17,6 +17,8 @@ are read in name order). The options:
   longest text first;
 - ``vocab``: the size of the WordPiece vocabulary learnt from the training split's texts (wordpiece.py;
   default 8192, fewer when the texts allow no more);
+- ``stream``: 1 prepares the dataset a chunk of rows at a time into memory-mapped token ids, which a run reads
+  as batches need them (text_stream.py), for a dataset larger than memory; 0 (the default) holds it in memory;
 - ``tokenizer``: instead, a folder holding a ``tokenizers`` ``tokenizer.json`` (what ``save_pretrained`` of a
   fast tokenizer writes). Its normalisation and pieces are kept; its pad, unknown, [CLS], [SEP] and mask tokens
   (``[PAD]`` or ``<pad>``, and so on) are moved to ids 0..4, the ids of the project's, by swapping them with the

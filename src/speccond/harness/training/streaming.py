@@ -1,8 +1,15 @@
-"""A streamed image folder (``imagefolder:DIR?stream=1``): images decoded from disk as batches need them.
+"""Streamed tasks: an image folder (``imagefolder:DIR?stream=1``), images decoded from disk as batches need
+them, and your own texts (``text:DIR?...&stream=1``), token ids read from a memory-mapped file.
 
-    task = StreamedImages(config, context)   # paths and labels only; the normalisation from one pass
-    images, labels = task.train_batch(chosen, step, context)   # this rank's share, normalised and augmented
+    task = streamed_task(config, context)   # StreamedImages / StreamedTexts (None: the task is held in memory)
+    inputs, labels = task.train_batch(chosen, step, context)   # this rank's share (images normalised, augmented)
     task.evaluate(model, "test", context)    # each rank its shard, the sums all-reduced
+
+What both share is :class:`StreamedSplits`'s: the examples chosen as the in-memory task chooses them, the
+training batches of :class:`RankBatches` through a ``DataLoader`` with ``config.num_workers`` workers, and each
+rank's evaluation shard (:class:`RankShard`) with the sums all-reduced. A streamed text task
+(:class:`StreamedTexts`) reads rows of the ids data/text_stream.py prepared a chunk at a time; its inputs are the
+in-memory task's, so its run is the in-memory run exactly. The rest of this docstring is the image folder's.
 
 Nothing is cached and no split is held in memory: :class:`speccond.data.image_folder.FolderImages` keeps the
 paths, a ``torch.utils.data.DataLoader`` with ``config.num_workers`` worker processes decodes them.
