@@ -66,7 +66,7 @@ def test_preparation_chunk_by_chunk_stores_the_one_shot_arrays_and_checksum(tmp_
     for split in ("train", "test"):
         assert isinstance(tokens[split], __import__("numpy").memmap)
         assert torch.equal(torch.from_numpy(tokens[split][:]), memory[f"{split}_tokens"])
-    recorded = text_files.metadata(f"{name}&stream=1")
+    recorded = text_stream.metadata(f"{name}&stream=1")
     assert recorded["sha256"] == text_files.metadata(name)["sha256"] and recorded["stream"] == "1"
     assert data.prepare(f"{name}&stream=1") == folder  # current: not read again
     with pytest.raises(ValueError, match="never read whole into memory"):

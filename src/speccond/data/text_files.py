@@ -121,7 +121,8 @@ def parse(name: str) -> TextSource:
 
 def streams(name: str) -> bool:
     """True when ``name`` asks for its token ids to be read from disk as batches need them (``stream=1``,
-    text_stream.py). Not a field of TextSource: the streamed cache sits beside the in-memory one, under its key."""
+    text_stream.py). Not a field of TextSource: the streamed cache sits beside the in-memory one, under its key
+    (text_stream.prepare; data.prepare and the harness choose it)."""
     parse(name)
     return parse_qs(name.partition("?")[2]).get("stream", ["0"])[-1] == "1"
 
@@ -388,10 +389,7 @@ def prepare(name: str) -> Path:
     from speccond.data.store import ARRAYS, data_dir
 
     source = parse(name)
-    if streams(name):  # token ids in .npy files read a chunk at a time, never whole (text_stream.py)
-        from speccond.data import text_stream
-
-        return text_stream.prepare(name, source, data_dir() / "text" / _key(name, source) / text_stream.FOLDER)
+    assert not streams(name), name  # a streamed cache is text_stream.prepare's (data.prepare dispatches)
     arrays = data_dir() / "text" / _key(name, source) / ARRAYS
     if arrays.is_file():
         return arrays
@@ -407,12 +405,7 @@ def metadata(name: str) -> dict[str, str]:
     """The prepared dataset's metadata (classes, vocab, width, pairs), prepared first when needed."""
     from safetensors import safe_open
 
-    prepared = prepare(name)
-    if streams(name):
-        from speccond.data import text_stream
-
-        return text_stream.metadata(prepared)
-    with safe_open(str(prepared), "pt") as handle:
+    with safe_open(str(prepare(name)), "pt") as handle:
         return dict(handle.metadata())
 
 

@@ -1,7 +1,7 @@
 """Your own texts, streamed (``text:DIR?text=COLUMN&label=COLUMN&stream=1``): prepared a chunk of rows at a time,
 read a row at a time, so a dataset larger than memory trains.
 
-    folder = text_files.prepare(name)                      # <key>/stream/: this module's prepare, chunk by chunk
+    folder = prepare(name)                                 # <key>/stream/, written chunk by chunk
     small, tokens = open_cache(folder, name)              # labels, lengths, tokenizer; (N, width) ids memory-mapped
     rows = TokenRows(folder / "train_tokens.npy", indices, small["train_labels"])   # item i: (ids, label, i)
 
@@ -150,8 +150,13 @@ def _checked(source: TextSource, found: dict[str, Split], chosen: tuple[str, str
     return counts, classes, index
 
 
-def prepare(name: str, source: TextSource, target: Path) -> Path:
-    """The streamed cache of ``name`` in ``target`` (a folder), written chunk by chunk unless it is there."""
+def prepare(name: str) -> Path:
+    """The folder of the streamed cache of ``name`` (``$SPECCOND_DATA/text/<key>/stream``, beside the in-memory
+    cache under text_files' key), written chunk by chunk unless it is there."""
+    from speccond.data.store import data_dir
+
+    source = text_files.parse(name)
+    target = data_dir() / "text" / text_files._key(name, source) / FOLDER
     if (target / ARRAYS).is_file():
         return target
     from safetensors.torch import save_file
@@ -191,7 +196,9 @@ def prepare(name: str, source: TextSource, target: Path) -> Path:
                 tokens[stored][start:stop] = encoded.to(torch.int32).numpy()
                 lengths[start:stop], labels[start:stop] = length.numpy(), [index(v) for v in chunk[source.label]]
                 start = stop
-            assert start == counts[split], (split, start, counts[split])  # the files changed between the passes
+            if start != counts[split]:
+                raise ValueError(f"{source.folder}: the {split} split held {counts[split]} rows when checked and {start} "
+                                 "when tokenised (its files changed meanwhile); run again once they are written")
             tokens[stored].flush()
             small.update({f"{stored}_lengths": torch.from_numpy(lengths), f"{stored}_labels": torch.from_numpy(labels)})
         digest = tensors_sha256({**small, **{f"{split}_tokens": array for split, array in tokens.items()}})
@@ -208,8 +215,13 @@ def prepare(name: str, source: TextSource, target: Path) -> Path:
     return target
 
 
-def metadata(folder: Path) -> dict[str, str]:
-    """The streamed cache's metadata (text_files.record's, with "stream": "1")."""
+def metadata(name: str) -> dict[str, str]:
+    """The streamed cache's metadata (text_files.record's, with "stream": "1"), prepared first when needed."""
+    return _recorded(prepare(name))
+
+
+def _recorded(folder: Path) -> dict[str, str]:
+    """The metadata of the folder's small arrays file."""
     from safetensors import safe_open
 
     with safe_open(str(folder / ARRAYS), "pt") as handle:
@@ -235,7 +247,8 @@ def open_cache(folder: Path, name: str) -> tuple[dict[str, torch.Tensor], dict[s
     try:
         small = load_file(str(folder / ARRAYS))
         tokens = {split: np.load(folder / f"{split}_tokens.npy", mmap_mode="r") for split in ("train", "test")}
-        intact = metadata(folder).get("sha256") == tensors_sha256(
+        recorded = _recorded(folder).get("sha256")
+        intact = recorded == tensors_sha256(
             {**small, **{f"{split}_tokens": array for split, array in tokens.items()}})
     except (SafetensorError, OSError, ValueError):
         intact = False

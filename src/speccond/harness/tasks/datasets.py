@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from speccond import data
-from speccond.data import image_folder, language, text_files
+from speccond.data import image_folder, language, text_files, text_stream
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks import mlm
 
@@ -118,7 +118,7 @@ def task_shape(name: str) -> TaskShape:
         _, size = image_folder.parse(chosen.dataset)
         return TaskShape("image", len(image_folder.classes(chosen.dataset)), image_size=size, channels=3)
     if text_files.is_text_files(chosen.dataset):  # read and tokenised once, then from its cache
-        found = text_files.metadata(chosen.dataset)
+        found = (text_stream if text_files.streams(chosen.dataset) else text_files).metadata(chosen.dataset)
         return TaskShape("text", len(json.loads(found["classes"])), length=int(found["width"]),
                          vocab=int(found["vocab"]), pairs=found["pairs"] == "1")
     spec = data.spec(chosen.dataset)
@@ -226,9 +226,7 @@ def stored_counts(config: TrainConfig) -> tuple[int, int]:
         found = image_folder.samples(config.task)
         return len(found["train"]), len(found["test"])
     if text_files.is_text_files(config.task) and text_files.streams(config.task):  # counted from the labels
-        from speccond.data import text_stream
-
-        return text_stream.counts(text_files.prepare(config.task))
+        return text_stream.counts(text_stream.prepare(config.task))
     arrays, stored = _stored_arrays(config)
     return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
 

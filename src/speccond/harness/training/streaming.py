@@ -235,7 +235,7 @@ class StreamedTexts(StreamedSplits):
     memory-mapped (N, width) token ids, read in the loader's workers; only labels and row numbers are held."""
 
     def __init__(self, config: TrainConfig, context: Context):
-        folder = text_files.prepare(config.task)  # each rank alike: the first to finish writes it
+        folder = text_stream.prepare(config.task)  # each rank alike: the first to finish writes it
         small, tokens = text_stream.open_cache(folder, config.task)  # checksum verified
         super().__init__(config, tokens["train"].shape[0], tokens["test"].shape[0])
         stored = {"train": "train", "val": "train", "test": "test"}
