@@ -194,3 +194,27 @@ def test_a_csv_text_column_of_numbers_is_read_as_written_when_streamed(tmp_path,
                                                  ["tokenizer"])}
     assert "007" in tokenizers["stream"].get_vocab() and "007" not in tokenizers["memory"].get_vocab()
     assert "7" in tokenizers["memory"].get_vocab()
+
+
+def test_two_processes_preparing_at_once_leave_one_intact_cache(tmp_path, data_home):
+    """As torchrun's ranks do on a first run: each writes its own partial folder, the first to finish moves it in
+    place, the other finds it there; both return the folder, whose checksum holds."""
+    import os
+    import subprocess
+    import sys
+
+    from speccond.data import text_stream
+
+    name = f"text:{write(tmp_path / 'parquet', 'parquet', {'train': rows(400, 0), 'test': rows(40, 1)})}?{OPTIONS}&stream=1"
+    script = ("import sys; from speccond.data import text_stream; text_stream.CHUNK_ROWS = 7; "
+              "print(text_stream.prepare(sys.argv[1]))")
+    environment = {**os.environ, "SPECCOND_DATA": str(data_home), "OMP_NUM_THREADS": "1"}
+    launched = [subprocess.Popen([sys.executable, "-c", script, name], env=environment, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    finished = [process.communicate(timeout=300) for process in launched]
+    assert [process.returncode for process in launched] == [0, 0], finished
+    folders = {out.strip() for out, _ in finished}
+    assert len(folders) == 1
+    small, tokens = text_stream.open_cache(text_stream.prepare(name), name)  # the recorded SHA-256 holds
+    assert tokens["train"].shape == (400, 24) and small["test_labels"].shape == (40,)
+    assert not list(data_home.rglob("*.partial"))
