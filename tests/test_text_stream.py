@@ -7,6 +7,7 @@ refused in one line."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 import torch
@@ -68,6 +69,11 @@ def test_preparation_chunk_by_chunk_stores_the_one_shot_arrays_and_checksum(tmp_
         assert torch.equal(torch.from_numpy(tokens[split][:]), memory[f"{split}_tokens"])
     recorded = text_stream.metadata(f"{name}&stream=1")
     assert recorded["sha256"] == text_files.metadata(name)["sha256"] and recorded["stream"] == "1"
+    dataset = text_stream.TokenRows(folder / "train_tokens.npy", torch.arange(64).flip(0), small["train_labels"])
+    assert dataset[0][0].tolist() == memory["train_tokens"][63].tolist()
+    assert dataset[0][1:] == (int(memory["train_labels"][63]), 0)
+    copy = pickle.loads(pickle.dumps(dataset))  # what a loader's worker receives: the path and row numbers, no ids
+    assert copy._ids is None and torch.equal(copy[5][0], dataset[5][0])
     assert data.prepare(f"{name}&stream=1") == folder  # current: not read again
     with pytest.raises(ValueError, match="never read whole into memory"):
         data.load(f"{name}&stream=1")
@@ -205,7 +211,8 @@ def test_two_processes_preparing_at_once_leave_one_intact_cache(tmp_path, data_h
 
     from speccond.data import text_stream
 
-    name = f"text:{write(tmp_path / 'parquet', 'parquet', {'train': rows(400, 0), 'test': rows(40, 1)})}?{OPTIONS}&stream=1"
+    root = write(tmp_path / "parquet", "parquet", {"train": rows(400, 0), "test": rows(40, 1)})
+    name = f"text:{root}?{OPTIONS}&stream=1"
     script = ("import sys; from speccond.data import text_stream; text_stream.CHUNK_ROWS = 7; "
               "print(text_stream.prepare(sys.argv[1]))")
     environment = {**os.environ, "SPECCOND_DATA": str(data_home), "OMP_NUM_THREADS": "1"}

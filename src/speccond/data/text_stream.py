@@ -5,9 +5,9 @@ read a row at a time, so a dataset larger than memory trains.
     small, tokens = open_cache(folder, name)              # labels, lengths, tokenizer; (N, width) ids memory-mapped
     rows = TokenRows(folder / "train_tokens.npy", indices, small["train_labels"])   # item i: (ids, label, i)
 
-Preparation reads the two chosen splits in chunks of ``CHUNK_ROWS`` rows (parquet record batches, CSV blocks, a
-saved DatasetDict's slices; a CSV file in blocks of ``CSV_BLOCK_BYTES``) in three passes, and holds one chunk, the word counts and the per-row label ids and
-lengths (int64 each), never the texts:
+Preparation reads the two chosen splits in chunks (parquet record batches and a saved DatasetDict's slices of
+``CHUNK_ROWS`` rows, a CSV file's blocks of ``CSV_BLOCK_BYTES``) in three passes, and holds one chunk, the word
+counts and the per-row label ids and lengths (int64 each), never the texts:
 
 1. the columns are checked (present, no empty text) and the label classes found from each split's distinct labels
    (text_files.label_classes: the in-memory path's rules and messages), before anything is written;
@@ -52,7 +52,8 @@ class Split:
     def _file_columns(self) -> list[str]:
         columns = None
         for path in self.paths:
-            found = _open(path, (), ()).schema.names if path.suffix.lower() == ".csv" else _parquet(path).schema_arrow.names
+            csv = path.suffix.lower() == ".csv"
+            found = _open(path, (), ()).schema.names if csv else _parquet(path).schema_arrow.names
             if columns is not None and set(found) != set(columns):
                 raise ValueError(f"{path} has columns {sorted(found)}, the other {self.name} files {sorted(columns)}")
             columns = columns or found
@@ -113,7 +114,8 @@ def _open(path: Path, columns, texts) -> object:
 def splits(source: TextSource) -> tuple[dict[str, Split], Optional[list[str]]]:
     """({split: Split}, the label column's class names when it is a ClassLabel), nothing read but the schemas."""
     if not source.saved:
-        return {split: Split(source, split, paths) for split, paths in text_files._split_files(source.folder).items()}, None
+        files = text_files._split_files(source.folder)
+        return {split: Split(source, split, paths) for split, paths in files.items()}, None
     saved, names = text_files.saved_splits(source)  # memory-mapped arrow files
     return {name: Split(source, name, saved=split) for name, split in saved.items()}, names
 
@@ -197,8 +199,8 @@ def prepare(name: str) -> Path:
                 lengths[start:stop], labels[start:stop] = length.numpy(), [index(v) for v in chunk[source.label]]
                 start = stop
             if start != counts[split]:
-                raise ValueError(f"{source.folder}: the {split} split held {counts[split]} rows when checked and {start} "
-                                 "when tokenised (its files changed meanwhile); run again once they are written")
+                raise ValueError(f"{source.folder}: the {split} split held {counts[split]} rows when checked and "
+                                 f"{start} when tokenised (its files changed meanwhile); run again once they are written")
             tokens[stored].flush()
             small.update({f"{stored}_lengths": torch.from_numpy(lengths), f"{stored}_labels": torch.from_numpy(labels)})
         digest = tensors_sha256({**small, **{f"{split}_tokens": array for split, array in tokens.items()}})
