@@ -197,6 +197,7 @@ def test_compare_trains_bert_on_the_texts_and_reports_it(tmp_path, data_home):
     ("mlm with a label", "mlm=1 pre-trains on the text column alone; label would be unused"),
     ("mlm with a pair", "text_pair would be unused"),
     ("mlm neither 0 nor 1", "mlm must be 1 (masked-language modelling) or 0"),
+    ("mlm streamed", "holds its blocks in memory; leave stream=1 out"),
 ])
 def test_a_wrong_name_column_split_file_or_label_is_refused_in_one_line_and_nothing_is_written(
         tmp_path, data_home, capsys, problem, message):
@@ -210,7 +211,7 @@ def test_a_wrong_name_column_split_file_or_label_is_refused_in_one_line_and_noth
         options = "text=sentense&label=label"
     elif problem.startswith("mlm"):
         options = {"mlm with a label": options + "&mlm=1", "mlm with a pair": "text=sentence&text_pair=other&mlm=1",
-                   "mlm neither 0 nor 1": "text=sentence&mlm=yes"}[problem]
+                   "mlm neither 0 nor 1": "text=sentence&mlm=yes", "mlm streamed": "text=sentence&mlm=1&stream=1"}[problem]
     elif problem.startswith("tokenizer") or problem == "no tokenizer.json":
         if problem == "tokenizer without specials":
             local_tokenizer(tmp_path / "tokenizer", specials=("<s>", "<pad>", "</s>", "<unk>"))

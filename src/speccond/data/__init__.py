@@ -49,6 +49,10 @@ def prepare(name: str) -> Path:
     """The cached arrays file of dataset ``name`` (a registered name, or imagefolder:DIR), made if needed."""
     if image_folder.is_image_folder(name):
         return image_folder.prepare(name)
+    if text_files.is_text_files(name) and text_files.streams(name):  # token ids on disk, prepared chunk by chunk
+        from speccond.data import text_stream
+
+        return text_stream.prepare(name)
     if text_files.is_text_files(name):
         return text_files.prepare(name)
     from speccond.data.store import prepare as _prepare

@@ -21,6 +21,8 @@ are read in name order). The options:
   longest text first;
 - ``vocab``: the size of the WordPiece vocabulary learnt from the training split's texts (wordpiece.py;
   default 8192, fewer when the texts allow no more);
+- ``stream``: 1 prepares the dataset a chunk of rows at a time into memory-mapped token ids, which a run reads
+  as batches need them (text_stream.py), for a dataset larger than memory; 0 (the default) holds it in memory;
 - ``tokenizer``: instead, a folder holding a ``tokenizers`` ``tokenizer.json`` (what ``save_pretrained`` of a
   fast tokenizer writes). Its normalisation and pieces are kept; its pad, unknown, [CLS], [SEP] and mask tokens
   (``[PAD]`` or ``<pad>``, and so on) are moved to ids 0..4, the ids of the project's, by swapping them with the
@@ -90,18 +92,23 @@ def parse(name: str) -> TextSource:
         options = {key: values[-1] for key, values in parse_qs(query, strict_parsing=True).items()} if query else {}
     except ValueError:
         raise ValueError(f"a text task looks like {EXAMPLE}, got {name!r}") from None
-    known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer", "mlm"}
+    known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer", "mlm", "stream"}
     unknown = sorted(set(options) - known)
     if options.get("mlm", "0") not in ("0", "1"):
         raise ValueError(f"{name!r}: mlm must be 1 (masked-language modelling) or 0 (classification), got "
                          f"{options['mlm']!r}")
     mlm = options.get("mlm") == "1"
+    if mlm and options.get("stream", "0") != "0":
+        raise ValueError(f"{name!r}: masked-language modelling on your texts (mlm=1) holds its blocks in memory; "
+                         "leave stream=1 out")
     needed = ("text",) if mlm else ("text", "label")
     if not location or unknown or any(key not in options for key in needed):
         missing = [key for key in needed if key not in options]
         reason = (f"unknown option(s) {unknown}; known: {sorted(known)}" if unknown else
                   f"it names no {' and no '.join(missing)} column" if missing else "it names no folder")
         raise ValueError(f"a text task looks like {EXAMPLE}; {name!r}: {reason}")
+    if options.get("stream", "0") not in ("0", "1"):
+        raise ValueError(f"{name!r}: stream must be 0 (read into memory) or 1 (read from disk as batches need them)")
     numbers = {}
     for key, default, smallest in (("width", DEFAULT_WIDTH, 4), ("vocab", DEFAULT_VOCAB, 64)):
         try:
@@ -131,6 +138,14 @@ def parse(name: str) -> TextSource:
                       options.get("test", ""), tokenizer=tokenizer, mlm=mlm, **numbers)
 
 
+def streams(name: str) -> bool:
+    """True when ``name`` asks for its token ids to be read from disk as batches need them (``stream=1``,
+    text_stream.py). Not a field of TextSource: the streamed cache sits beside the in-memory one, under its key
+    (text_stream.prepare; data.prepare and the harness choose it)."""
+    parse(name)
+    return parse_qs(name.partition("?")[2]).get("stream", ["0"])[-1] == "1"
+
+
 def _split_files(folder: Path) -> dict[str, list[Path]]:
     """{split: its .parquet / .csv files in name order}, the split being the name up to the first '-' or '.'."""
     splits: dict[str, list[Path]] = {}
@@ -154,24 +169,30 @@ def _read_file(path: Path) -> dict[str, list]:
     return table.to_pydict()
 
 
+def saved_splits(source: TextSource):
+    """(the saved DatasetDict, memory-mapped, not read; the label column's class names when it is a ClassLabel)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(f"{source.folder} was saved with datasets' save_to_disk; reading it needs the datasets "
+                         "package (pip install datasets)") from None
+    try:
+        saved = datasets.load_from_disk(str(source.folder))
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError(f"{source.folder} cannot be read with datasets.load_from_disk ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else 'no detail'})") from None
+    if not isinstance(saved, datasets.DatasetDict):
+        raise ValueError(f"{source.folder} holds one saved Dataset; save a DatasetDict with a train and a test (or "
+                         "validation) split")
+    feature = next((split.features.get(source.label) for split in saved.values()), None)
+    names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+    return saved, names
+
+
 def _tables(source: TextSource) -> tuple[dict[str, dict[str, list]], Optional[list[str]]]:
     """({split: {column: values}} for every split, the label column's class names when it is a ClassLabel)."""
     if source.saved:
-        try:
-            import datasets
-        except ImportError:
-            raise ValueError(f"{source.folder} was saved with datasets' save_to_disk; reading it needs the datasets "
-                             "package (pip install datasets)") from None
-        try:
-            saved = datasets.load_from_disk(str(source.folder))
-        except (OSError, ValueError, KeyError) as error:
-            raise ValueError(f"{source.folder} cannot be read with datasets.load_from_disk ({type(error).__name__}: "
-                             f"{str(error).splitlines()[0] if str(error) else 'no detail'})") from None
-        if not isinstance(saved, datasets.DatasetDict):
-            raise ValueError(f"{source.folder} holds one saved Dataset; save a DatasetDict with a train and a test (or "
-                             "validation) split")
-        feature = next((split.features.get(source.label) for split in saved.values()), None)
-        names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+        saved, names = saved_splits(source)
         return {split: dataset.to_dict() for split, dataset in saved.items()}, names
     files = _split_files(source.folder)
     tables = {}
@@ -224,28 +245,58 @@ def _labels(source: TextSource, tables: dict, splits: tuple[str, str], names: Op
                              f"{sorted(tables[split])}")
         values[split] = tables[split][source.label]
     every = values[splits[0]] + values[splits[1]]
-    if all(isinstance(v, (bool, int)) for v in every):
+    kinds = LabelKinds.of(every)
+    classes, index = label_classes(source, splits, {split: set(values[split]) for split in splits} if kinds.usable
+                                   else {}, kinds, names)
+    return classes, {split: [index(v) for v in values[split]] for split in splits}
+
+
+@dataclass(frozen=True)
+class LabelKinds:
+    """What a label column holds, gathered a chunk at a time (the streamed preparation) or at once."""
+
+    integral: bool  # every value a bool or an int
+    strings: bool  # every value a str
+    names: frozenset  # the values' type names
+
+    @classmethod
+    def of(cls, values: list) -> "LabelKinds":
+        return cls(all(isinstance(v, (bool, int)) for v in values), all(isinstance(v, str) for v in values),
+                   frozenset(type(v).__name__ for v in values))
+
+    def __or__(self, other: "LabelKinds") -> "LabelKinds":
+        return LabelKinds(self.integral and other.integral, self.strings and other.strings, self.names | other.names)
+
+    @property
+    def usable(self) -> bool:
+        return self.integral or self.strings
+
+
+def label_classes(source: TextSource, splits: tuple[str, str], distinct: dict[str, set], kinds: LabelKinds,
+                  names: Optional[list[str]]):
+    """(class names, value -> label id) from each split's distinct labels; integers must be 0..K-1, strings must
+    be among the training split's; ValueError otherwise."""
+    if kinds.integral:
+        every = distinct[splits[0]] | distinct[splits[1]]
         lowest = min(int(v) for v in every)
         if lowest < 0:
-            split = next(s for s in splits if any(int(v) < 0 for v in values[s]))
+            split = next(s for s in splits if any(int(v) < 0 for v in distinct[s]))
             raise ValueError(f"{source.folder}: the {split} split has label {lowest} (unlabelled examples, as a "
                              "benchmark's hidden test split has); score another split with test=SPLIT")
         classes = names or [str(i) for i in range(max(int(v) for v in every) + 1)]
         if max(int(v) for v in every) >= len(classes):
             raise ValueError(f"{source.folder}: label {max(int(v) for v in every)} is past the {len(classes)} classes "
                              f"of column {source.label!r}")
-        return classes, {split: [int(v) for v in values[split]] for split in splits}
-    if not all(isinstance(v, str) for v in every):
-        kinds = sorted({type(v).__name__ for v in every})
-        raise ValueError(f"{source.folder}: column {source.label!r} holds {', '.join(kinds)}; labels must be whole "
-                         "numbers 0..K-1 or strings, every row")
-    classes = sorted(set(values[splits[0]]))
-    unknown = sorted(set(values[splits[1]]) - set(classes))
+        return classes, int
+    if not kinds.strings:
+        raise ValueError(f"{source.folder}: column {source.label!r} holds {', '.join(sorted(kinds.names))}; labels must "
+                         "be whole numbers 0..K-1 or strings, every row")
+    classes = sorted(distinct[splits[0]])
+    unknown = sorted(distinct[splits[1]] - set(classes))
     if unknown:
         raise ValueError(f"{source.folder}: the {splits[1]} split has labels {unknown[:5]} that the train split never "
                          f"has (its classes: {classes[:10]})")
-    index = {name: i for i, name in enumerate(classes)}
-    return classes, {split: [index[v] for v in values[split]] for split in splits}
+    return classes, {name: i for i, name in enumerate(classes)}.__getitem__
 
 
 def read(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -277,11 +328,16 @@ def read(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         arrays.update({f"{stored}_tokens": tokens.to(torch.int32), f"{stored}_lengths": lengths})
         if labels is not None:
             arrays[f"{stored}_labels"] = torch.tensor(labels[split], dtype=torch.int64)
-    metadata = {"dataset": name, "format": FORMAT, "sha256": tensors_sha256(arrays), "classes": json.dumps(classes),
-                "vocab": str(tokenizer.get_vocab_size()), "width": str(source.width),
-                "pairs": "1" if source.text_pair else "0", "test_split": splits[1], "folder": str(source.folder),
-                **({"mlm": "1"} if source.mlm else {})}
-    return arrays, metadata
+    return arrays, record(name, source, tensors_sha256(arrays), classes, tokenizer, splits)
+
+
+def record(name: str, source: TextSource, sha256: str, classes: list[str], tokenizer, splits: tuple[str, str]
+           ) -> dict[str, str]:
+    """The metadata stored with the prepared arrays (held in memory or streamed)."""
+    return {"dataset": name, "format": FORMAT, "sha256": sha256, "classes": json.dumps(classes),
+            "vocab": str(tokenizer.get_vocab_size()), "width": str(source.width),
+            "pairs": "1" if source.text_pair else "0", "test_split": splits[1], "folder": str(source.folder),
+            **({"mlm": "1"} if source.mlm else {})}
 
 
 SPECIAL_NAMES = (("[PAD]", "<pad>"), ("[UNK]", "<unk>"), ("[CLS]", "<s>"), ("[SEP]", "</s>"), ("[MASK]", "<mask>"))
@@ -354,6 +410,7 @@ def prepare(name: str) -> Path:
     from speccond.data.store import ARRAYS, data_dir
 
     source = parse(name)
+    assert not streams(name), name  # a streamed cache is text_stream.prepare's (data.prepare dispatches)
     arrays = data_dir() / "text" / _key(name, source) / ARRAYS
     if arrays.is_file():
         return arrays
@@ -379,6 +436,9 @@ def load(name: str) -> dict[str, torch.Tensor]:
 
     from speccond.checksum import tensors_sha256
 
+    if streams(name):
+        raise ValueError(f"{name!r} streams its token ids from disk (stream=1): it is never read whole into memory; "
+                         "drop stream=1 to hold the dataset in memory")
     arrays = prepare(name)
     tensors = load_file(str(arrays))
     if metadata(name).get("sha256") != tensors_sha256(tensors):

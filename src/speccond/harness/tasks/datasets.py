@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from speccond import data
-from speccond.data import image_folder, language, text_files
+from speccond.data import image_folder, language, text_files, text_stream
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks import mlm
 
@@ -103,7 +103,8 @@ def task(name: str) -> Task:
     if text_files.is_text_files(name):  # your own texts (speccond.data.text_files)
         source = text_files.parse(name)  # a one-line error for a malformed name or a missing folder
         return Task(name, name, "mlm" if source.mlm else "text", "your texts: a saved datasets DatasetDict, or "
-                    f"parquet / CSV files by split{', masked-language modelling' if source.mlm else ''}")
+                    f"parquet / CSV files by split{', masked-language modelling' if source.mlm else ''} (stream=1: "
+                    "token ids read from disk as batches need them, data/text_stream.py)")
     tasks = _tasks()
     if name not in tasks:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
@@ -119,7 +120,7 @@ def task_shape(name: str) -> TaskShape:
         _, size = image_folder.parse(chosen.dataset)
         return TaskShape("image", len(image_folder.classes(chosen.dataset)), image_size=size, channels=3)
     if text_files.is_text_files(chosen.dataset):  # read and tokenised once, then from its cache
-        found = text_files.metadata(chosen.dataset)
+        found = (text_stream if text_files.streams(chosen.dataset) else text_files).metadata(chosen.dataset)
         if found.get("mlm") == "1":
             return TaskShape("text", int(found["vocab"]), length=int(found["width"]), vocab=int(found["vocab"]), mlm=True)
         return TaskShape("text", len(json.loads(found["classes"])), length=int(found["width"]),
@@ -228,6 +229,8 @@ def stored_counts(config: TrainConfig) -> tuple[int, int]:
     if image_folder.is_image_folder(config.task) and image_folder.streams(config.task):  # counted, not read
         found = image_folder.samples(config.task)
         return len(found["train"]), len(found["test"])
+    if text_files.is_text_files(config.task) and text_files.streams(config.task):  # counted from the labels
+        return text_stream.counts(text_stream.prepare(config.task))
     arrays, stored = _stored_arrays(config)
     return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
 
@@ -237,7 +240,8 @@ def check_task_settings(config: TrainConfig) -> None:
     on image classification (held in memory or streamed), channels_last on images, and worker processes decode a
     streamed image folder only."""
     mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
-    streamed = image_folder.is_image_folder(config.task) and image_folder.streams(config.task)
+    streamed = ((image_folder.is_image_folder(config.task) and image_folder.streams(config.task))
+                or (text_files.is_text_files(config.task) and text_files.streams(config.task)))
     if mixing and task(config.task).reading != "image":
         raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); "
                          f"task {config.task!r} is not one: leave {' and '.join(mixing)} at 0")
@@ -247,7 +251,8 @@ def check_task_settings(config: TrainConfig) -> None:
                          f"leave {' and '.join(imaging)} unset")
     if config.num_workers and not streamed:
         raise ValueError(f"TrainConfig.num_workers={config.num_workers} sets the processes that decode a streamed image "
-                         f"folder (imagefolder:DIR?stream=1); task {config.task!r} is held in memory: leave num_workers at 0")
+                         f"folder or read streamed texts (imagefolder:DIR?stream=1, text:DIR?...&stream=1); task "
+                         f"{config.task!r} is held in memory: leave num_workers at 0")
 
 
 def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:

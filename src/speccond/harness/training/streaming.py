@@ -1,8 +1,15 @@
-"""A streamed image folder (``imagefolder:DIR?stream=1``): images decoded from disk as batches need them.
+"""Streamed tasks: an image folder (``imagefolder:DIR?stream=1``), images decoded from disk as batches need
+them, and your own texts (``text:DIR?...&stream=1``), token ids read from a memory-mapped file.
 
-    task = StreamedImages(config, context)   # paths and labels only; the normalisation from one pass
-    images, labels = task.train_batch(chosen, step, context)   # this rank's share, normalised and augmented
+    task = streamed_task(config, context)   # StreamedImages / StreamedTexts (None: the task is held in memory)
+    inputs, labels = task.train_batch(chosen, step, context)   # this rank's share (images normalised, augmented)
     task.evaluate(model, "test", context)    # each rank its shard, the sums all-reduced
+
+What both share is :class:`StreamedSplits`'s: the examples chosen as the in-memory task chooses them, the
+training batches of :class:`RankBatches` through a ``DataLoader`` with ``config.num_workers`` workers, and each
+rank's evaluation shard (:class:`RankShard`) with the sums all-reduced. A streamed text task
+(:class:`StreamedTexts`) reads rows of the ids data/text_stream.py prepared a chunk at a time; its inputs are the
+in-memory task's, so its run is the in-memory run exactly. The rest of this docstring is the image folder's.
 
 Nothing is cached and no split is held in memory: :class:`speccond.data.image_folder.FolderImages` keeps the
 paths, a ``torch.utils.data.DataLoader`` with ``config.num_workers`` worker processes decodes them.
@@ -39,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Sampler
 
-from speccond.data import image_folder
+from speccond.data import image_folder, text_files, text_stream
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks.datasets import check_sizes, indices_sha256, split_indices
 from speccond.harness.training.distributed import Context
@@ -102,31 +109,82 @@ class RankShard(Sampler[int]):
         return iter(self.indices)
 
 
-class StreamedImages:
-    """The splits of a streamed image folder as lazily decoded datasets, with their normalisation."""
+class StreamedSplits:
+    """What every streamed task shares: its examples chosen as the in-memory task chooses them, the training
+    batches of :class:`RankBatches` through a DataLoader with ``config.num_workers`` workers, and the evaluation
+    of each rank's shard (:class:`RankShard`) with the sums all-reduced. A subclass sets ``self.splits`` (datasets
+    whose item i is (inputs, label, i)) from ``self.chosen`` and says what the model reads (:meth:`model_inputs`)."""
 
-    def __init__(self, config: TrainConfig, context: Context):
+    augmentation = None  # a subclass's own, drawn in the loader's workers (StreamedImages)
+
+    def __init__(self, config: TrainConfig, train_count: int, test_count: int):
         self.config = config
-        found = image_folder.samples(config.task)
-        _, self.size = image_folder.parse(config.task)
-        check_sizes(config, len(found["train"]), len(found["test"]))
-        train_index, self.val_index = split_indices(len(found["train"]), config)
-        chosen = {"train": train_index.tolist(), "val": self.val_index.tolist(),
-                  "test": list(range(config.test_size or len(found["test"])))}
-        self.splits = {split: image_folder.FolderImages([found["test" if split == "test" else "train"][i] for i in index],
-                                                        self.size)
-                       for split, index in chosen.items() if index or split != "val"}
-        self.samples = len(self.splits["train"])
+        check_sizes(config, train_count, test_count)
+        self.train_index, self.val_index = split_indices(train_count, config)
+        self.chosen = {"train": self.train_index, "val": self.val_index,
+                       "test": torch.arange(config.test_size or test_count)}  # int64 stored rows of each split
+        self.samples = self.train_index.shape[0]
         self.steps_per_epoch = math.ceil(self.samples / config.batch_size)
-        self.mean, self.std = self._statistics(found, train_index, context)  # (1, 3, 1, 1) each
-        # timm's augmentation, when asked, with this folder's statistics (None: the built-in flip and shift)
-        self.augmentation = (TimmAugmentation(config, self.size, self.mean, self.std)
-                             if config.auto_augment or config.random_erasing else None)
         self._batches = None  # the training loader's iterator, and the step it yields next
         self._next_step = -1
 
+    def model_inputs(self, inputs: torch.Tensor) -> torch.Tensor:
+        """A loader's batch of inputs as the model reads them."""
+        return inputs
+
     def _loader(self, dataset, **sampling) -> DataLoader:
         return DataLoader(dataset, num_workers=self.config.num_workers, pin_memory=False, **sampling)
+
+    def _rank_batch(self, dataset, chosen: torch.Tensor, step: int, context: Context, seeded: bool = False) -> tuple:
+        """This rank's rows of the global batch ``chosen`` at ``step`` from ``dataset``'s loader (rebuilt when a run
+        starts or resumes, and each epoch): the loader's (inputs, labels) of rows ``rank::world`` of ``chosen``."""
+        epoch, index = divmod(step, self.steps_per_epoch)
+        if step != self._next_step or index == 0:
+            sampler = RankBatches(self.samples, self.config.batch_size, self.config.seed, epoch, index, context,
+                                  seeded=seeded)
+            self._batches = iter(self._loader(dataset, batch_sampler=sampler))
+        inputs, labels, indices = next(self._batches)
+        self._next_step = step + 1
+        assert torch.equal(indices, context.shard(chosen)), (step, indices, chosen)  # the loop's own batch
+        return inputs, labels
+
+    def evaluate(self, model: nn.Module, split: str, context: Context) -> dict:
+        """Accuracy and mean cross-entropy over the split: each rank its shard (RankShard), the sums all-reduced."""
+        dataset = self.splits[split]
+        loader = self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=self.config.eval_batch_size)
+        device = next(model.parameters()).device
+        model.eval()
+        loss, correct, count = 0.0, 0, 0
+        with torch.no_grad():
+            for inputs, labels, _ in loader:
+                logits = model(self.model_inputs(inputs).to(device))  # (b, classes)
+                target = labels.to(device)  # (b,)
+                loss += float(F.cross_entropy(logits, target, reduction="sum"))
+                correct += int((logits.argmax(-1) == target).sum())
+                count += target.shape[0]
+        model.train()
+        return reduced(loss, correct, count, context)
+
+    def probe(self, split: str) -> torch.Tensor:
+        """The first 8 examples of ``split`` as the model reads them: (8, ...)."""
+        dataset = self.splits[split]
+        return self.model_inputs(torch.stack([dataset[i][0] for i in range(min(8, len(dataset)))]))
+
+
+class StreamedImages(StreamedSplits):
+    """The splits of a streamed image folder as lazily decoded datasets, with their normalisation."""
+
+    def __init__(self, config: TrainConfig, context: Context):
+        found = image_folder.samples(config.task)
+        _, self.size = image_folder.parse(config.task)
+        super().__init__(config, len(found["train"]), len(found["test"]))
+        self.splits = {split: image_folder.FolderImages([found["test" if split == "test" else "train"][i]
+                                                         for i in index.tolist()], self.size)
+                       for split, index in self.chosen.items() if len(index) or split != "val"}
+        self.mean, self.std = self._statistics(found, self.train_index, context)  # (1, 3, 1, 1) each
+        # timm's augmentation, when asked, with this folder's statistics (None: the built-in flip and shift)
+        self.augmentation = (TimmAugmentation(config, self.size, self.mean, self.std)
+                             if config.auto_augment or config.random_erasing else None)
 
     def _statistics(self, found: dict, train_index: torch.Tensor, context: Context) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-channel mean and standard deviation (unbiased, over N x H x W) of pixels / 255 of the training
@@ -159,43 +217,45 @@ class StreamedImages:
         """uint8 (b, 3, S, S) -> float (b, 3, S, S), standardised with the training subset's statistics."""
         return (images.float().div(255) - self.mean) / self.std
 
+    def model_inputs(self, images: torch.Tensor) -> torch.Tensor:
+        return self.normalise(images)
+
     def train_batch(self, chosen: torch.Tensor, step: int, context: Context) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's rows of the global batch ``chosen`` at ``step``: normalised (b / world, 3, S, S) images
-        and (b / world,) labels, decoded by the loader (rebuilt when a run starts or resumes, and each epoch);
-        with ``self.augmentation``, augmented by timm's transform in the loader's workers."""
-        epoch, index = divmod(step, self.steps_per_epoch)
+        and (b / world,) labels, decoded by the loader; with ``self.augmentation``, augmented by timm's transform
+        in the loader's workers."""
         augmenting = self.augmentation is not None
-        if step != self._next_step or index == 0:
-            sampler = RankBatches(self.samples, self.config.batch_size, self.config.seed, epoch, index, context,
-                                  seeded=augmenting)
-            dataset = AugmentedImages(self.splits["train"], self.augmentation) if augmenting else self.splits["train"]
-            self._batches = iter(self._loader(dataset, batch_sampler=sampler))
-        images, labels, indices = next(self._batches)
-        self._next_step = step + 1
-        assert torch.equal(indices, context.shard(chosen)), (step, indices, chosen)  # the loop's own batch
+        dataset = AugmentedImages(self.splits["train"], self.augmentation) if augmenting else self.splits["train"]
+        images, labels = self._rank_batch(dataset, chosen, step, context, seeded=augmenting)
         return (images if augmenting else self.normalise(images)), labels
 
-    def evaluate(self, model: nn.Module, split: str, context: Context) -> dict:
-        """Accuracy and mean cross-entropy over the split: each rank its shard (RankShard), the sums all-reduced."""
-        dataset = self.splits[split]
-        loader = self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=self.config.eval_batch_size)
-        device = next(model.parameters()).device
-        model.eval()
-        loss, correct, count = 0.0, 0, 0
-        with torch.no_grad():
-            for images, labels, _ in loader:
-                logits = model(self.normalise(images).to(device))  # (b, classes)
-                target = labels.to(device)  # (b,)
-                loss += float(F.cross_entropy(logits, target, reduction="sum"))
-                correct += int((logits.argmax(-1) == target).sum())
-                count += target.shape[0]
-        model.train()
-        return reduced(loss, correct, count, context)
 
-    def probe(self, split: str) -> torch.Tensor:
-        """The first 8 examples of ``split``, normalised: (8, 3, S, S)."""
-        dataset = self.splits[split]
-        return self.normalise(torch.stack([dataset[i][0] for i in range(min(8, len(dataset)))]))
+class StreamedTexts(StreamedSplits):
+    """The splits of a streamed text task (``text:DIR?...&stream=1``, data/text_stream.py): rows of its
+    memory-mapped (N, width) token ids, read in the loader's workers; only labels and row numbers are held."""
+
+    def __init__(self, config: TrainConfig, context: Context):
+        folder = text_stream.prepare(config.task)  # each rank alike: the first to finish writes it
+        small, tokens = text_stream.open_cache(folder, config.task)  # checksum verified
+        super().__init__(config, tokens["train"].shape[0], tokens["test"].shape[0])
+        stored = {"train": "train", "val": "train", "test": "test"}
+        self.splits = {split: text_stream.TokenRows(folder / f"{stored[split]}_tokens.npy", index,
+                                                    small[f"{stored[split]}_labels"])
+                       for split, index in self.chosen.items() if len(index) or split != "val"}
+
+    def train_batch(self, chosen: torch.Tensor, step: int, context: Context) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's rows of the global batch ``chosen`` at ``step``: int64 (b / world, width) ids and
+        (b / world,) labels, the rows the in-memory task's ``train_x[chosen]`` sharded holds."""
+        return self._rank_batch(self.splits["train"], chosen, step, context)
+
+
+def streamed_task(config: TrainConfig, context: Context) -> StreamedSplits | None:
+    """The streamed splits of ``config.task`` (an image folder or text files with ``stream=1``); None: in memory."""
+    if image_folder.is_image_folder(config.task) and image_folder.streams(config.task):
+        return StreamedImages(config, context)
+    if text_files.is_text_files(config.task) and text_files.streams(config.task):
+        return StreamedTexts(config, context)
+    return None
 
 
 def reduced(loss: float, correct: int, count: int, context: Context) -> dict:

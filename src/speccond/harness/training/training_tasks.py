@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from speccond.data.image_folder import is_image_folder, streams
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks import mlm
 from speccond.harness.tasks.datasets import (
@@ -28,7 +27,7 @@ from speccond.harness.tasks.plugins import hook
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.image_transforms import image_seed
 from speccond.harness.training.optimizer import adamw
-from speccond.harness.training.streaming import StreamedImages, reduced
+from speccond.harness.training.streaming import reduced, streamed_task
 
 
 class TrainingTask(Protocol):
@@ -99,8 +98,8 @@ class Supervised:
         self.config = config
         self.context = context or Context()
         self.shape = task_shape(config.task)
-        # a streamed image folder decodes its batches from disk (streaming.py); every other task is in memory
-        self.stream = StreamedImages(config, self.context) if is_image_folder(config.task) and streams(config.task) else None
+        # a streamed image folder or text task reads its batches from disk (streaming.py); every other is in memory
+        self.stream = streamed_task(config, self.context)
         self.data = load_task(config) if self.stream is None else {"val_index": self.stream.val_index}
         self.samples = self.data["train_x"].shape[0] if self.stream is None else self.stream.samples
         # Without a validation split, the test split after every epoch (the published runs' protocol); with
@@ -184,7 +183,8 @@ class Supervised:
 
     def _stream_rows(self, chosen, step, context, part):
         """This rank's rows of the streamed global batch ``chosen``, prepared whole once per step (so every
-        micro-batch of it reads the same draws): (b / world, 3, S, S) images, (b / world,) labels, and
+        micro-batch of it reads the same draws): (b / world, 3, S, S) images or (b / world, width) token ids
+        (a streamed text task, neither augmented nor mixed), (b / world,) labels, and
         (b / world, classes) soft targets or None.
 
         The built-in flip and shift draw for the global batch and apply this rank's rows (a torchrun run
@@ -195,8 +195,8 @@ class Supervised:
         the one-process run (other pairs and other draws), unlike every other part of a streamed run."""
         if part[0] == 0 or self._prepared[0] != step:
             config = self.config
-            inputs, labels = self.stream.train_batch(chosen, step, context)  # (b / world, 3, S, S), (b / world,)
-            if self.stream.augmentation is None:
+            inputs, labels = self.stream.train_batch(chosen, step, context)  # (b / world, ...), (b / world,)
+            if inputs.dim() == 4 and self.stream.augmentation is None:  # images: texts are not augmented
                 inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step), context,
                                  chosen.shape[0])
             soft = None
