@@ -85,9 +85,10 @@ class TrainConfig(ConfigFields):  # to_dict, from_dict, with_overrides
     # A finished pre-training run directory (task mlm) whose encoder a new run starts from; "{field}" is filled
     # from this config, e.g. runs/mlm/{method}/seed-0 or runs/mlm/{method}-lam={lam:g}/seed-{seed}. "" = none.
     init_from: str = ""
-    # Worker processes that decode a streamed image folder's batches (imagefolder:DIR?stream=1; DataLoader's
-    # num_workers, harness/training/streaming.py). 0 decodes in the training process. Tasks held in memory
-    # have nothing to decode and refuse any other value.
+    # Worker processes that read a streamed task's batches: a streamed image folder's decoded images
+    # (imagefolder:DIR?stream=1) or a streamed text task's token ids (text:DIR?...&stream=1); DataLoader's
+    # num_workers, harness/training/streaming.py. 0 reads in the training process. Tasks held in memory
+    # have nothing to read and refuse any other value.
     num_workers: int = 0
 
     def __post_init__(self) -> None:
