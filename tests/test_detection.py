@@ -268,7 +268,8 @@ def test_killed_run_resumes_to_the_same_weights(tiny_task, tmp_path, method):
 def test_cli_compare_and_report_for_the_detection_task(tiny_task, tmp_path, capsys):
     from speccond.harness.cli import main
 
-    sets = [f"{k}={v}" for k, v in TINY.to_dict().items() if k not in ("task", "model", "method", "seed")]
+    # target_kappa (the bound lam=auto aims at) is refused beside a numeric lam: TINY's default is left out
+    sets = [f"{k}={v}" for k, v in TINY.to_dict().items() if k not in ("task", "model", "method", "seed", "target_kappa")]
     out = tmp_path / "compare"
     args = ["compare", "--task", "fashion-scenes", "--model", "xcit-maskrcnn", "--seeds", "2", "--out", str(out),
             "--methods", "baseline,spectral", *[word for s in sets for word in ("--set", s)], "--set", "epochs=1"]
@@ -335,7 +336,7 @@ def test_torchrun_trains_the_detection_task_data_parallel(items, tmp_path):
             arrays[f"{split}_{field}"] = value.contiguous()
     save_file(arrays, str(home / "fashion-scenes" / "arrays.safetensors"))
     env = {**os.environ, "SPECCOND_DATA": str(home), "OMP_NUM_THREADS": "1"}
-    overrides = {**{k: v for k, v in TINY.to_dict().items() if k not in ("seed", "device", "val_size")},
+    overrides = {**{k: v for k, v in TINY.to_dict().items() if k not in ("seed", "device", "val_size", "target_kappa")},
                  "method": "spectral", "epochs": 1, "train_size": 8, "batch_size": 4}
     sets = [word for k, v in overrides.items() for word in ("--set", f"{k}={v}")]
     runs = {"single": [sys.executable, "-m", "speccond"],
@@ -366,7 +367,8 @@ def test_the_tuning_protocol_runs_the_detection_task_on_box_ap(tiny_task, tmp_pa
     from speccond.harness.cli import main
 
     sets = [f"{k}={v}" for k, v in TINY.to_dict().items()
-            if k not in ("task", "model", "method", "seed", "lr", "val_size", "epochs", "tuning", "flush_denormal")]
+            if k not in ("task", "model", "method", "seed", "lr", "val_size", "epochs", "tuning", "flush_denormal",
+                         "target_kappa")]
     out = tmp_path / "tune"
     assert main(["tune", "--task", "fashion-scenes", "--model", "xcit-maskrcnn", "--val-size", "2", "--lrs", "3e-4,1e-3",
                  "--tuning-seeds", "1", "--final-seeds", "2", "--arms", f"baseline,{other}", "--out", str(out),
