@@ -84,6 +84,24 @@ def test_two_modules_defining_one_task_name_are_refused(monkeypatch):
         registry.tasks.__wrapped__()
 
 
+def test_a_dataset_a_task_brings_may_not_take_a_name_another_dataset_has(monkeypatch):
+    from speccond import data
+
+    mine = dataclasses.replace(data.spec("digits"), generated_sha256="0" * 64)  # a different dataset called digits
+    monkeypatch.setattr(registry, "tasks", lambda: {"my-digits": Task("my-digits", "digits", "image", data=mine)})
+    with pytest.raises(ValueError, match=r"task 'my-digits' brings a dataset named 'digits', a name another dataset "
+                                         r"has \(speccond.data or another task\); rename it"):
+        registry.own_datasets()
+    other = dataclasses.replace(mine, name="mine")
+    pair = {name: Task(name, "mine", "image", data=spec) for name, spec in
+            (("one", other), ("two", dataclasses.replace(other, format_version=2)))}
+    monkeypatch.setattr(registry, "tasks", lambda: pair)
+    with pytest.raises(ValueError, match=r"task 'two' brings a dataset named 'mine'"):
+        registry.own_datasets()
+    monkeypatch.setattr(registry, "tasks", lambda: {"one": pair["one"]})
+    assert registry.own_datasets() == {"mine": other}
+
+
 def test_a_plugin_is_found_through_the_task_that_names_it():
     from speccond.harness.tasks.detection import plugin
 

@@ -73,14 +73,15 @@ def task(name: str) -> Task:
 
 
 def dataset_spec(chosen: Task) -> DatasetSpec:
-    """The spec of the dataset task ``chosen`` reads: its own, or speccond.data's of that name."""
-    return chosen.data if chosen.data is not None else data.spec(chosen.dataset)
+    """The spec of the dataset task ``chosen`` reads: its own (checked against every other name), or
+    speccond.data's of that name."""
+    return registry.own_datasets()[chosen.dataset] if chosen.data is not None else data.spec(chosen.dataset)
 
 
 def prepare_data(name: str) -> Path:
     """The cached arrays file of task ``name``'s dataset, made if needed."""
     chosen = task(name)
-    return store.prepare(chosen.data) if chosen.data is not None else data.prepare(chosen.dataset)
+    return store.prepare(dataset_spec(chosen)) if chosen.data is not None else data.prepare(chosen.dataset)
 
 
 def task_shape(name: str) -> TaskShape:
@@ -245,7 +246,7 @@ def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
 def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
     """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
     chosen = task(config.task)
-    arrays = store.load(chosen.data) if chosen.data is not None else data.load(chosen.dataset)
+    arrays = store.load(dataset_spec(chosen)) if chosen.data is not None else data.load(chosen.dataset)
     if chosen.dataset == "language":  # the language dataset: the task's own arrays
         prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
         arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}

@@ -109,8 +109,18 @@ def task(name: str) -> Task:
 
 def own_datasets() -> dict[str, "DatasetSpec"]:
     """The datasets tasks bring themselves (``Task.data``), by name: what ``speccond data prepare`` adds to
-    speccond.data's."""
-    return {defined.dataset: defined.data for defined in tasks().values() if defined.data is not None}
+    speccond.data's; ValueError for a name speccond.data has, or two datasets of one name (one cache folder)."""
+    from speccond.data import DATASETS
+
+    found: dict[str, "DatasetSpec"] = {}
+    for defined in tasks().values():
+        if defined.data is None:
+            continue
+        if defined.dataset in DATASETS or found.get(defined.dataset, defined.data) != defined.data:
+            raise ValueError(f"task {defined.name!r} brings a dataset named {defined.dataset!r}, a name another "
+                             "dataset has (speccond.data or another task); rename it")
+        found[defined.dataset] = defined.data
+    return found
 
 
 def plugin_of(reading: str) -> str:
