@@ -69,6 +69,7 @@ MODULES = (
     f"{_HERE}.digits",
     f"{_HERE}.pathfinder",
     f"{_HERE}.your_data",
+    f"{_HERE}.associative_recall",
 )
 
 
