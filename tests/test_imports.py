@@ -6,8 +6,9 @@ Every ``import`` and ``from ... import`` of a speccond module counts, at module 
 lazy import hides a cycle, it does not remove it) and under ``if TYPE_CHECKING:`` (a cycle of annotations
 is still two modules that cannot be understood apart). The implicit import of a parent package
 (``speccond.adapters.base`` runs ``speccond/adapters/__init__.py``) is not an edge: Python imports
-packages before their modules by design. A plugin task named by its import path (harness/tasks/plugins.py)
-is not an edge either: that is how it stays above the rooms that run it.
+packages before their modules by design. A module named by its import path is not an edge either: a
+task's file in the task registry (harness/tasks/registry.py) or a task's plugin (harness/tasks/plugins.py);
+that is how a plugin stays above the rooms that run it.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ CORE = "speccond.core"
 # Each entry is a module prefix; a module belongs to the longest prefix it starts with.
 LAYERS = (
     ("speccond.harness.values", "speccond.harness.methods", "speccond.harness.models.registry",
-     "speccond.harness.packages"),  # catalogues
+     "speccond.harness.packages", "speccond.harness.tasks.registry", "speccond.harness.tasks.catalogue"),  # catalogues
     ("speccond.harness.config",),  # TrainConfig checks its names against the catalogues
     ("speccond.harness.tasks",),  # how each task reads its data; plugins by path
     ("speccond.harness.models",),  # what a run trains

@@ -122,10 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
     comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
-    comparison.add_argument("--task", help="task (default fashion-mnist): an image dataset (fashion-mnist, cifar10, digits, ...), "
-                            "a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval), "
-                            "a language task (mlm, glue-sentiment, glue-fact, glue-pairs, glue-hyperbaton) "
-                            "or the detection task fashion-scenes")
+    comparison.add_argument("--task", help="task (default fashion-mnist), a name of harness/tasks/registry.py (an "
+                            "unknown name lists them all): an image dataset (fashion-mnist, cifar10, digits, ...), "
+                            "a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval, ...), "
+                            "a language task (mlm, glue-sentiment, glue-fact, glue-pairs, glue-hyperbaton), "
+                            "the detection task fashion-scenes, or your data (imagefolder:DIR, text:DIR?text=COLUMN&label=COLUMN)")
     comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit, xcit-noca (XCiT without "
                             "class attention); nystromformer for lra-* tasks; "
                             "bert for mlm and glue-* tasks; xcit-maskrcnn (default) or vit-maskrcnn for fashion-scenes; or "
@@ -332,9 +333,8 @@ def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
 def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from speccond import data
     from speccond.harness.protocol.compare import compare, parse_sweep, variants
-    from speccond.harness.tasks.datasets import task as task_of
+    from speccond.harness.tasks.datasets import prepare_data
     from speccond.harness.training.preflight import check_comparison_folder, check_writable
 
     _refuse_owned("--set", args.set, COMPARE_OWNS)
@@ -348,14 +348,14 @@ def _compare(args: argparse.Namespace) -> None:
 
         if sweep:
             raise ValueError("--dry-run builds each method once; leave out --sweep")
-        data.prepare(task_of(base.task).dataset)
+        prepare_data(base.task)
         for row in dry_run(base, args.methods):
             print(describe(row))
         print(f"dry run: nothing trained, nothing written to {args.out}")
         return
     check_writable(args.out, "--out")
     check_comparison_folder(Path(args.out), base, sweep)
-    data.prepare(task_of(base.task).dataset)
+    prepare_data(base.task)
     if compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep) is None:
         return  # a torchrun rank other than 0: rank 0 writes and prints the report
     print((Path(args.out) / "results.md").read_text())
@@ -367,12 +367,11 @@ def _tune(args: argparse.Namespace) -> None:
 
     import dataclasses
 
-    from speccond import data
     from speccond.harness.config.fields import arm_settings
     from speccond.harness.methods import METHODS
     from speccond.harness.protocol import tuning
     from speccond.harness.protocol.engines import engine_from
-    from speccond.harness.tasks.datasets import task as task_of
+    from speccond.harness.tasks.datasets import prepare_data
     from speccond.harness.training.folder_lock import writing
     from speccond.harness.training.preflight import check_comparison_folder, check_runnable, check_writable
     from speccond.harness.training.training_tasks import task_class
@@ -418,7 +417,7 @@ def _tune(args: argparse.Namespace) -> None:
         if choice is not None:
             print(tuning.write_final(arms, choice, args.final_seeds, out))
         return
-    data.prepare(task_of(base.task).dataset)
+    prepare_data(base.task)
     for config in arms.values():  # every arm builds and fits its data before the first run is written
         check_runnable(dataclasses.replace(config, lr=lrs[0], tuning=1))
     engine = engine_from(args.engine, out, args.cluster, slurm_partition=args.slurm_partition,
@@ -467,10 +466,12 @@ def _data(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from speccond import data as datasets
-    from speccond.data import pack
+    from speccond.data import pack, store
+    from speccond.harness.tasks.registry import own_datasets
 
     if args.data_command == "prepare":
-        print(datasets.prepare(args.name))
+        own = own_datasets()  # the datasets tasks bring themselves (harness/tasks/registry.py), then speccond.data's
+        print(store.prepare(own[args.name]) if args.name in own else datasets.prepare(args.name))
     elif args.data_command == "pack":
         for name in args.names:
             datasets.spec(name)  # every name checked before anything is written

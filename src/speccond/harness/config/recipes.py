@@ -142,7 +142,7 @@ def davit_b_imagenet(smoke: bool) -> list[str]:
 def nystromformer_lra(smoke: bool) -> list[str]:
     """Nystromformer on a Long Range Arena task (``--task lra-listops-full``, the default: ListOps at LRA's
     settings, or lra-text, lra-retrieval, lra-image, lra-pathfinder; smoke: lra-listops): the harness's LRA model (2 layers, width 64, 2 heads, 64
-    landmarks; presets.long_range_arena) for 5 epochs at batch 32, AdamW lr 1e-3, bfloat16; the paper:
+    landmarks; harness/tasks/catalogue/long_range_arena.py) for 5 epochs at batch 32, AdamW lr 1e-3, bfloat16; the paper:
     ListOps 37.1 -> 37.8, Text 63.8 -> 64.8, Retrieval 79.8 -> 80.6, Image 39.9 -> 40.2, Pathfinder 72.9 -> 73.7
     (docs/THEORY.md, section 4).
 

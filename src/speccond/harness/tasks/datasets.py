@@ -1,6 +1,7 @@
 """Classification tasks for the training harness: ``load_task(config)`` and ``task_shape(name)``.
 
-A task reads a prepared dataset (``speccond data prepare NAME``) in one of four ways:
+A task (harness/tasks/registry.py: one file each in tasks/catalogue/) reads a prepared dataset
+(``speccond data prepare NAME``) in one of these ways, its ``reading``:
 
 - "image": the dataset's uint8 (N, C, H, W) images, standardised per channel with the training subset's
   statistics: x = (pixels / 255 - mean_c) / std_c, mean_c and std_c over (N, H, W) of that subset;
@@ -30,13 +31,16 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from speccond import data
-from speccond.data import image_folder, language, text_files, text_stream
+from speccond.data import image_folder, language, store, text_files, text_stream
+from speccond.data.store import DatasetSpec
 from speccond.harness.config.train_config import TrainConfig
-from speccond.harness.tasks import mlm
+from speccond.harness.tasks import mlm, registry
+from speccond.harness.tasks.registry import Task
 
 PAD = 0  # token id of padding in every sequence task
 PIXEL_VOCAB = 257  # PAD and 256 grey levels
@@ -47,15 +51,6 @@ def padded_length(length: int, landmarks: int) -> int:
     if landmarks < 1:
         raise ValueError(f"landmarks must be >= 1, got {landmarks}")
     return math.ceil(length / landmarks) * landmarks
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    dataset: str  # the prepared dataset it reads
-    reading: str  # "image", "pixels", "tokens", "pairs", "text" or "mlm" (module docstring)
-    note: str = ""
-    subset: str = ""  # "text": the task's name inside its dataset (language.SUBSETS)
 
 
 @dataclass(frozen=True)
@@ -72,45 +67,21 @@ class TaskShape:
     mlm: bool = False  # text: masked-language-model pre-training instead of classification
 
 
-def _tasks() -> dict[str, Task]:
-    tasks = {name: Task(name, name, "image") for name, spec in data.DATASETS.items() if spec.image_shape is not None}
-    tasks["lra-image"] = Task("lra-image", "cifar10", "pixels", "LRA Image: CIFAR-10 as 1,024 grey-level tokens")
-    tasks["lra-pathfinder"] = Task("lra-pathfinder", "pathfinder-small", "pixels", "LRA Pathfinder-32, 8k / 2k")
-    tasks["lra-pathfinder-full"] = Task("lra-pathfinder-full", "pathfinder", "pixels", "LRA Pathfinder-32, LRA's sizes")
-    tasks["lra-listops"] = Task("lra-listops", "listops-small", "tokens", "LRA ListOps at 100 to 256 tokens")
-    tasks["lra-listops-full"] = Task("lra-listops-full", "listops", "tokens", "LRA ListOps at LRA's settings")
-    tasks["lra-text"] = Task("lra-text", "text-bytes", "tokens",
-                             "analogue of LRA Text: English MultiEmo reviews as 2,048 bytes, 4 sentiment classes")
-    tasks["lra-retrieval"] = Task("lra-retrieval", "pairs-bytes", "pairs",
-                                  "analogue of LRA Retrieval: two film-dialogue lines of 256 bytes each, same speaker?")
-    tasks["fashion-scenes"] = Task("fashion-scenes", "fashion-scenes", "scenes",
-                                   "detection and instance segmentation of Fashion-MNIST items pasted on a canvas")
-    tasks["mlm"] = Task("mlm", "language", "mlm", "MLM pre-training: topical_chat and English Wikipedia, 128-token blocks")
-    notes = {"sentiment": "like SST-2: MultiEmo English sentences, 4 sentiment classes",
-             "fact": "like QNLI / MNLI: VitaminC claim vs Wikipedia evidence, true / false / neither",
-             "pairs": "like MRPC / QQP: two adjacent film-dialogue lines, same speaker?",
-             "hyperbaton": "like CoLA: an adjective phrase, acceptable or not (adjective order)"}
-    for name, note in notes.items():
-        tasks[f"glue-{name}"] = Task(f"glue-{name}", "language", "text", note, subset=name)
-    return tasks
-
-
 def task(name: str) -> Task:
-    if image_folder.is_image_folder(name):  # your own images (speccond.data.image_folder)
-        image_folder.parse(name)  # a one-line error for a folder that is not in ImageFolder's layout
-        return Task(name, name, "image", "your images, in torchvision's ImageFolder layout (stream=1: decoded from "
-                    "disk as batches need them, harness/training/streaming.py)")
-    if text_files.is_text_files(name):  # your own texts (speccond.data.text_files)
-        source = text_files.parse(name)  # a one-line error for a malformed name or a missing folder
-        return Task(name, name, "mlm" if source.mlm else "text", "your texts: a saved datasets DatasetDict, or "
-                    f"parquet / CSV files by split{', masked-language modelling' if source.mlm else ''} (stream=1: "
-                    "token ids read from disk as batches need them, data/text_stream.py)")
-    tasks = _tasks()
-    if name not in tasks:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(tasks))}, or imagefolder:DIR "
-                         "(your images in torchvision's ImageFolder layout), or text:DIR?text=COLUMN&label=COLUMN "
-                         "(your texts)")
-    return tasks[name]
+    """Task ``name`` of the registry (harness/tasks/registry.py); a one-line ValueError for an unknown name."""
+    return registry.task(name)
+
+
+def dataset_spec(chosen: Task) -> DatasetSpec:
+    """The spec of the dataset task ``chosen`` reads: its own (checked against every other name), or
+    speccond.data's of that name."""
+    return registry.own_datasets()[chosen.dataset] if chosen.data is not None else data.spec(chosen.dataset)
+
+
+def prepare_data(name: str) -> Path:
+    """The cached arrays file of task ``name``'s dataset, made if needed."""
+    chosen = task(name)
+    return store.prepare(dataset_spec(chosen)) if chosen.data is not None else data.prepare(chosen.dataset)
 
 
 def task_shape(name: str) -> TaskShape:
@@ -125,7 +96,7 @@ def task_shape(name: str) -> TaskShape:
             return TaskShape("text", int(found["vocab"]), length=int(found["width"]), vocab=int(found["vocab"]), mlm=True)
         return TaskShape("text", len(json.loads(found["classes"])), length=int(found["width"]),
                          vocab=int(found["vocab"]), pairs=found["pairs"] == "1")
-    spec = data.spec(chosen.dataset)
+    spec = dataset_spec(chosen)
     if chosen.reading == "scenes":
         from speccond.data.fashion_scenes import SceneConfig
 
@@ -147,7 +118,7 @@ def task_shape(name: str) -> TaskShape:
 
 def image_tasks() -> list[str]:
     """Names of the tasks that read images as images."""
-    return sorted(name for name, t in _tasks().items() if t.reading == "image")
+    return sorted(name for name, t in registry.tasks().items() if t.reading == "image")
 
 
 VALIDATION_SEED = 20261201  # one validation split per task, the same for every run, seed and method
@@ -275,7 +246,7 @@ def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
 def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
     """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
     chosen = task(config.task)
-    arrays = data.load(chosen.dataset)
+    arrays = store.load(dataset_spec(chosen)) if chosen.data is not None else data.load(chosen.dataset)
     if chosen.dataset == "language":  # the language dataset: the task's own arrays
         prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"
         arrays = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}

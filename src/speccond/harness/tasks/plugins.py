@@ -1,8 +1,9 @@
 """Tasks that bring their own training loss and report (detection: Mask R-CNN's losses, COCO metrics, a
-box and mask AP table), registered by import path and loaded only when a run of them starts; their models
-are families of models/registry.py, named by the same path.
+box and mask AP table), named by import path in the task's own ``Task.plugin`` (harness/tasks/registry.py)
+and loaded only when a run of them starts; their models are families of models/registry.py, named by the
+same path.
 
-    PLUGINS = {"scenes": "speccond.harness.tasks.detection.plugin"}   # a task's reading -> its plugin module
+    Task("fashion-scenes", ..., reading="scenes", plugin="speccond.harness.tasks.detection.plugin")
 
 A plugin module defines the hooks it needs, each optional:
 
@@ -12,18 +13,18 @@ A plugin module defines the hooks it needs, each optional:
 
 Naming the module by its path keeps the plugin above the rest of the harness: it may import training,
 reporting and models, and none of them imports it (tests/test_imports.py). A new task of this kind is
-one plugin module and one line here.
+its task file, naming its plugin module, and that module.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Callable, Optional
 
-PLUGINS = {"scenes": "speccond.harness.tasks.detection.plugin"}
+from speccond.harness.tasks import registry
 
 
 def hook(reading: str, name: str) -> Optional[Callable]:
     """The plugin hook ``name`` of tasks read as ``reading`` (datasets.py's readings), or None when that
     reading has no plugin or its plugin does not define the hook."""
-    module = PLUGINS.get(reading)
+    module = registry.plugin_of(reading)
     return getattr(importlib.import_module(module), name, None) if module else None

@@ -7,8 +7,8 @@
 
 Two implementations: :class:`Supervised` (cross-entropy: image, sequence and text classification and
 masked-language-model pre-training) here, and harness/tasks/detection/task.py's ``Detection`` (Mask R-CNN's losses,
-COCO metrics), a plugin task (tasks/plugins.py). A new task of that kind is one plugin module and one line in
-``tasks.plugins.PLUGINS``.
+COCO metrics), a plugin task (tasks/plugins.py). A new task of that kind is one plugin module, named by the
+``plugin`` of its task file (harness/tasks/registry.py).
 """
 from __future__ import annotations
 
