@@ -180,7 +180,8 @@ ADDED_PARAMETERS = {
     "qk-norm": {f"blocks.0.attn.qkv.{r}_norm.{p}" for r in "qk" for p in ("weight", "bias")},
     "layer-scale": {"blocks.0.attn.layer_scale_gamma"},
 }
-PARAMETRIZED = ("spectral", "spectral-svd", "sigma-reparam", "spectral-norm")
+ADDED_PARAMETERS["spectral-qk-norm"] = ADDED_PARAMETERS["qk-norm"]
+PARAMETRIZED = ("spectral", "spectral-svd", "sigma-reparam", "spectral-norm", "spectral-qk-norm")
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -301,3 +302,38 @@ def test_spectral_svd_reads_no_lam_so_every_lam_conditions_alike():
     assert not torch.allclose(outputs[0], plain, atol=1e-4)  # the correction is there
     for other in outputs[1:]:
         assert torch.equal(other, outputs[0])
+
+
+def test_spectral_qk_norm_is_the_correction_then_qk_norm_and_keeps_attention_spread(float64_default):
+    """spectral-qk-norm equals speccond.apply(lam = 10) followed by peers.qk_norm, built by hand, and its
+    attention no longer depends on lam: at lam = 10 and at lam = 1000 one head's softmax has the same entropy,
+    well above lam = 10 alone, which is one-hot (attention computed here from the projections)."""
+    from speccond import peers
+
+    inputs = images()
+    method_model = vit()
+    apply_method(method_model, TrainConfig(method="spectral-qk-norm"))
+    by_hand = vit()
+    speccond.apply(by_hand, speccond.SpectralConfig(lam=10.0))
+    peers.qk_norm(by_hand)
+    assert torch.equal(output(method_model.eval(), inputs), output(by_hand.eval(), inputs))
+
+    def head_entropy(model):  # mean entropy of head 0's attention in block 0, in nats
+        tokens = {}
+        hook = model.blocks[0].norm1.register_forward_hook(lambda m, i, o: tokens.setdefault("x", o))
+        model(*inputs)
+        hook.remove()
+        attn = model.blocks[0].attn
+        qkv = attn.qkv(tokens["x"])  # (B, N, 3 D), the q and k normalised by the method's hook if any
+        q, k = qkv.unflatten(-1, (3, attn.num_heads, -1)).unbind(2)[:2]  # (B, N, H, dh) each
+        logits = (q[..., 0, :] @ k[..., 0, :].transpose(1, 2)) * attn.scale  # (B, N, N)
+        probs = logits.softmax(-1)
+        return float(-(probs * probs.clamp_min(1e-300).log()).sum(-1).mean())
+
+    spectral = vit()
+    apply_method(spectral, TrainConfig(method="spectral"))
+    large = vit()
+    apply_method(large, TrainConfig(method="spectral-qk-norm", lam=1000.0))
+    assert head_entropy(spectral.eval()) < 1e-3  # lam = 10 alone: one-hot (2.6e-10 nats measured)
+    assert head_entropy(method_model) > 1.0  # 1.46 nats measured, uniform is log 17 = 2.83
+    assert head_entropy(large.eval()) == pytest.approx(head_entropy(method_model), abs=0.01)  # lam no longer matters
