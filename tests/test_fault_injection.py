@@ -91,6 +91,9 @@ def _child(argv, fault) -> None:
     from speccond.harness.cli import main
 
     torch.set_num_threads(1)
+    # Ctrl-C as at a terminal: a shell starts a background job (`pytest &`, a CI step) with SIGINT ignored,
+    # which the training loop rightly leaves alone, and the child would inherit it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _arm(fault)
     os._exit(main(argv))
 
