@@ -48,7 +48,7 @@ TARGET = 1.03
 
 
 def benchmark_config(steps: int, batch: int, test_size: int) -> TrainConfig:
-    return TrainConfig(
+    return TrainConfig().replaced(
         task="fashion-mnist", model="timm:vit_tiny_patch16_224", model_args="patch_size=4,depth=2",
         method="spectral-svd", epochs=1, train_size=steps * batch, test_size=test_size, batch_size=batch,
         warmup_steps=max(1, steps // 10), checkpoint_every=10**6, flush_denormal=1, seed=0)
@@ -59,18 +59,18 @@ def plain_loop(config: TrainConfig) -> tuple[dict, float, float]:
     data = load_task(config)
     model = built_model(config)
     exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
-    optimizer = adamw(model, config.lr, config.weight_decay, exempt_names=exempt)
+    optimizer = adamw(model, config.optimizer.lr, config.optimizer.weight_decay, exempt_names=exempt)
     samples = data["train_x"].shape[0]
-    steps_per_epoch = math.ceil(samples / config.batch_size)
-    total = steps_per_epoch * config.epochs
+    steps_per_epoch = math.ceil(samples / config.data.batch_size)
+    total = steps_per_epoch * config.optimizer.epochs
     assembling = 0.0
     start = time.perf_counter()
     for step in range(total):
         epoch, index = divmod(step, steps_per_epoch)
         before = time.perf_counter()
-        order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
-        chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
-        images = augment(data["train_x"][chosen], torch.Generator().manual_seed(config.seed * 10**6 + step))  # (B, C, H, W)
+        order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.run.seed * 1000 + epoch))
+        chosen = order[index * config.data.batch_size : (index + 1) * config.data.batch_size]
+        images = augment(data["train_x"][chosen], torch.Generator().manual_seed(config.run.seed * 10**6 + step))  # (B, C, H, W)
         labels = data["train_y"][chosen]  # (B,)
         assembling += time.perf_counter() - before
         for group in optimizer.param_groups:
@@ -78,9 +78,9 @@ def plain_loop(config: TrainConfig) -> tuple[dict, float, float]:
         loss = F.cross_entropy(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        nn.utils.clip_grad_norm_(model.parameters(), config.optimizer.grad_clip)
         optimizer.step()
-    final = evaluate(model, data["test_x"], data["test_y"], config.eval_batch_size)
+    final = evaluate(model, data["test_x"], data["test_y"], config.data.eval_batch_size)
     return final, assembling, time.perf_counter() - start
 
 
@@ -109,7 +109,7 @@ def one_pair(config: TrainConfig, index: int, scratch: Path) -> dict:
     if (figures["accuracy"], round(figures["loss"], 6)) != (plain_figures["accuracy"], round(plain_figures["loss"], 6)):
         raise SystemExit(f"the two sides trained different runs: harness {figures}, plain {plain_figures}")
     return {"wall": sides["harness"][1] / sides["plain"][1], "cpu": sides["harness"][2] / sides["plain"][2],
-            "data_share": assembling / loop, "step_seconds": loop / (config.train_size // config.batch_size)}
+            "data_share": assembling / loop, "step_seconds": loop / (config.data.train_size // config.data.batch_size)}
 
 
 def main(argv=None) -> None:
@@ -121,7 +121,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     pairs, steps = (2, 6) if args.quick else (args.pairs, args.steps)
     config = benchmark_config(steps, args.batch, test_size=200)
-    print(f"{config.model} ({config.model_args}), {config.method}, {steps} steps of {args.batch} Fashion-MNIST "
+    print(f"{config.model.name} ({config.model.model_args}), {config.method.name}, {steps} steps of {args.batch} Fashion-MNIST "
           f"images, {torch.get_num_threads()} thread(s), subnormals flushed")
     rows = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -11,7 +11,6 @@ qk-norm runs are skipped, because their q and k LayerNorms are hooks that diagno
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -33,17 +32,17 @@ def mean_entropy(model: torch.nn.Module, probe: torch.Tensor) -> tuple[float, fl
 def pretrained_model(folder: Path) -> torch.nn.Module | None:
     """The finished pre-training run's model at its last checkpoint (eval mode); None for qk-norm or unfinished."""
     record = read_run(folder)
-    if record.status != "finished" or record.config.method == "qk-norm":
+    if record.status != "finished" or record.config.method.name == "qk-norm":
         return None
     return load_model(record.config, latest_checkpoint(folder))[0].eval()
 
 
 def main(folders: list[str]) -> None:
-    base = TrainConfig(task="mlm").with_overrides(preset("full", "mlm"))
+    base = TrainConfig().replaced(task="mlm").with_overrides(preset("full", "mlm"))
     probe = load_task(base)["test_x"][:8]  # (8, 2, 128): token ids and prediction flags
     line = "entropy {:.2f} of {:.2f} nats (lowest head {:.2f})"
     for label, change in AT_INIT.items():
-        mean, low, log_n = mean_entropy(model_for(dataclasses.replace(base, **change)).eval(), probe)
+        mean, low, log_n = mean_entropy(model_for(base.replaced(**change)).eval(), probe)
         print(f"at initialisation, {label:18s} {line.format(mean, log_n, low)}")
     for folder in map(Path, folders):
         model = pretrained_model(folder)

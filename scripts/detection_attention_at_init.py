@@ -11,7 +11,6 @@ its logits stay within [-1, 1] whatever lam is; a ViT's token logits grow like l
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import timm.models.vision_transformer as vit
@@ -39,8 +38,8 @@ def main() -> None:
     scenes = torch.as_tensor(data.load("fashion-scenes")["test_images"][:8]).float() / 255  # (8, 1, 96, 96)
     for model_name in ("xcit-maskrcnn", "vit-maskrcnn"):
         for method, lam in (("baseline", 0.0), ("spectral", 1.0), ("spectral", 10.0)):
-            base = TrainConfig(task="fashion-scenes").with_overrides(preset("full", "fashion-scenes"))
-            model = model_for(dataclasses.replace(base, model=model_name, method=method, lam=lam)).eval()
+            base = TrainConfig().replaced(task="fashion-scenes").with_overrides(preset("full", "fashion-scenes"))
+            model = model_for(base.replaced(model=model_name, method=method, lam=lam)).eval()
             found = []
 
             def record(module, inputs, _output):

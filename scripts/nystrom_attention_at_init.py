@@ -11,7 +11,6 @@ than from attention (|conv(V)| / (|attention| + |conv(V)|), Frobenius norms).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -43,11 +42,11 @@ def inspect_block(module: NystromformerSelfAttention, hidden: torch.Tensor) -> d
 
 
 def main() -> None:
-    base = TrainConfig(task="lra-listops").with_overrides(preset("full", "lra-listops"))
+    base = TrainConfig().replaced(task="lra-listops").with_overrides(preset("full", "lra-listops"))
     tokens = load_task(base)["test_x"][:32]  # (32, L)
     for lam in (0.0, 1.0, 10.0):
-        config = dataclasses.replace(base, method="spectral" if lam else "baseline", lam=lam)
-        model = build_model(config, task_shape(config.task)).eval()
+        config = base.replaced(method="spectral" if lam else "baseline", lam=lam)
+        model = build_model(config, task_shape(config.data.task)).eval()
         found = []
         for module in model.modules():
             if isinstance(module, NystromformerSelfAttention):

@@ -213,10 +213,10 @@ def test_a_corrupt_bigbench_archive_is_refused_for_the_byte_datasets(prepared, t
 
 def test_load_task_reads_tokens_and_pairs_padded_to_the_landmarks(prepared):
     arrays = {name: data.load(name) for name in ("text-bytes", "pairs-bytes")}
-    text = load_task(TrainConfig(task="lra-text", model="nystromformer", train_size=64, test_size=32))
+    text = load_task(TrainConfig().replaced(task="lra-text", model="nystromformer", train_size=64, test_size=32))
     assert text["train_x"].shape == (64, 2048) and text["train_x"].dtype == torch.int64
     assert torch.equal(text["test_x"], arrays["text-bytes"]["test_tokens"][:32].long())
-    pairs = load_task(TrainConfig(task="lra-retrieval", model="nystromformer", train_size=64, test_size=32, landmarks=96))
+    pairs = load_task(TrainConfig().replaced(task="lra-retrieval", model="nystromformer", train_size=64, test_size=32, landmarks=96))
     assert pairs["train_x"].shape == (64, 2, 288) and pairs["test_y"].shape == (32,)  # 256 -> 288, on the last dim
     assert torch.equal(pairs["test_x"][..., :256], arrays["pairs-bytes"]["test_tokens"][:32].long())
     assert (pairs["test_x"][..., 256:] == PAD).all()
@@ -249,7 +249,7 @@ def test_the_pair_classifier_shares_one_encoder_and_keeps_the_order():
 
 @pytest.mark.parametrize("task, method", [("lra-text", "spectral"), ("lra-retrieval", "spectral")])
 def test_a_nystromformer_trains_on_the_byte_tasks(task, method, prepared, tmp_path):
-    config = TrainConfig(task=task, model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
+    config = TrainConfig().replaced(task=task, model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
                          train_size=64, test_size=32, batch_size=32, epochs=1, warmup_steps=1, method=method)
     result = train(config, tmp_path / "run", progress=False)
     assert result["kind"] == "eval" and result["step"] == 2 and 0 <= result["accuracy"] <= 1
@@ -259,7 +259,7 @@ def test_a_nystromformer_trains_on_the_byte_tasks(task, method, prepared, tmp_pa
 @pytest.mark.parametrize("task", ["lra-text", "lra-retrieval"])
 @pytest.mark.parametrize("name", ["quick", "full"])
 def test_the_presets_build_a_model_for_the_byte_tasks(task, name):
-    config = TrainConfig(task=task).with_overrides(preset(name, task))
+    config = TrainConfig().replaced(task=task).with_overrides(preset(name, task))
     shape = task_shape(task)
     model = build_model(config, shape)
     inputs = torch.randint(1, shape.vocab, (2, 2, shape.length) if shape.pairs else (2, shape.length))

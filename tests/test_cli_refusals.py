@@ -47,7 +47,7 @@ def _digits_run(folder: Path, **fields) -> None:
     from speccond.harness.config.train_config import TrainConfig
     from speccond.harness.training.run_dir import write_config
 
-    write_config(folder, TrainConfig(task="digits", method="baseline", **fields))
+    write_config(folder, TrainConfig().replaced(task="digits", method="baseline", **fields))
 
 
 def _setups(root: Path) -> dict:

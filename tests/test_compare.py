@@ -240,7 +240,7 @@ def test_every_preset_builds_a_model_for_its_task(task, name):
     from speccond.harness.models.run_model import build_model
     from speccond.harness.tasks.datasets import task_shape
 
-    config = TrainConfig(task=task).with_overrides(preset(name, task))
+    config = TrainConfig().replaced(task=task).with_overrides(preset(name, task))
     shape = task_shape(task)
     model = build_model(config, shape)
     if shape.kind == "image":
@@ -265,7 +265,7 @@ def test_a_sweep_runs_each_method_at_the_values_it_reads():
         "spectral-lam=10-weight_decay=0", "spectral-lam=10-weight_decay=0.05",
         "spectral-svd-weight_decay=0", "spectral-svd-weight_decay=0.05",
     ]
-    assert [(c.method, c.lam, c.weight_decay) for _, c in planned][2:4] == [("spectral", 2.0, 0.0), ("spectral", 2.0, 0.05)]
+    assert [(c.method.name, c.method.lam, c.optimizer.weight_decay) for _, c in planned][2:4] == [("spectral", 2.0, 0.0), ("spectral", 2.0, 0.05)]
     assert [name for name, _ in variants(TINY, ["baseline", "spectral"], {})] == ["baseline", "spectral"]
     assert [name for name, _ in variants(TINY, ["spectral", "spectral-svd"], parse_sweep(["corrected=q,qk"]))] == [
         "spectral-corrected=q", "spectral-corrected=qk", "spectral-svd-corrected=q", "spectral-svd-corrected=qk"]

@@ -28,17 +28,17 @@ RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 def test_a_form_1_config_reads_as_what_it_ran(form_1, lam, target_kappa):
     values = {"method": "spectral", **form_1}
     config = TrainConfig.from_record({"config": values})  # no "config_form": form 1
-    assert (config.lam, config.target_kappa) == (lam, target_kappa)
+    assert (config.method.lam, config.method.target_kappa) == (lam, target_kappa)
     assert form_1_upgraded(values) == {**values, "lam": lam, "target_kappa": target_kappa}
 
 
 def test_the_forms_differ_only_by_their_marker_so_config_json_records_it(tmp_path):
     """{"lam": 10, "target_kappa": 2} is lam = auto in form 1 and lam = 10 in form 2: values alone cannot tell."""
-    values = TrainConfig(method="spectral").to_dict()
+    values = TrainConfig().replaced(method="spectral").to_dict()
     assert (values["lam"], values["target_kappa"]) == (10.0, 2.0)
-    assert TrainConfig.from_record({"config": values, "config_form": CONFIG_FORM}).lam == 10.0
-    assert TrainConfig.from_record({"config": values}).lam == "auto"
-    auto = TrainConfig(method="spectral", lam="auto", target_kappa=3.0)
+    assert TrainConfig.from_record({"config": values, "config_form": CONFIG_FORM}).method.lam == 10.0
+    assert TrainConfig.from_record({"config": values}).method.lam == "auto"
+    auto = TrainConfig().replaced(method="spectral", lam="auto", target_kappa=3.0)
     write_config(tmp_path / "run", auto, libraries=())
     record = json.loads((tmp_path / "run" / "config.json").read_text())
     assert record["config_form"] == CONFIG_FORM and record["config"]["lam"] == "auto"
@@ -52,12 +52,12 @@ def test_a_form_1_run_directory_resumes_with_the_config_that_asks_for_it_now(tmp
     upgrade: a protocol resuming a published lam = auto run asks spectral:lam=auto and is let through."""
     run = tmp_path / "run"
     run.mkdir()
-    old = {**TrainConfig(method="spectral").to_dict(), "target_kappa": 2.0}  # form 1's lam = auto
+    old = {**TrainConfig().replaced(method="spectral").to_dict(), "target_kappa": 2.0}  # form 1's lam = auto
     (run / "config.json").write_text(json.dumps({"config": old, "label": "spectral lam=auto(kappa<=2)"}))
-    write_config(run, TrainConfig(method="spectral", lam="auto"), libraries=())  # accepted, nothing rewritten
+    write_config(run, TrainConfig().replaced(method="spectral", lam="auto"), libraries=())  # accepted, nothing rewritten
     assert json.loads((run / "config.json").read_text())["config"] == old
     with pytest.raises(ValueError, match="was started with a different config"):
-        write_config(run, TrainConfig(method="spectral"), libraries=())  # lam = 10 is another run
+        write_config(run, TrainConfig().replaced(method="spectral"), libraries=())  # lam = 10 is another run
 
 
 def _committed_records():
@@ -78,7 +78,7 @@ def test_every_committed_run_config_loads_with_the_label_it_was_published_under(
     for where, record in _committed_records():
         config = TrainConfig.from_record(record)
         assert method_label(config) == record["label"], where
-        seen, auto = seen + 1, auto + (config.lam == "auto")
+        seen, auto = seen + 1, auto + (config.method.lam == "auto")
     assert seen > 600 and auto > 100  # the protocols' lam = auto arms are among them
 
 
@@ -101,14 +101,14 @@ def test_a_published_report_regenerates_from_its_kept_runs_in_the_same_order():
 
 def test_lam_auto_is_named_by_its_bound_in_every_folder_as_the_published_runs_are():
     assert tuning.arm_config(TrainConfig(), "spectral:lam=auto") == (
-        "spectral-target_kappa=2", TrainConfig(lam="auto"))
+        "spectral-target_kappa=2", TrainConfig().replaced(lam="auto"))
     assert tuning.arm_config(TrainConfig(), "spectral:corrected=q+lam=auto+target_kappa=50")[0] == (
         "spectral-corrected=q-target_kappa=50")
     assert tuning.arm_config(TrainConfig(), "spectral:lam=auto+init_from=runs/x")[0] == "spectral-target_kappa=2"
     planned = variants(TrainConfig(), ["baseline", "spectral"], parse_sweep(["lam=1,10,auto"]))
     assert [name for name, _ in planned] == ["baseline", "spectral-lam=1", "spectral-lam=10", "spectral-target_kappa=2"]
-    assert [c.lam for _, c in planned] == [1.0, 1.0, 10.0, "auto"]
-    bounds = variants(TrainConfig(lam="auto"), ["spectral"], parse_sweep(["target_kappa=2,50"]))
+    assert [c.method.lam for _, c in planned] == [1.0, 1.0, 10.0, "auto"]
+    bounds = variants(TrainConfig().replaced(lam="auto"), ["spectral"], parse_sweep(["target_kappa=2,50"]))
     assert [name for name, _ in bounds] == ["spectral-target_kappa=2", "spectral-target_kappa=50"]
 
 
@@ -167,7 +167,7 @@ def test_every_command_line_form_reads_a_lam_the_same_way(text):
     """--set, --sweep, an arm's settings and inspect --lam read a lam through one parser (fields.field_value)."""
     from speccond.harness.cli import lam_or_auto
 
-    by_set = TrainConfig().with_overrides([f"lam={text}"]).lam
-    by_sweep = variants(TrainConfig(), ["spectral"], parse_sweep([f"lam={text}"]))[0][1].lam
-    by_arm = tuning.arm_config(TrainConfig(), f"spectral:lam={text}")[1].lam
+    by_set = TrainConfig().with_overrides([f"lam={text}"]).method.lam
+    by_sweep = variants(TrainConfig(), ["spectral"], parse_sweep([f"lam={text}"]))[0][1].method.lam
+    by_arm = tuning.arm_config(TrainConfig(), f"spectral:lam={text}")[1].method.lam
     assert by_set == by_sweep == by_arm == lam_or_auto(text)

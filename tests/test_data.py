@@ -274,7 +274,7 @@ def _prepared(name, request, monkeypatch):
 @pytest.mark.parametrize("name", ["digits", "cifar10"])
 def test_load_task_standardises_per_channel_with_the_training_statistics(name, request, monkeypatch):
     arrays = _prepared(name, request, monkeypatch)
-    task = load_task(TrainConfig(task=name, train_size=0, test_size=300, seed=1))
+    task = load_task(TrainConfig().replaced(task=name, train_size=0, test_size=300, seed=1))
     channels = arrays["train_images"].shape[1]
     assert task["train_x"].dtype == torch.float32 and task["train_y"].dtype == torch.int64
     assert task["train_x"].shape == arrays["train_images"].shape and task["test_x"].shape == (300, *arrays["test_images"].shape[1:])
@@ -291,7 +291,7 @@ def test_load_task_subset_is_a_seeded_permutation(data_home):
     pytest.importorskip("sklearn")
     data.prepare("digits")
     arrays = data.load("digits")
-    first, same, other = (load_task(TrainConfig(task="digits", train_size=200, test_size=50, seed=s)) for s in (3, 3, 4))
+    first, same, other = (load_task(TrainConfig().replaced(task="digits", train_size=200, test_size=50, seed=s)) for s in (3, 3, 4))
     assert all(torch.equal(first[key], same[key]) for key in first)
     assert not torch.equal(first["train_y"], other["train_y"])
     assert torch.equal(first["test_y"], other["test_y"]) and torch.equal(first["test_y"], arrays["test_labels"][:50])  # no seed
@@ -305,11 +305,11 @@ def test_load_task_refuses_sizes_beyond_the_dataset(data_home):
     pytest.importorskip("sklearn")
     data.prepare("digits")
     with pytest.raises(ValueError, match=r"TrainConfig.train_size=5000 but task 'digits' has 1438 train examples"):
-        load_task(TrainConfig(task="digits", train_size=5000))
+        load_task(TrainConfig().replaced(task="digits", train_size=5000))
     with pytest.raises(ValueError, match=r"TrainConfig.test_size=400 but task 'digits' has 359 test examples"):
-        load_task(TrainConfig(task="digits", test_size=400))
+        load_task(TrainConfig().replaced(task="digits", test_size=400))
     with pytest.raises(ValueError, match="unknown task 'mnist'"):
-        load_task(TrainConfig(task="mnist"))
+        load_task(TrainConfig().replaced(task="mnist"))
 
 
 def test_task_shape_needs_no_prepared_data(data_home):
@@ -330,7 +330,7 @@ def test_task_shape_needs_no_prepared_data(data_home):
 @pytest.mark.parametrize("name", ["fashion-mnist", "cifar10", "digits"])
 def test_task_shape_matches_the_loaded_task(name, request, monkeypatch):
     arrays = _prepared(name, request, monkeypatch)
-    task = load_task(TrainConfig(task=name, train_size=64, test_size=16))
+    task = load_task(TrainConfig().replaced(task=name, train_size=64, test_size=16))
     shape = task_shape(name)
     image_size, channels, classes = shape.image_size, shape.channels, shape.classes
     assert task["train_x"].shape[1:] == task["test_x"].shape[1:] == (channels, image_size, image_size)

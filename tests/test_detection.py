@@ -1,7 +1,6 @@
 """Detection: the fashion-scenes generator, COCO AP, Mask R-CNN on XCiT / ViT trunks, training and resumption."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -27,7 +26,7 @@ needs_data = pytest.mark.skipif(
     reason="needs the Debian package: apt-get install dataset-fashion-mnist (./run installs it as root)",
 )
 # A detector small enough that a training step takes well under a second on one core.
-TINY = TrainConfig(task="fashion-scenes", model="xcit-maskrcnn", patch_size=8, lr=3e-4, embed_dim=32, depth=2, num_heads=2, fpn_channels=16, batch_size=2, epochs=2, train_size=6,
+TINY = TrainConfig().replaced(task="fashion-scenes", model="xcit-maskrcnn", patch_size=8, lr=3e-4, embed_dim=32, depth=2, num_heads=2, fpn_channels=16, batch_size=2, epochs=2, train_size=6,
                    val_size=2, test_size=4, warmup_steps=2, checkpoint_every=2, eval_batch_size=4, device="cpu")
 
 
@@ -170,7 +169,7 @@ def test_coco_ap_is_one_on_the_ground_truth_and_lower_on_shifted_boxes(scenes):
 
 @pytest.mark.parametrize("model", ["xcit-maskrcnn", "vit-maskrcnn"])
 def test_spectral_conditions_every_attention_block_of_the_trunk(model):
-    detector = build_detector(dataclasses.replace(TINY, model=model, depth=3, method="spectral"))
+    detector = build_detector(TINY.replaced(model=model, depth=3, method="spectral"))
     trunk = detector.backbone.trunk
     assert len(trunk.blocks) == 3 and speccond.is_conditioned(detector)
     attention = [name for name, module in detector.named_modules() if type(module).__name__ in ("XCA", "Attention")]
@@ -178,7 +177,7 @@ def test_spectral_conditions_every_attention_block_of_the_trunk(model):
     rows = speccond.describe(detector)
     assert {(row.module, row.role) for row in rows} == {(f"{name}.qkv", role) for name in attention for role in "qkv"}
     assert all(row.scale == 10.0 and row.kappa_eff < row.kappa_w for row in rows)
-    baseline = build_detector(dataclasses.replace(TINY, model=model, depth=3, method="baseline"))
+    baseline = build_detector(TINY.replaced(model=model, depth=3, method="baseline"))
     assert not speccond.is_conditioned(baseline)
 
 
@@ -189,16 +188,16 @@ def test_lam_10_bounds_xcas_logits_by_the_temperature_but_makes_vits_nearly_one_
     from tests.scripts import load_script
 
     script = load_script("detection_attention_at_init")
-    tokens = torch.randn(2, 144, TINY.embed_dim)  # (B, N, C): 144 tokens, as a 96 px canvas in patches of 8
+    tokens = torch.randn(2, 144, TINY.model.embed_dim)  # (B, N, C): 144 tokens, as a 96 px canvas in patches of 8
     for lam in (0.0, 10.0):
-        config = dataclasses.replace(TINY, model="xcit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
+        config = TINY.replaced(model="xcit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
         attention = build_detector(config).backbone.trunk.blocks[0].attn
         logits = script.attention_logits(attention, tokens)  # (B, H, d, d)
-        assert logits.shape == (2, TINY.num_heads, 16, 16)
+        assert logits.shape == (2, TINY.model.num_heads, 16, 16)
         assert logits.abs().max() <= attention.temperature.abs().max() * (1 + 1e-5)
     entropy = {}
     for lam in (0.0, 10.0):
-        config = dataclasses.replace(TINY, model="vit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
+        config = TINY.replaced(model="vit-maskrcnn", method="spectral" if lam else "baseline", lam=lam)
         attention = build_detector(config).backbone.trunk.blocks[0].attn
         p = script.attention_logits(attention, tokens).softmax(-1)  # (B, H, N, N)
         entropy[lam] = float(row_entropy(p).mean().detach())
@@ -208,7 +207,7 @@ def test_lam_10_bounds_xcas_logits_by_the_temperature_but_makes_vits_nearly_one_
 @needs_data
 @pytest.mark.parametrize("method", ["baseline", "spectral"])
 def test_a_training_step_and_an_evaluation_step_run(scenes, method):
-    model = build_detector(dataclasses.replace(TINY, method=method))
+    model = build_detector(TINY.replaced(method=method))
     images, targets = batch_of(scenes, torch.arange(2), flip=torch.tensor([True, False]))
     batch, _ = model.transform(images)  # torchvision's resizing and normalisation: the scenes keep their 96 px
     assert batch.tensors.shape == (2, 1, 96, 96)
@@ -247,7 +246,7 @@ def test_flipped_targets_follow_the_flipped_image(scenes):
 @needs_data
 @pytest.mark.parametrize("method", ["baseline", "spectral"])
 def test_killed_run_resumes_to_the_same_weights(tiny_task, tmp_path, method):
-    config = dataclasses.replace(TINY, method=method)  # 3 steps per epoch, 6 in all, checkpoints every 2
+    config = TINY.replaced(method=method)  # 3 steps per epoch, 6 in all, checkpoints every 2
     straight = train(config, tmp_path / "straight", progress=False)
     assert straight["kind"] == "eval" and straight["step"] == 6 and 0 <= straight["box_ap"] <= 1
     assert "accuracy" not in straight and straight["scenes"] == 4  # COCO figures under their own keys
@@ -261,7 +260,7 @@ def test_killed_run_resumes_to_the_same_weights(tiny_task, tmp_path, method):
     assert [r["epoch"] for r in rows if r["kind"] == "val"] == [1, 2] and [r["kind"] for r in rows].count("eval") == 1
     assert train(config, tmp_path / "killed", progress=False) == straight  # finished: the recorded row
     with pytest.raises(ValueError, match="different config"):
-        train(dataclasses.replace(config, lr=0.5), tmp_path / "killed", progress=False)
+        train(config.replaced(lr=0.5), tmp_path / "killed", progress=False)
 
 
 @needs_data
@@ -300,7 +299,7 @@ def test_a_detection_run_written_before_the_one_harness_resumes_and_reports(tiny
     from speccond.harness.reporting.report import write_report
 
     new, old = tmp_path / "new" / "baseline" / "seed-0", tmp_path / "old" / "baseline" / "seed-0"
-    config = dataclasses.replace(TINY, method="baseline", epochs=1)
+    config = TINY.replaced(method="baseline", epochs=1)
     final = train(config, new, progress=False)
     shutil.copytree(new, old)
     record = json.loads((old / "config.json").read_text())
@@ -350,7 +349,7 @@ def test_torchrun_trains_the_detection_task_data_parallel(items, tmp_path):
     assert finals["single"]["step"] == finals["double"]["step"] == 2
     assert all(0 <= final["box_ap"] <= 1 and "accuracy" not in final for final in finals.values())
     weights = {name: load_file(str(checkpoint.latest(tmp_path / name) / "model.safetensors")) for name in runs}
-    start = model_for(dataclasses.replace(TINY, **overrides, val_size=0)).state_dict()  # the seeded initial model
+    start = model_for(TINY.replaced(**overrides, val_size=0)).state_dict()  # the seeded initial model
     names = [n for n, w in weights["single"].items() if n.startswith("backbone.trunk.") and w.is_floating_point()]
     assert "backbone.trunk.blocks.0.attn.qkv.parametrizations.weight.original" in names
     moved = {run: torch.cat([(weights[run][n] - start[n]).flatten() for n in names]) for run in runs}

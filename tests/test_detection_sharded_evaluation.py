@@ -28,7 +28,7 @@ FASHION = Path("/usr/share/datasets/fashion-mnist")
 pytestmark = pytest.mark.skipif(not FASHION.is_dir(), reason="needs the Debian package dataset-fashion-mnist")
 WORKER = Path(__file__).parent / "distributed" / "detection_eval_worker.py"
 SCENES = 9
-CONFIG = TrainConfig(task="fashion-scenes", model="xcit-maskrcnn", patch_size=8, embed_dim=32, depth=2, num_heads=2,
+CONFIG = TrainConfig().replaced(task="fashion-scenes", model="xcit-maskrcnn", patch_size=8, embed_dim=32, depth=2, num_heads=2,
                      fpn_channels=16, eval_batch_size=4, device="cpu")
 
 
@@ -54,7 +54,7 @@ def evaluated(tmp_path_factory) -> tuple[dict, list[dict]]:
             optimizer.zero_grad()
             sum(model(images, targets).values()).backward()
             optimizer.step()
-    whole = evaluate(model, scenes, CONFIG.eval_batch_size)  # one process: no process group
+    whole = evaluate(model, scenes, CONFIG.data.eval_batch_size)  # one process: no process group
     torch.save(model.state_dict(), out / "weights.pt")
     (out / "config.json").write_text(json.dumps(CONFIG.to_dict()))
     two_processes(WORKER, ["--config", str(out / "config.json"), "--weights", str(out / "weights.pt"),

@@ -155,7 +155,7 @@ def test_vit_family_is_the_training_model():
     from speccond.harness.models.run_model import build_model
     from speccond.harness.tasks.datasets import task_shape
 
-    config = TrainConfig(method="baseline", embed_dim=64, depth=4, num_heads=4, patch_size=4, seed=5)
+    config = TrainConfig().replaced(method="baseline", embed_dim=64, depth=4, num_heads=4, patch_size=4, seed=5)
     expected = build_model(config, task_shape("fashion-mnist")).state_dict()
     got = _build("vit", "28px-1ch", seed=5).state_dict()
     assert expected.keys() == got.keys()
@@ -191,6 +191,6 @@ def test_patch_sizes_each_family_maps():
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_train_config_accepts_the_families_only(family):
-    assert TrainConfig(model=family).model == family
+    assert TrainConfig().replaced(model=family).model.name == family
     with pytest.raises(ValueError, match=r"TrainConfig.model must be one of \('vit', 'deit'"):
-        TrainConfig(model="vit-b16")
+        TrainConfig().replaced(model="vit-b16")

@@ -4,7 +4,6 @@ trained for classification and masked-LM pre-training, resumed to the same bytes
 misplaced settings are refused before anything is written."""
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
@@ -27,7 +26,7 @@ SMALL = dict(train_size=32, test_size=16, batch_size=16, epochs=1, warmup_steps=
     ("hf:distilbert", DISTILBERT, "DistilBertForSequenceClassification"),
 ])
 def test_an_hf_model_type_is_built_from_config_for_the_task_and_conditioned(prepared, model, arguments, head):
-    config = TrainConfig(task="glue-sentiment", model=model, model_args=arguments, method="spectral-svd", **SMALL)
+    config = TrainConfig().replaced(task="glue-sentiment", model=model, model_args=arguments, method="spectral-svd", **SMALL)
     built = model_for(config)
     assert type(built.model).__name__ == head and speccond.is_conditioned(built)
     assert built.model.config.vocab_size == 8192 and built.model.config.num_labels == 4
@@ -36,7 +35,7 @@ def test_an_hf_model_type_is_built_from_config_for_the_task_and_conditioned(prep
 
 
 def test_masked_lm_pretraining_of_an_hf_model_resumes_to_the_same_weights(prepared, tmp_path):
-    config = TrainConfig(task="mlm", model="hf:roberta", model_args=ROBERTA, method="spectral-svd",
+    config = TrainConfig().replaced(task="mlm", model="hf:roberta", model_args=ROBERTA, method="spectral-svd",
                          **{**SMALL, "train_size": 64, "epochs": 2, "checkpoint_every": 3})
     straight = train(config, tmp_path / "straight", progress=False)
     assert straight["kind"] == "eval" and 0 <= straight["accuracy"] <= 1
@@ -88,7 +87,7 @@ def test_a_run_on_hf_folder_loads_the_checkpoint_saved_there(tmp_path, task, hea
     """--model hf:<folder> builds the run's model from the folder's config and loads its weights, bit for bit,
     from the folder alone (the task's data is not needed to build it: the glue-* data may be absent offline)."""
     saved = _saved_bert(tmp_path / "mine", head, num_labels=4)
-    built = model_for(TrainConfig(task=task, model=f"hf:{tmp_path / 'mine'}", method="baseline"))
+    built = model_for(TrainConfig().replaced(task=task, model=f"hf:{tmp_path / 'mine'}", method="baseline"))
     assert type(built.model).__name__ == head
     loaded = built.model.state_dict()
     assert loaded.keys() == saved.keys() and all(torch.equal(loaded[key], saved[key]) for key in saved)
@@ -98,7 +97,7 @@ def test_a_run_on_hf_folder_loads_the_checkpoint_saved_there(tmp_path, task, hea
 def test_a_classifier_over_a_masked_lm_checkpoint_keeps_its_encoder_and_names_the_fresh_head(tmp_path, caplog):
     saved = _saved_bert(tmp_path / "mlm", "BertForMaskedLM")
     with caplog.at_level("WARNING"):
-        built = model_for(TrainConfig(task="glue-sentiment", model=f"hf:{tmp_path / 'mlm'}", method="spectral-svd"))
+        built = model_for(TrainConfig().replaced(task="glue-sentiment", model=f"hf:{tmp_path / 'mlm'}", method="spectral-svd"))
     assert speccond.is_conditioned(built)
     encoder = {key: value for key, value in saved.items() if key.startswith("bert.encoder.") and "attention.self" not in key}
     loaded = built.model.state_dict()

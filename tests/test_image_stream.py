@@ -34,7 +34,7 @@ def rows(run_dir) -> list[dict]:
 def config(**fields):
     from speccond.harness.config.train_config import TrainConfig
 
-    return TrainConfig(**{**MODEL, **fields})
+    return TrainConfig().replaced(**{**MODEL, **fields})
 
 
 def test_the_dataset_keeps_paths_not_pixels_and_decodes_what_the_in_memory_path_stores(folder):
@@ -125,7 +125,7 @@ def test_accumulated_slices_of_a_streamed_batch_give_the_gradient_of_the_whole_b
 
     chosen_config = config(task=f"imagefolder:{folder}?size=16&stream=1", accumulate_steps=parts).with_overrides(extra)
     step = 4  # epoch 1's second batch of 8: the loop's own (streaming.RankBatches)
-    chosen = torch.randperm(24, generator=torch.Generator().manual_seed(chosen_config.seed * 1000 + 1))[8:16]
+    chosen = torch.randperm(24, generator=torch.Generator().manual_seed(chosen_config.run.seed * 1000 + 1))[8:16]
     found = {}
     for count in (1, parts):
         task, model = training_task(chosen_config), model_for(chosen_config)

@@ -40,8 +40,8 @@ from speccond.harness.training.train import train
 
 TINY = language.LanguageConfig(vocab_size=1000, documents=30, examples=600)
 BERT = dict(model="bert", embed_dim=32, depth=1, num_heads=2, warmup_steps=1)
-PRETRAIN = TrainConfig(task="mlm", **BERT, train_size=64, test_size=16, batch_size=16, epochs=2, checkpoint_every=3)
-FINETUNE = TrainConfig(task="glue-sentiment", **BERT, train_size=32, test_size=16, batch_size=16, epochs=1)
+PRETRAIN = TrainConfig().replaced(task="mlm", **BERT, train_size=64, test_size=16, batch_size=16, epochs=2, checkpoint_every=3)
+FINETUNE = TrainConfig().replaced(task="glue-sentiment", **BERT, train_size=32, test_size=16, batch_size=16, epochs=1)
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +83,7 @@ def pretrained(language_home, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPECCOND_DATA", str(language_home))
         for method in ("baseline", "spectral"):
-            train(dataclasses.replace(PRETRAIN, method=method), root / method / "seed-0", progress=False)
+            train(PRETRAIN.replaced(method=method), root / method / "seed-0", progress=False)
     return root
 
 
@@ -185,7 +185,7 @@ def test_masking_selects_exactly_15_percent_and_replaces_80_10_10():
 
 
 def test_mlm_pretraining_resumes_to_the_same_weights(prepared, tmp_path):
-    config = dataclasses.replace(PRETRAIN, method="spectral")
+    config = PRETRAIN.replaced(method="spectral")
     task = load_task(config)
     assert task["test_x"].shape == (16, 2, 128) and task["test_y"].shape == (16, 128)
     assert task_shape("mlm").mlm and task_shape("mlm").classes == language.VOCAB_SIZE
@@ -204,7 +204,7 @@ def test_tracked_language_runs_record_attention_entropy_and_lam_ten_collapses_it
 
     step0 = {}
     for method in ("baseline", "spectral", "qk-norm"):
-        config = dataclasses.replace(PRETRAIN, method=method, epochs=1, track_every=2)  # 4 steps: rows at 0, 2, 4
+        config = PRETRAIN.replaced(method=method, epochs=1, track_every=2)  # 4 steps: rows at 0, 2, 4
         train(config, tmp_path / method, progress=False)
         rows = read_metrics(tmp_path / method / "metrics.jsonl", kind="entropy")
         assert {r["step"] for r in rows} == (set() if method == "qk-norm" else {0, 2, 4})
@@ -212,7 +212,7 @@ def test_tracked_language_runs_record_attention_entropy_and_lam_ten_collapses_it
     assert len(step0["baseline"]) == 2 and step0["baseline"][0]["log_n"] == pytest.approx(math.log(128))
     assert all(r["entropy"] > 0.9 * r["log_n"] for r in step0["baseline"])
     assert all(r["entropy"] < 0.5 for r in step0["spectral"])
-    config = dataclasses.replace(PRETRAIN, method="spectral")  # the rows are the diagnostic of the model at step 0
+    config = PRETRAIN.replaced(method="spectral")  # the rows are the diagnostic of the model at step 0
     probe = load_task(config)["test_x"][:8]  # (8, 2, 128)
     expected = attention_entropy(build_model(config, task_shape("mlm")), (probe,))
     assert [r["entropy"] for r in step0["spectral"]] == pytest.approx([r["entropy"] for r in expected], rel=1e-6)
@@ -226,7 +226,7 @@ def test_bert_attention_script_reads_each_pretrained_encoder(prepared, pretraine
     script = load_script("bert_attention")
     probe = load_task(PRETRAIN)["test_x"][:8]  # (8, 2, 128)
     baseline, spectral = (script.pretrained_model(pretrained / m / "seed-0") for m in ("baseline", "spectral"))
-    source = build_model(dataclasses.replace(PRETRAIN, method="spectral"), task_shape("mlm"))
+    source = build_model(PRETRAIN.replaced(method="spectral"), task_shape("mlm"))
     checkpoint.load(checkpoint.latest(pretrained / "spectral" / "seed-0"), source)
     assert all(torch.equal(a, b) for a, b in zip(spectral.state_dict().values(), source.state_dict().values()))
     assert script.mean_entropy(baseline, probe)[0] > 0.8 * math.log(128)
@@ -236,11 +236,11 @@ def test_bert_attention_script_reads_each_pretrained_encoder(prepared, pretraine
 
 
 def test_finetuning_starts_from_the_pretrained_encoder(prepared, pretrained, tmp_path):
-    config = dataclasses.replace(FINETUNE, method="spectral", init_from=str(pretrained / "{method}" / "seed-{seed}"))
-    model = build_model(config, task_shape(config.task))
+    config = FINETUNE.replaced(method="spectral", init_from=str(pretrained / "{method}" / "seed-{seed}"))
+    model = build_model(config, task_shape(config.data.task))
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     load_pretrained(model, config)
-    source = build_model(dataclasses.replace(PRETRAIN, method="spectral"), task_shape("mlm"))
+    source = build_model(PRETRAIN.replaced(method="spectral"), task_shape("mlm"))
     checkpoint.load(checkpoint.latest(pretrained / "spectral" / "seed-0"), source)
     weights, theirs = model.state_dict(), source.state_dict()
     encoder = [k for k in weights if k.startswith(ENCODER) and not k.startswith(POOLER)]
@@ -258,25 +258,25 @@ def test_finetuning_starts_from_the_pretrained_encoder(prepared, pretrained, tmp
 ])
 def test_finetuning_refuses_a_pretrained_model_of_another_method_or_size(prepared, pretrained, change, message):
     init = str(pretrained / "spectral" / "seed-0")
-    config = dataclasses.replace(FINETUNE, **{"method": "spectral", "init_from": init, **change})
+    config = FINETUNE.replaced(**{"method": "spectral", "init_from": init, **change})
     with pytest.raises(ValueError, match=message):
-        load_pretrained(build_model(config, task_shape(config.task)), config)
+        load_pretrained(build_model(config, task_shape(config.data.task)), config)
 
 
 def test_finetuning_refuses_an_unfinished_run_a_classifier_and_a_bad_placeholder(prepared, pretrained, tmp_path):
     train(PRETRAIN, tmp_path / "unfinished", stop_after=3, progress=False)
-    config = dataclasses.replace(FINETUNE, init_from=str(tmp_path / "unfinished"))
+    config = FINETUNE.replaced(init_from=str(tmp_path / "unfinished"))
     with pytest.raises(ValueError, match=r"is unfinished \(step 3 of 8\).*speccond train --resume"):
         train(config, tmp_path / "ft", progress=False)
     train(FINETUNE, tmp_path / "classifier", progress=False)
-    config = dataclasses.replace(FINETUNE, init_from=str(tmp_path / "classifier"))
+    config = FINETUNE.replaced(init_from=str(tmp_path / "classifier"))
     with pytest.raises(ValueError, match="trained task 'glue-sentiment'.*mlm task"):
-        load_pretrained(build_model(config, task_shape(config.task)), config)
+        load_pretrained(build_model(config, task_shape(config.data.task)), config)
     with pytest.raises(ValueError, match="holds no run"):
-        load_pretrained(build_model(FINETUNE, task_shape(FINETUNE.task)), dataclasses.replace(FINETUNE, init_from="nowhere"))
+        load_pretrained(build_model(FINETUNE, task_shape(FINETUNE.data.task)), FINETUNE.replaced(init_from="nowhere"))
     with pytest.raises(ValueError, match="init_from may name TrainConfig fields"):
-        TrainConfig(init_from="runs/{variant}")
-    swept = TrainConfig(method="spectral", lam=2, init_from="r/{method}-lam={lam:g}/seed-{seed}")
+        TrainConfig().replaced(init_from="runs/{variant}")
+    swept = TrainConfig().replaced(method="spectral", lam=2, init_from="r/{method}-lam={lam:g}/seed-{seed}")
     assert swept.init_path() == "r/spectral-lam=2/seed-0"
 
 
@@ -290,7 +290,7 @@ def test_a_pretraining_run_kept_without_checkpoints_fine_tunes_to_the_same_weigh
     assert len(kept_runs.restore(kept, restored, pretraining=True)) == 2
     finals = {}
     for name, root in (("original", pretrained), ("restored", restored)):
-        config = dataclasses.replace(FINETUNE, method="spectral", init_from=str(root / "{method}" / "seed-0"))
+        config = FINETUNE.replaced(method="spectral", init_from=str(root / "{method}" / "seed-0"))
         finals[name] = train(config, tmp_path / f"ft-{name}", progress=False)
     assert finals["original"] == finals["restored"]
     weights = [load_file(str(checkpoint.latest(tmp_path / f"ft-{name}") / "model.safetensors")) for name in finals]
@@ -298,17 +298,17 @@ def test_a_pretraining_run_kept_without_checkpoints_fine_tunes_to_the_same_weigh
     # Asked again, a restored pre-training run returns its final row and leaves its records as they were.
     run = restored / "spectral" / "seed-0"
     records = (run / "metrics.jsonl").read_bytes()
-    assert train(dataclasses.replace(PRETRAIN, method="spectral"), run, progress=False) == read_run(pretrained / "spectral/seed-0").last_eval
+    assert train(PRETRAIN.replaced(method="spectral"), run, progress=False) == read_run(pretrained / "spectral/seed-0").last_eval
     assert (run / "metrics.jsonl").read_bytes() == records and checkpoint.latest(run) is None
-    config = dataclasses.replace(FINETUNE, method="spectral", init_from=str(run))
+    config = FINETUNE.replaced(method="spectral", init_from=str(run))
     encoder = bytearray((run / KEPT_ENCODER).read_bytes())
     encoder[-1] ^= 1
     (run / KEPT_ENCODER).write_bytes(bytes(encoder))
     with pytest.raises(ValueError, match="encoder.safetensors: corrupt"):
-        load_pretrained(build_model(config, task_shape(config.task)), config)
+        load_pretrained(build_model(config, task_shape(config.data.task)), config)
     (run / KEPT_ENCODER).unlink()
     with pytest.raises(ValueError, match="holds neither a checkpoint nor a kept encoder.*kept_runs restore --pretraining"):
-        load_pretrained(build_model(config, task_shape(config.task)), config)
+        load_pretrained(build_model(config, task_shape(config.data.task)), config)
 
 
 @pytest.mark.parametrize("method", [*METHODS, "auto"])
@@ -316,7 +316,7 @@ def test_every_method_trains_bert_on_mlm_and_classification(method):
     """Each method conditions BERT's q, k, v (or normalises q, k) and a step gives finite gradients everywhere."""
     extra = {"method": "spectral", "lam": "auto"} if method == "auto" else {"method": method}
     for task, shape in (("mlm", task_shape("mlm")), ("glue-fact", task_shape("glue-fact"))):
-        config = dataclasses.replace(PRETRAIN, task=task, **extra)
+        config = PRETRAIN.replaced(task=task, **extra)
         model = build_model(config, shape)
         tokens = torch.randint(SPECIAL_COUNT, 300, (4, 24))
         tokens[:, 0], tokens[:, 10], tokens[:, 20:] = CLS, SEP, PAD
@@ -337,10 +337,10 @@ def test_every_method_trains_bert_on_mlm_and_classification(method):
 def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own_pretraining(prepared, pretrained, tmp_path):
     from speccond.harness.cli import main
 
-    base = dataclasses.replace(FINETUNE, init_from=str(pretrained / "{method}" / "seed-0"))
+    base = FINETUNE.replaced(init_from=str(pretrained / "{method}" / "seed-0"))
     folders = []
     for task in ("glue-sentiment", "glue-hyperbaton"):
-        compare(dataclasses.replace(base, task=task), ["baseline", "spectral"], [0, 1], tmp_path / task, progress=False)
+        compare(base.replaced(task=task), ["baseline", "spectral"], [0, 1], tmp_path / task, progress=False)
         folders.append(tmp_path / task)
     table = glue_table([*folders, pretrained], tmp_path / "table")
     assert "on 32 training examples" in (tmp_path / "glue-sentiment" / "results.md").read_text()  # not "images"

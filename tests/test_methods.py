@@ -14,7 +14,7 @@ from torch import nn
 
 import speccond
 from speccond.adapters import find_projections
-from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.config.sections import MethodConfig
 from speccond.harness.methods import METHODS
 from speccond.harness.methods import apply_method
 
@@ -79,8 +79,8 @@ def adamw_step(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: tuple
     return out.detach()
 
 
-def method(name: str) -> TrainConfig:
-    return TrainConfig(method=name)
+def method(name: str) -> MethodConfig:
+    return MethodConfig(name=name)
 
 
 def spectral_params(model: nn.Module) -> list:
@@ -238,7 +238,7 @@ def test_state_dict_round_trip(name):
 
 def test_unknown_method_names_the_known_ones():
     with pytest.raises(ValueError, match="unknown method 'sigma'.*sigma-reparam.*spectral-norm.*qk-norm"):
-        apply_method(vit(), SimpleNamespace(method="sigma", lam=10.0, correction="identity"))
+        apply_method(vit(), SimpleNamespace(name="sigma", lam=10.0, correction="identity"))
 
 
 @pytest.mark.parametrize("name", ["sigma-reparam", "spectral-norm", "qk-norm"])
@@ -283,7 +283,7 @@ def test_q_only_is_the_natural_eye_3d_d_reading_of_the_paper_on_a_fused_qkv():
     model = vit()
     qkv = model.blocks[0].attn.qkv
     plain = qkv.weight.detach().clone()  # (3D, D)
-    apply_method(model, TrainConfig(method="spectral", corrected="q"))
+    apply_method(model, MethodConfig(name="spectral", corrected="q"))
     natural = plain + 10.0 * torch.eye(*plain.shape)
     assert torch.equal(qkv.weight.detach(), natural)
     assert torch.equal(natural[32:], plain[32:])  # k and v rows untouched
@@ -296,7 +296,7 @@ def test_spectral_svd_reads_no_lam_so_every_lam_conditions_alike():
     outputs = []
     for lam in (0.0, 10.0, "auto"):
         model = vit()
-        apply_method(model, TrainConfig(method="spectral-svd", lam=lam))
+        apply_method(model, MethodConfig(name="spectral-svd", lam=lam))
         outputs.append(output(model.eval(), inputs))
     plain = output(vit().eval(), inputs)
     assert not torch.allclose(outputs[0], plain, atol=1e-4)  # the correction is there
@@ -312,7 +312,7 @@ def test_spectral_qk_norm_is_the_correction_then_qk_norm_and_keeps_attention_spr
 
     inputs = images()
     method_model = vit()
-    apply_method(method_model, TrainConfig(method="spectral-qk-norm"))
+    apply_method(method_model, MethodConfig(name="spectral-qk-norm"))
     by_hand = vit()
     speccond.apply(by_hand, speccond.SpectralConfig(lam=10.0))
     peers.qk_norm(by_hand)
@@ -331,9 +331,9 @@ def test_spectral_qk_norm_is_the_correction_then_qk_norm_and_keeps_attention_spr
         return float(-(probs * probs.clamp_min(1e-300).log()).sum(-1).mean())
 
     spectral = vit()
-    apply_method(spectral, TrainConfig(method="spectral"))
+    apply_method(spectral, MethodConfig(name="spectral"))
     large = vit()
-    apply_method(large, TrainConfig(method="spectral-qk-norm", lam=1000.0))
+    apply_method(large, MethodConfig(name="spectral-qk-norm", lam=1000.0))
     assert head_entropy(spectral.eval()) < 1e-3  # lam = 10 alone: one-hot (2.6e-10 nats measured)
     assert head_entropy(method_model) > 1.0  # 1.46 nats measured, uniform is log 17 = 2.83
     assert head_entropy(large.eval()) == pytest.approx(head_entropy(method_model), abs=0.01)  # lam no longer matters

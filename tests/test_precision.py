@@ -64,4 +64,4 @@ def test_an_interrupted_float16_run_resumes_to_the_same_bytes_with_its_gradient_
 
 def test_an_unknown_precision_is_refused():
     with pytest.raises(ValueError, match="TrainConfig.precision must be 'float32', 'bfloat16' or 'float16'"):
-        TrainConfig(precision="fp8")
+        TrainConfig().replaced(precision="fp8")

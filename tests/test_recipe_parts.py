@@ -169,13 +169,13 @@ def test_timm_factories_build_the_named_optimiser_and_a_per_step_schedule(tmp_pa
     optimizer = make_optimizer(config, training_task(config), model_for(config))
     assert isinstance(optimizer, Lamb)
     decayed = {group["weight_decay"] for group in optimizer.param_groups}
-    assert decayed == {0.0, config.weight_decay}  # timm exempts biases and norms
+    assert decayed == {0.0, config.optimizer.weight_decay}  # timm exempts biases and norms
     schedule = Schedule(config, optimizer, 64)
     lrs = []
     for step in range(65):
         schedule.set(step)
         lrs.append(optimizer.param_groups[0]["lr"])
-    assert lrs[0] == 0.0 and lrs[2] == pytest.approx(config.lr / 2) and lrs[4] == pytest.approx(config.lr)
+    assert lrs[0] == 0.0 and lrs[2] == pytest.approx(config.optimizer.lr / 2) and lrs[4] == pytest.approx(config.optimizer.lr)
     assert all(a >= b for a, b in zip(lrs[4:], lrs[5:])) and lrs[64] == pytest.approx(0.0, abs=1e-12)
     cut_and_resumed_equal_straight(config, tmp_path)
 

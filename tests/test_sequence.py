@@ -43,7 +43,7 @@ def test_mean_pooling_ignores_pad_tokens_and_spectral_conditions_every_projectio
 
 def test_a_nystromformer_trains_on_lra_image(cifar10_home, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECCOND_DATA", str(cifar10_home))
-    config = TrainConfig(task="lra-image", model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
+    config = TrainConfig().replaced(task="lra-image", model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
                          train_size=64, test_size=32, batch_size=32, epochs=1, warmup_steps=1, method="spectral")
     task = load_task(config)
     assert task["train_x"].shape == (64, 1024) and task["train_x"].dtype == torch.int64
@@ -53,7 +53,7 @@ def test_a_nystromformer_trains_on_lra_image(cifar10_home, monkeypatch, tmp_path
     result = train(config, tmp_path / "run", progress=False)
     assert result["kind"] == "eval" and result["step"] == 2 and 0 <= result["accuracy"] <= 1
     with pytest.raises(ValueError, match="model 'vit' takes an image task, but task 'lra-image' is sequences"):
-        build_model(TrainConfig(task="lra-image", model="vit"), shape)
+        build_model(TrainConfig().replaced(task="lra-image", model="vit"), shape)
 
 
 def test_a_nystromformer_trains_on_lra_listops(tmp_path, monkeypatch):
@@ -61,7 +61,7 @@ def test_a_nystromformer_trains_on_lra_listops(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
     data.prepare("listops-small")
-    config = TrainConfig(task="lra-listops", model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
+    config = TrainConfig().replaced(task="lra-listops", model="nystromformer", embed_dim=16, depth=1, num_heads=2, landmarks=64,
                          train_size=64, test_size=32, batch_size=32, epochs=1, warmup_steps=1, method="qk-norm")
     task = load_task(config)
     assert task["train_x"].shape == (64, 256) and task["train_x"].dtype == torch.int64
@@ -78,7 +78,7 @@ def test_lra_pathfinder_reads_the_generated_images_as_pixel_tokens(tmp_path, mon
 
     monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
     data.prepare("pathfinder-small")
-    config = TrainConfig(task="lra-pathfinder", model="nystromformer", train_size=16, test_size=8, landmarks=64)
+    config = TrainConfig().replaced(task="lra-pathfinder", model="nystromformer", train_size=16, test_size=8, landmarks=64)
     task = load_task(config)
     arrays = data.load("pathfinder-small")
     assert task["test_x"].shape == (8, 1024)

@@ -276,7 +276,7 @@ def test_texts_for_masked_language_modelling_load_as_the_mlm_tasks_blocks(tmp_pa
     assert task(name).reading == "mlm" and shape.mlm and shape.classes == shape.vocab <= 100 and shape.length == 16
     arrays = text_files.load(name)
     assert "train_labels" not in arrays and "test_labels" not in arrays
-    tensors = load_task(TrainConfig(task=name, model="bert"))
+    tensors = load_task(TrainConfig().replaced(task=name, model="bert"))
     blocks = arrays["train_tokens"].long()  # (64, 16)
     assert blocks.shape == (64, 16) and (blocks[:, 0] == wordpiece.CLS).all()
     assert torch.equal(tensors["train_x"], blocks[torch.randperm(64, generator=torch.Generator().manual_seed(0))])

@@ -37,7 +37,7 @@ def records(run_dir) -> list[dict]:
 def config(**fields):
     from speccond.harness.config.train_config import TrainConfig
 
-    return TrainConfig(**{**BERT, **fields})
+    return TrainConfig().replaced(**{**BERT, **fields})
 
 
 @pytest.mark.parametrize("kind, tokenizer", [("csv", False), ("parquet", False), ("saved", False), ("parquet", True)])

@@ -29,7 +29,7 @@ def test_a_registered_timm_vit_is_the_model_a_run_trains_with_its_method_applied
 
     import speccond
 
-    config = TrainConfig(task="digits", model=f"timm:{name}", model_args="depth=1,patch_size=2", method="spectral-svd")
+    config = TrainConfig().replaced(task="digits", model=f"timm:{name}", model_args="depth=1,patch_size=2", method="spectral-svd")
     model = model_for(config)
     expected = timm.create_model(name, pretrained=False, num_classes=10, in_chans=1, img_size=8, depth=1, patch_size=2)
     assert type(model) is type(expected) and model.training
@@ -40,7 +40,7 @@ def test_a_registered_timm_vit_is_the_model_a_run_trains_with_its_method_applied
 
 
 def test_a_timm_model_that_takes_no_image_size_builds_without_one():
-    model = model_for(TrainConfig(task="digits", model="timm:resnet18", method="baseline"))
+    model = model_for(TrainConfig().replaced(task="digits", model="timm:resnet18", method="baseline"))
     assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
 
 

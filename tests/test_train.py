@@ -18,7 +18,7 @@ needs_data = pytest.mark.skipif(
     reason="needs the Debian package: apt-get install dataset-fashion-mnist (./run installs it as root)",
 )
 FASHION = task_shape("fashion-mnist")
-TINY = TrainConfig(
+TINY = TrainConfig().replaced(
     embed_dim=32, depth=1, num_heads=2, patch_size=7, epochs=2, train_size=192, test_size=100, batch_size=64,
     warmup_steps=2, checkpoint_every=2,
 )
@@ -35,15 +35,15 @@ def prepared(tmp_path_factory, monkeypatch):
 
 def test_overrides_are_typed_and_unknown_keys_rejected():
     config = TrainConfig().with_overrides(["lr=3e-4", "depth=2", "method=baseline"])
-    assert (config.lr, config.depth, config.method) == (3e-4, 2, "baseline")
+    assert (config.optimizer.lr, config.model.depth, config.method.name) == (3e-4, 2, "baseline")
     with pytest.raises(ValueError, match="unknown TrainConfig field 'learning_rate'"):
         TrainConfig().with_overrides(["learning_rate=1"])
     with pytest.raises(ValueError, match="depth expects int, got 'two'"):
         TrainConfig().with_overrides(["depth=two"])
     with pytest.raises(ValueError, match="method must be one of"):
-        TrainConfig(method="magic")
+        TrainConfig().replaced(method="magic")
     with pytest.raises(ValueError, match="num_heads \\(3\\) must divide embed_dim \\(32\\)"):
-        TrainConfig(embed_dim=32, num_heads=3)
+        TrainConfig().replaced(embed_dim=32, num_heads=3)
 
 
 def test_checkpoint_round_trip_and_corruption_is_refused(tmp_path):
@@ -247,7 +247,7 @@ def test_device_is_validated_and_cuda_without_a_gpu_is_a_clear_error():
     from speccond.harness.training.distributed import Context
 
     with pytest.raises(ValueError, match="device must be 'auto', 'cpu' or 'cuda', got 'gpu'"):
-        TrainConfig(device="gpu")
+        TrainConfig().replaced(device="gpu")
     assert Context.from_environment("cpu").device == torch.device("cpu")
     if torch.cuda.is_available():
         assert Context.from_environment("auto").device.type == "cuda"
@@ -280,7 +280,7 @@ def test_attention_norm_none_drops_the_layernorm_before_attention():
             reference.norm1 = torch.nn.Identity()
         torch.testing.assert_close(dropped(images), plain(images))
     with pytest.raises(ValueError, match="no blocks with a LayerNorm norm1"):
-        build_model(TrainConfig(task="lra-listops", model="nystromformer", attention_norm="none", embed_dim=32,
+        build_model(TrainConfig().replaced(task="lra-listops", model="nystromformer", attention_norm="none", embed_dim=32,
                                 num_heads=2), task_shape("lra-listops"))
 
 
@@ -313,7 +313,7 @@ def test_lam_auto_trains_to_its_target_kappa_and_refresh_rechooses_it():
     from speccond.core.backends import attachments
 
     config = TINY.with_overrides(["method=spectral", "lam=auto", "granularity=projection"])
-    assert (config.lam, config.target_kappa) == ("auto", 2.0)  # SpectralConfig's default bound
+    assert (config.method.lam, config.method.target_kappa) == ("auto", 2.0)  # SpectralConfig's default bound
     model = build_model(config, FASHION)
     rows = speccond.describe(model).rows
     assert all(r.correction.startswith("identity lam=auto(") for r in rows)

@@ -68,17 +68,17 @@ def test_the_tuning_protocol_chooses_on_validation_and_scores_test_once(tmp_path
     assert comparison["holm"] == comparison["p"]  # one comparison: Holm leaves p as it is
     assert "Holm p" in (out / "final" / "holm.md").read_text() and (out / "tuning.png").is_file()
     with pytest.raises(ValueError, match="tuning=1 scores the validation split, so it needs val_size > 0"):
-        TrainConfig(tuning=1)
+        TrainConfig().replaced(tuning=1)
 
 
 def test_tuning_runs_go_seed_by_seed_so_a_cut_leaves_the_arms_level(tmp_path):
-    arms = {"baseline": TrainConfig(method="baseline", val_size=10), "spectral": TrainConfig(method="spectral", val_size=10)}
+    arms = {"baseline": TrainConfig().replaced(method="baseline", val_size=10), "spectral": TrainConfig().replaced(method="spectral", val_size=10)}
     jobs = tuning.tuning_jobs(arms, [1e-3, 3e-3], 2, tmp_path)
-    assert [(j.config.seed, j.config.lr, j.config.method) for j in jobs] == [
+    assert [(j.config.run.seed, j.config.optimizer.lr, j.config.method.name) for j in jobs] == [
         (seed, lr, method) for seed in (0, 1) for lr in (1e-3, 3e-3) for method in ("baseline", "spectral")]
-    assert all(j.config.tuning == 1 for j in jobs)
+    assert all(j.config.run.tuning == 1 for j in jobs)
     finals = tuning.final_jobs(arms, {"baseline": {"lr": 3e-3}, "spectral": {"lr": 1e-3}}, 2, tmp_path)
-    assert [(j.config.seed, j.config.method, j.config.lr) for j in finals] == [
+    assert [(j.config.run.seed, j.config.method.name, j.config.optimizer.lr) for j in finals] == [
         (100, "baseline", 3e-3), (100, "spectral", 1e-3), (101, "baseline", 3e-3), (101, "spectral", 1e-3)]
 
 
@@ -167,7 +167,7 @@ def test_the_protocol_names_the_registered_arms_and_tasks_speccond_tune_accepts(
             expected = registered if len(arms) == 9 else registered[:4] + ["sigma-reparam" if xca else "qk-norm"]
             assert [arm_name for arm_name, _ in arms] == expected and args.val_size > 0
             if tier == "language":  # each arm fine-tunes its own pre-trained encoder, of the seed the name says
-                assert all(config.init_from == f"runs/protocol-mlm/{arm_name}/seed-{name[-1]}" for arm_name, config in arms)
+                assert all(config.model.init_from == f"runs/protocol-mlm/{arm_name}/seed-{name[-1]}" for arm_name, config in arms)
                 assert args.task.startswith("glue-") and args.tuning_seeds == 1
             names.append(name)
     assert len(names) == len(set(names))
@@ -285,8 +285,8 @@ def test_a_fresh_clone_resumes_the_protocol_from_its_committed_results(tmp_path)
 
 def test_an_arms_pre_trained_start_is_in_its_config_not_its_name():
     name, config = tuning.arm_config(TrainConfig(), "spectral:corrected=q+init_from=runs/mlm/spectral-corrected=q/seed-1")
-    assert name == "spectral-corrected=q" and config.corrected == "q"
-    assert config.init_from == "runs/mlm/spectral-corrected=q/seed-1" and config.method == "spectral"
+    assert name == "spectral-corrected=q" and config.method.corrected == "q"
+    assert config.model.init_from == "runs/mlm/spectral-corrected=q/seed-1" and config.method.name == "spectral"
 
 
 def test_a_tracked_qk_norm_arm_trains_and_reports_without_the_spectra_its_weights_cannot_tell(tmp_path):

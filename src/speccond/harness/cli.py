@@ -290,7 +290,7 @@ def _base_config(args: argparse.Namespace, *fixed: str):
         return TrainConfig().with_overrides([*start, *chosen, *args.set, *fixed])
     if getattr(args, "smoke", False):
         raise ValueError("--smoke sizes a --recipe; give --recipe NAME, or leave out --smoke")
-    task = TrainConfig().with_overrides([*chosen, *args.set]).task
+    task = TrainConfig().with_overrides([*chosen, *args.set]).data.task
     return TrainConfig().with_overrides([*preset(args.preset or "quick", task), *chosen, *args.set, *fixed])
 
 
@@ -312,15 +312,15 @@ def _check_models(configs: list, *packages: str) -> None:
     from speccond.harness.models.named import check_model, is_checkpoint_folder
 
     require(*packages)
-    for config in {(c.model, c.task, c.model_args): c for c in configs}.values():
-        check_model(config.model)
-        if config.model.startswith("hf:") and is_checkpoint_folder(config.model[len("hf:"):]):
+    for config in {(c.model.name, c.data.task, c.model.model_args): c for c in configs}.values():
+        check_model(config.model.name)
+        if config.model.name.startswith("hf:") and is_checkpoint_folder(config.model.name[len("hf:"):]):
             from speccond.harness.models.hf_text import folder_config
             from speccond.harness.tasks.datasets import task_shape
 
-            shape = task_shape(config.task)
+            shape = task_shape(config.data.task)
             if shape.kind == "text":  # another kind of task is refused when the model is built, with the kinds
-                folder_config(config.model[len("hf:"):], shape.vocab, shape.classes, config.model_kwargs())
+                folder_config(config.model.name[len("hf:"):], shape.vocab, shape.classes, config.model_kwargs())
 
 
 def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
@@ -348,14 +348,14 @@ def _compare(args: argparse.Namespace) -> None:
 
         if sweep:
             raise ValueError("--dry-run builds each method once; leave out --sweep")
-        prepare_data(base.task)
+        prepare_data(base.data.task)
         for row in dry_run(base, args.methods):
             print(describe(row))
         print(f"dry run: nothing trained, nothing written to {args.out}")
         return
     check_writable(args.out, "--out")
     check_comparison_folder(Path(args.out), base, sweep)
-    prepare_data(base.task)
+    prepare_data(base.data.task)
     if compare(base, args.methods, range(args.seeds), Path(args.out), sweep=sweep) is None:
         return  # a torchrun rank other than 0: rank 0 writes and prints the report
     print((Path(args.out) / "results.md").read_text())
@@ -365,7 +365,6 @@ def _compare(args: argparse.Namespace) -> None:
 def _tune(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    import dataclasses
 
     from speccond.harness.config.fields import arm_settings
     from speccond.harness.methods import METHODS
@@ -417,9 +416,9 @@ def _tune(args: argparse.Namespace) -> None:
         if choice is not None:
             print(tuning.write_final(arms, choice, args.final_seeds, out))
         return
-    prepare_data(base.task)
+    prepare_data(base.data.task)
     for config in arms.values():  # every arm builds and fits its data before the first run is written
-        check_runnable(dataclasses.replace(config, lr=lrs[0], tuning=1))
+        check_runnable(config.replaced(lr=lrs[0], tuning=1))
     engine = engine_from(args.engine, out, args.cluster, slurm_partition=args.slurm_partition,
                          gpus_per_node=args.gpus_per_node)
     with writing(out):  # one tune per folder at a time (folder_lock.py); creates it
@@ -523,7 +522,7 @@ def _train(args: argparse.Namespace) -> int:
     else:
         check_writable(args.out, "--out")
         config = TrainConfig().with_overrides(args.set)
-    task_of(config.task)  # an unknown task is an error before the run directory is written
+    task_of(config.data.task)  # an unknown task is an error before the run directory is written
     _check_models([config], *RUN_NEEDS)
     result = train(config, Path(args.out or args.resume))  # checks the model and data sizes before writing
     if int(os.environ.get("RANK", "0")) == 0:

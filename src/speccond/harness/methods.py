@@ -1,4 +1,4 @@
-"""The methods a comparison trains, applied in place to a freshly built model: ``apply_method(model, config)``.
+"""The methods a comparison trains, applied in place to a freshly built model: ``apply_method(model, config.method)``.
 
 Every method targets the same q, k, v projections that ``speccond.apply`` conditions
 (``speccond.adapters.find_projections`` with the default SpectralConfig), so the peers differ from the
@@ -45,10 +45,11 @@ LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "refresh_every":
 
 
 class MethodSettings(Protocol):
-    """The fields of a run's config that a method reads (TrainConfig has them: config/train_config.py).
-    Named here so that this registry, which TrainConfig checks its ``method`` against, imports no config."""
+    """What a method reads: the method section of a run's config (config/sections.py, MethodConfig, which is
+    ``config.method`` of a TrainConfig). Named here so that this registry, which MethodConfig checks its
+    ``name`` against, imports no config."""
 
-    method: str
+    name: str  # the method: one of METHODS
     lam: float | str  # a number or "auto" (SpectralConfig's)
     target_kappa: float  # the bound lam="auto" aims at
     corrected: str
@@ -62,8 +63,8 @@ class Method:
     """One method a comparison can train.
 
     Attributes:
-        name: what ``TrainConfig.method`` and ``--methods`` say.
-        apply: applies it in place to a freshly built model, given the run's config.
+        name: what the method key (``TrainConfig.method.name``) and ``--methods`` say.
+        apply: applies it in place to a freshly built model, given the run's method settings (MethodSettings).
         reads: the TrainConfig fields it depends on beyond the shared ones (the others never change its runs).
         conditions: whether it conditions q, k, v with speccond (a pre-trained encoder must then match the
             conditioning fields, pretrained.py).
@@ -86,18 +87,18 @@ def register(method: Method) -> Method:
     return method
 
 
-def apply_method(model: nn.Module, config: MethodSettings) -> None:
-    """Apply ``config.method`` to ``model`` in place (a freshly built model, not yet trained).
+def apply_method(model: nn.Module, settings: MethodSettings) -> None:
+    """Apply ``settings.name`` to ``model`` in place (a freshly built model, not yet trained).
 
     Raises:
         ValueError: the method is unknown; the model has no q, k, v projections speccond recognises (or
             attention that no adapter covers); a projection already carries a parametrization; qk-norm was
             asked for an attention that reads its weight directly or already normalises q and k.
     """
-    method = REGISTRY.get(config.method)
+    method = REGISTRY.get(settings.name)
     if method is None:
-        raise ValueError(f"unknown method {config.method!r}; known methods: {', '.join(REGISTRY)}")
-    method.apply(model, config)
+        raise ValueError(f"unknown method {settings.name!r}; known methods: {', '.join(REGISTRY)}")
+    method.apply(model, settings)
     log.info("applied method %s to %s", method.name, type(model).__name__)
 
 
@@ -129,54 +130,54 @@ def label(values: dict) -> str:
 
 
 # -- the methods -----------------------------------------------------------------------------------------
-def _spectral(model: nn.Module, config: MethodSettings) -> None:
+def _spectral(model: nn.Module, settings: MethodSettings) -> None:
     speccond.apply(model, speccond.SpectralConfig(
-        lam=config.lam, correction=config.correction, granularity=config.granularity,
-        target_kappa=config.target_kappa, **_scales(config)))
+        lam=settings.lam, correction=settings.correction, granularity=settings.granularity,
+        target_kappa=settings.target_kappa, **_scales(settings)))
 
 
-def _spectral_svd(model: nn.Module, config: MethodSettings) -> None:
-    """The SVD correction on the projections in config.corrected. It does not read lam (the registry says so):
+def _spectral_svd(model: nn.Module, settings: MethodSettings) -> None:
+    """The SVD correction on the projections in settings.corrected. It does not read lam (the registry says so):
     for "svd" a projection's lam only says corrected (non-zero) or not, so each corrected one gets
-    SpectralConfig's default lam, whatever config.lam is (lam=0 would otherwise correct nothing)."""
+    SpectralConfig's default lam, whatever settings.lam is (lam=0 would otherwise correct nothing)."""
     on = speccond.SpectralConfig.lam  # 10.0, the value every run of this method has recorded
-    scales = {f"lam_{role}": (on if role in config.corrected else 0.0) for role in "qkv"}
-    speccond.apply(model, speccond.SpectralConfig(correction="svd", granularity=config.granularity, **scales))
+    scales = {f"lam_{role}": (on if role in settings.corrected else 0.0) for role in "qkv"}
+    speccond.apply(model, speccond.SpectralConfig(correction="svd", granularity=settings.granularity, **scales))
 
 
-def _shifted_init(model: nn.Module, config: MethodSettings) -> None:
+def _shifted_init(model: nn.Module, settings: MethodSettings) -> None:
     """W0 + C as a plain initialisation: weight decay then pulls it to 0, not to C."""
     speccond.apply(model, speccond.SpectralConfig(
-        lam=config.lam, granularity=config.granularity, target_kappa=config.target_kappa, **_scales(config)))
+        lam=settings.lam, granularity=settings.granularity, target_kappa=settings.target_kappa, **_scales(settings)))
     speccond.remove(model, merge=True)
 
 
-def _spectral_qk_norm(model: nn.Module, config: MethodSettings) -> None:
+def _spectral_qk_norm(model: nn.Module, settings: MethodSettings) -> None:
     """W + C (as "spectral"), then qk-norm (every head's q and k normalised before the logits): the fixed
     correction keeps its Weyl bound on kappa(W + C), and the logits are bounded by the head width (q and k of
     norm sqrt(dh) at LayerNorm's initial unit gain), not by lam: the lam^2 self-similarity that W_q + lam I and
     W_k + lam I add no longer grows with lam. Attention still leans to each token's own key, more so the
     wider the head (tests/test_methods.py measures one head of width 16: 1.46 nats at lam = 10 and at
     lam = 1000, 2.83 uniform, one-hot for lam = 10 alone)."""
-    _spectral(model, config)
+    _spectral(model, settings)
     peers.qk_norm(model)
 
 
-def _scales(config: MethodSettings) -> dict[str, float | str]:
-    """lam_q, lam_k, lam_v: the lam for the projections in config.corrected, 0 (untouched) for the rest."""
-    return {f"lam_{role}": (config.lam if role in config.corrected else 0.0) for role in "qkv"}
+def _scales(settings: MethodSettings) -> dict[str, float | str]:
+    """lam_q, lam_k, lam_v: the lam for the projections in settings.corrected, 0 (untouched) for the rest."""
+    return {f"lam_{role}": (settings.lam if role in settings.corrected else 0.0) for role in "qkv"}
 
 
 _CONDITIONING = ("corrected", "granularity", "target_kappa")
-register(Method("baseline", lambda model, config: None))
+register(Method("baseline", lambda model, settings: None))
 register(Method("spectral", _spectral, ("lam", "correction", *_CONDITIONING, "refresh_every"), conditions=True))
 register(Method("spectral-svd", _spectral_svd, ("corrected", "granularity", "refresh_every"), conditions=True))
 register(Method("shifted-init", _shifted_init, ("lam", *_CONDITIONING), conditions=True))
-register(Method("sigma-reparam", lambda model, config: peers.sigma_reparam(model)))
-register(Method("sigma-reparam-all", lambda model, config: peers.sigma_reparam_all_layers(model)))
-register(Method("spectral-norm", lambda model, config: peers.spectral_norm(model)))
-register(Method("qk-norm", lambda model, config: peers.qk_norm(model)))
-register(Method("layer-scale", lambda model, config: peers.layer_scale(model)))
+register(Method("sigma-reparam", lambda model, settings: peers.sigma_reparam(model)))
+register(Method("sigma-reparam-all", lambda model, settings: peers.sigma_reparam_all_layers(model)))
+register(Method("spectral-norm", lambda model, settings: peers.spectral_norm(model)))
+register(Method("qk-norm", lambda model, settings: peers.qk_norm(model)))
+register(Method("layer-scale", lambda model, settings: peers.layer_scale(model)))
 register(Method("spectral-qk-norm", _spectral_qk_norm, ("lam", "correction", *_CONDITIONING, "refresh_every"),
                 conditions=True))
-METHODS = tuple(REGISTRY)  # in registration order: what TrainConfig.method and --methods accept
+METHODS = tuple(REGISTRY)  # in registration order: what the method key (TrainConfig.method.name) and --methods accept

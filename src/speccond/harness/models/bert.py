@@ -102,5 +102,5 @@ def build_bert(
 
 def build(config, shape) -> MaskedLanguageModel | TextClassifier:
     """The run's BERT (registry.py's ``bert``) sized by its config, for the language task's text."""
-    return build_bert(shape.vocab, shape.classes, config.embed_dim, config.depth, config.num_heads,
+    return build_bert(shape.vocab, shape.classes, config.model.embed_dim, config.model.depth, config.model.num_heads,
                       masked_lm=shape.mlm, length=shape.length)

@@ -131,15 +131,15 @@ def example_inputs(model: nn.Module, batch: int = 2, seed: int = 0) -> tuple:
 
 
 def build_timm_model(config: "TrainConfig", shape: "TaskShape") -> nn.Module:
-    """Any registered timm model, ``config.model`` = "timm:<name>", for the task's images:
-    ``timm.create_model(name, pretrained=False, num_classes=, in_chans=, img_size=, **config.model_args)``,
+    """Any registered timm model, ``config.model.name`` = "timm:<name>", for the task's images:
+    ``timm.create_model(name, pretrained=False, num_classes=, in_chans=, img_size=, **config.model.model_args)``,
     in train mode; img_size is left out for a model that does not take it (a ResNet). An unknown name is a
     ValueError naming the nearest registered ones. Seed torch before calling: this does not."""
     kwargs = config.model_kwargs()
     base = {"num_classes": shape.classes, "in_chans": shape.channels}
     try:
-        return build_named_model(config.model, {**base, "img_size": shape.image_size, **kwargs}).train()
+        return build_named_model(config.model.name, {**base, "img_size": shape.image_size, **kwargs}).train()
     except ValueError as error:
         if "img_size" in kwargs or "unexpected keyword argument 'img_size'" not in str(error):
             raise
-    return build_named_model(config.model, {**base, **kwargs}).train()
+    return build_named_model(config.model.name, {**base, **kwargs}).train()

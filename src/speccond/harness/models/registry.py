@@ -46,7 +46,7 @@ FAMILIES = {
     "xcit-maskrcnn": Family("scenes", "speccond.harness.tasks.detection.plugin"),
     "vit-maskrcnn": Family("scenes", "speccond.harness.tasks.detection.plugin"),
 }
-MODELS = tuple(FAMILIES)  # what TrainConfig.model accepts besides timm:<name> and hf:<type>
+MODELS = tuple(FAMILIES)  # what the model key (TrainConfig.model.name) accepts besides timm:<name> and hf:<type>
 IMAGE_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.kind == "image")
 
 

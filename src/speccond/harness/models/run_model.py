@@ -23,24 +23,24 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
     models/registry.py (a timm vision family for images, a Nystromformer for token sequences, BERT for
     WordPiece text, Mask R-CNN for scenes, its method applied to the timm trunk, the only attention it has),
     or any timm:<name> (images) or hf:<type> (text) model."""
-    kind = ("image" if config.model.startswith(TIMM_PREFIX) else "text" if config.model.startswith(HF_PREFIX)
-            else FAMILIES[config.model].kind)
+    kind = ("image" if config.model.name.startswith(TIMM_PREFIX) else "text" if config.model.name.startswith(HF_PREFIX)
+            else FAMILIES[config.model.name].kind)
     if kind != shape.kind:
-        raise ValueError(f"model {config.model!r} takes {KINDS[kind]}, but task {config.task!r} is {shape.kind}s; "
+        raise ValueError(f"model {config.model.name!r} takes {KINDS[kind]}, but task {config.data.task!r} is {shape.kind}s; "
                          f"choose model from {families_of(shape.kind)}")
-    torch.manual_seed(config.seed)
-    if config.model.startswith(TIMM_PREFIX):
+    torch.manual_seed(config.run.seed)
+    if config.model.name.startswith(TIMM_PREFIX):
         model = conditioned = build_timm_model(config, shape)
-    elif config.model.startswith(HF_PREFIX):
-        model = conditioned = build_hf_text_model(config.model, shape.vocab, shape.classes, shape.mlm,
+    elif config.model.name.startswith(HF_PREFIX):
+        model = conditioned = build_hf_text_model(config.model.name, shape.vocab, shape.classes, shape.mlm,
                                                   config.model_kwargs())
     else:
-        module = family_module(config.model)
+        module = family_module(config.model.name)
         model = timm_family.build(config, shape) if kind == "image" else module.build(config, shape)
         conditioned = module.conditioned(model) if hasattr(module, "conditioned") else model
-    if config.attention_norm == "none":
+    if config.model.attention_norm == "none":
         _drop_attention_norms(conditioned, config)
-    apply_method(conditioned, config)
+    apply_method(conditioned, config.method)
     return model
 
 
@@ -48,7 +48,7 @@ def _drop_attention_norms(model: nn.Module, config: TrainConfig) -> None:
     """Replace the LayerNorm before every attention (timm blocks' ``norm1``) by the identity (ablation)."""
     blocks = [module for module in model.modules() if isinstance(getattr(module, "norm1", None), nn.LayerNorm)]
     if not blocks:
-        raise ValueError(f"attention_norm='none': model {config.model!r} has no blocks with a LayerNorm norm1 "
+        raise ValueError(f"attention_norm='none': model {config.model.name!r} has no blocks with a LayerNorm norm1 "
                          "before attention (the timm families have one; the Nystromformer does not)")
     for block in blocks:
         block.norm1 = nn.Identity()
@@ -56,4 +56,4 @@ def _drop_attention_norms(model: nn.Module, config: TrainConfig) -> None:
 
 def model_for(config: TrainConfig) -> nn.Module:
     """The model a run of ``config`` trains, with the input shape of its task (for loading checkpoints)."""
-    return build_model(config, task_shape(config.task))
+    return build_model(config, task_shape(config.data.task))

@@ -130,8 +130,8 @@ def build(config, shape) -> SequenceClassifier | PairClassifier:
     """The run's Nystromformer (registry.py's ``nystromformer``) sized by its config, for the task's tokens
     padded to a multiple of its landmarks (a PairClassifier when each example is two texts)."""
     return build_nystromformer(
-        padded_length(shape.length, config.landmarks), shape.vocab, shape.classes, embed_dim=config.embed_dim,
-        depth=config.depth, num_heads=config.num_heads, landmarks=config.landmarks, pairs=shape.pairs,
+        padded_length(shape.length, config.model.landmarks), shape.vocab, shape.classes, embed_dim=config.model.embed_dim,
+        depth=config.model.depth, num_heads=config.model.num_heads, landmarks=config.model.landmarks, pairs=shape.pairs,
     )
 
 def _per_matrix_inverse_scale(encoder: nn.Module) -> nn.Module:

@@ -66,10 +66,10 @@ log = logging.getLogger(__name__)
 
 
 def build(config: TrainConfig, shape: TaskShape) -> nn.Module:
-    """The run's image family (``config.model``) sized by its config, for the task's images."""
-    return build_backbone(config.model, shape.image_size, shape.channels, shape.classes, embed_dim=config.embed_dim,
-                          depth=config.depth, num_heads=config.num_heads, patch_size=config.patch_size,
-                          drop_path=config.drop_path)
+    """The run's image family (``config.model.name``) sized by its config, for the task's images."""
+    return build_backbone(config.model.name, shape.image_size, shape.channels, shape.classes, embed_dim=config.model.embed_dim,
+                          depth=config.model.depth, num_heads=config.model.num_heads, patch_size=config.model.patch_size,
+                          drop_path=config.model.drop_path)
 
 
 def build_backbone(

@@ -9,7 +9,6 @@ time of each run is kept in its timing.json (harness/training/timing.py). The re
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 from contextlib import nullcontext
@@ -41,16 +40,16 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
     chosen = variants(base, methods, sweep)
     check_comparison_folder(out, base, sweep)
     for _, config in chosen:  # every variant builds and fits its data before the first run is written
-        check_runnable(dataclasses.replace(config, seed=next(iter(seeds), 0)))
+        check_runnable(config.replaced(seed=next(iter(seeds), 0)))
     main = is_main_process()  # under torchrun every rank trains each run data-parallel; rank 0 alone writes
     with writing(out) if main else nullcontext():  # one compare per folder at a time (folder_lock.py)
         for folder, config in chosen:
             for seed in seeds:
                 run_dir = out / folder / f"seed-{seed}"
                 if main:
-                    train_timed(dataclasses.replace(config, seed=seed), run_dir, progress)
+                    train_timed(config.replaced(seed=seed), run_dir, progress)
                 else:
-                    train(dataclasses.replace(config, seed=seed), run_dir, progress=False)
+                    train(config.replaced(seed=seed), run_dir, progress=False)
         return write_report([out], out) if main else None
 
 
@@ -74,7 +73,7 @@ def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequ
     chosen, seen = [], set()
     for method in methods:
         for combination in itertools.product(*([(name, v) for v in values] for name, values in sweep.items())):
-            config = dataclasses.replace(base, method=method).with_overrides([f"{n}={v}" for n, v in combination])
+            config = base.replaced(method=method).with_overrides([f"{n}={v}" for n, v in combination])
             if config_key(config) in seen:
                 continue
             seen.add(config_key(config))

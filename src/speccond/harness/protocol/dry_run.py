@@ -9,7 +9,6 @@ Nothing is written (the dataset's own cache aside).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Sequence
 
@@ -30,21 +29,21 @@ def dry_run(base: TrainConfig, methods: Sequence[str]) -> list[dict]:
     for name, config in variants(base, methods, {}):
         check_recipe(config)
         # the data are the same for every method; batches of 2, one slice each, for the forward below
-        task = task or training_task(dataclasses.replace(config, batch_size=2, accumulate_steps=1))
+        task = task or training_task(config.replaced(batch_size=2, accumulate_steps=1))
         with torch.random.fork_rng(devices=[]):  # building a model seeds the global generator
             model = built_model(config)
-        steps_per_epoch = math.ceil(task.samples / config.batch_size)
+        steps_per_epoch = math.ceil(task.samples / config.data.batch_size)
         optimizer = make_optimizer(config, task, model)
-        Schedule(config, optimizer, steps_per_epoch * config.epochs).set(0)
+        Schedule(config, optimizer, steps_per_epoch * config.optimizer.epochs).set(0)
         with torch.no_grad():
-            first = torch.randperm(task.samples, generator=torch.Generator().manual_seed(config.seed * 1000))[:2]
+            first = torch.randperm(task.samples, generator=torch.Generator().manual_seed(config.run.seed * 1000))[:2]
             loss, _, _ = task.train_loss(model, first, 0, Context())  # train.py's batch of step 0
         rows.append({
-            "method": name, "model": config.model, "parameters": sum(p.numel() for p in model.parameters()),
-            "optimizer": f"{type(optimizer).__name__} ({config.optimizer})", "scheduler": config.scheduler,
-            "train_examples": task.samples, "batch_size": config.batch_size, "accumulate_steps": config.accumulate_steps,
-            "steps_per_epoch": steps_per_epoch, "epochs": config.epochs, "steps": steps_per_epoch * config.epochs,
-            "initial_loss": float(loss), "precision": config.precision, "ema_decay": config.ema_decay,
+            "method": name, "model": config.model.name, "parameters": sum(p.numel() for p in model.parameters()),
+            "optimizer": f"{type(optimizer).__name__} ({config.optimizer.name})", "scheduler": config.optimizer.scheduler,
+            "train_examples": task.samples, "batch_size": config.data.batch_size, "accumulate_steps": config.optimizer.accumulate_steps,
+            "steps_per_epoch": steps_per_epoch, "epochs": config.optimizer.epochs, "steps": steps_per_epoch * config.optimizer.epochs,
+            "initial_loss": float(loss), "precision": config.run.precision, "ema_decay": config.optimizer.ema_decay,
         })
         del model, optimizer
     return rows

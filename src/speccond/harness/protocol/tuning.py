@@ -30,7 +30,6 @@ stops after step 2, and ``--stage report`` trains nothing and writes the tables 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -59,7 +58,7 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     setting (the pre-trained encoder this arm fine-tunes) is not part of the name: the arm is its method and
     settings, its runs' config.json say where it started."""
     method, pairs = arm_settings(arm)
-    config = dataclasses.replace(base, method=method).with_overrides(pairs)
+    config = base.replaced(method=method).with_overrides(pairs)
     named = [s for s in pairs if not s.startswith("init_from=")]
     return "-".join([method, *folder_settings(named, config)]), config
 
@@ -95,12 +94,12 @@ def final_run(out: Path, name: str, seed: int) -> Path:
 
 def tuning_jobs(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path) -> list[Job]:
     """Seed by seed, then lr by lr, every arm: a cut anywhere leaves the arms level."""
-    return [Job(dataclasses.replace(config, lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
+    return [Job(config.replaced(lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
             for seed in range(seeds) for lr in lrs for name, config in arms.items()]
 
 
 def final_jobs(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: int, out: Path) -> list[Job]:
-    return [Job(dataclasses.replace(config, lr=choice[name]["lr"], seed=seed), final_run(out, name, seed))
+    return [Job(config.replaced(lr=choice[name]["lr"], seed=seed), final_run(out, name, seed))
             for seed in range(FINAL_SEED, FINAL_SEED + seeds) for name, config in arms.items()]
 
 
@@ -110,7 +109,7 @@ def run_jobs(jobs: list[Job], parallel: int, stage: str, engine: Optional[Submit
     lets the others finish, then is raised naming the run. ``engine``: submit them as submitit jobs
     instead (harness/protocol/engines.py), each with the threads the pool would give it."""
     split = {True: "val", False: "test"}
-    pending = [job for job in jobs if outcome(job.run, split[bool(job.config.tuning)]) is None]
+    pending = [job for job in jobs if outcome(job.run, split[bool(job.config.run.tuning)]) is None]
     print(f"[{stage}] {len(jobs) - len(pending)} of {len(jobs)} runs finished; {len(pending)} to train, "
           f"{parallel} at a time", flush=True)
     if engine is not None and pending:
@@ -328,7 +327,7 @@ def tune(arms: dict[str, TrainConfig], lrs: list[float], seeds: int, out: Path, 
     its extended grid."""
     run_jobs(tuning_jobs(arms, lrs, seeds, out), parallel, "tuning", engine)
     extra = edge_extensions(choose(tuning_scores(arms, lrs, seeds, out)), lrs) if extend_edges else {}
-    jobs = [Job(dataclasses.replace(arms[name], lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
+    jobs = [Job(arms[name].replaced(lr=lr, seed=seed, tuning=1), tuning_run(out, name, lr, seed))
             for seed in range(seeds) for name, lr in extra.items()]
     if jobs:
         run_jobs(jobs, parallel, "edges", engine)

@@ -16,7 +16,7 @@ from speccond.harness import methods
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.values import show_value
 
-DEFAULT_LAM = TrainConfig.lam  # where lam = "auto" sorts (10)
+DEFAULT_LAM = TrainConfig().method.lam  # where lam = "auto" sorts (10)
 IGNORED_FIELDS = ("seed", "track_every", "checkpoint_every", "eval_batch_size")  # how a run is recorded, not its result
 DEFAULT_OUT = Path("report")
 
@@ -77,7 +77,7 @@ def config_key(config) -> tuple:
     for name in IGNORED_FIELDS:
         values.pop(name, None)
     for name in methods.parameters():
-        if not methods.reads(config.method, name):
+        if not methods.reads(config.method.name, name):
             values.pop(name)
     return tuple(sorted(values.items()))
 

@@ -321,7 +321,7 @@ def _json(report: Report) -> dict:
             for g, s in zip([g for g in report.groups if g.included], report.summaries)
         ],
         "runs": [
-            {"group": g.label, "method": r.config.method, "seed": r.seed, "status": r.status, "step": r.step,
+            {"group": g.label, "method": r.config.method.name, "seed": r.seed, "status": r.status, "step": r.step,
              "total_steps": r.total_steps, "accuracy": r.accuracy, "loss": r.loss, "kappa_qkv": r.kappa_qkv,
              "kappa_step": r.kappa_step, "entropy": r.entropy, "seconds": r.seconds, "last_eval": r.last_eval,
              "diverged_loss": r.diverged_loss, "path": os.path.relpath(r.path, report.out)}

@@ -22,7 +22,7 @@ A task (harness/tasks/registry.py: one file each in tasks/catalogue/) reads a pr
   the test blocks are masked once (``mlm.EVAL_MASK_SEED``): ``test_x`` (M, 2, 128) ids and prediction
   flags, ``test_y`` (M, 128) the original tokens where a prediction is asked, IGNORE elsewhere.
 
-Sequences for the Nystromformer are padded with PAD up to a multiple of ``config.landmarks``
+Sequences for the Nystromformer are padded with PAD up to a multiple of ``config.model.landmarks``
 (models/sequence.py); the language tasks keep their stored width.
 """
 from __future__ import annotations
@@ -128,19 +128,19 @@ def split_indices(available: int, config: TrainConfig) -> tuple[torch.Tensor, to
     """(training, validation) indices into a task's stored training examples.
 
     Without ``val_size``, training is the first ``train_size`` (0 = all) of a permutation seeded by
-    ``config.seed``, as every published run used. With it, the first ``val_size`` of a permutation seeded
+    ``config.run.seed``, as every published run used. With it, the first ``val_size`` of a permutation seeded
     by VALIDATION_SEED are held out (the same examples for every run) and training is the first
-    ``train_size`` of the rest, in an order seeded by ``config.seed``."""
-    if config.val_size + config.train_size > available:
-        raise ValueError(f"TrainConfig.val_size={config.val_size} and train_size={config.train_size} ask for more "
-                         f"than the {available} training examples of task {config.task!r}")
-    if not config.val_size:
-        order = torch.randperm(available, generator=torch.Generator().manual_seed(config.seed))
-        return order[: config.train_size or None], order[:0]
+    ``train_size`` of the rest, in an order seeded by ``config.run.seed``."""
+    if config.data.val_size + config.data.train_size > available:
+        raise ValueError(f"TrainConfig.val_size={config.data.val_size} and train_size={config.data.train_size} ask for more "
+                         f"than the {available} training examples of task {config.data.task!r}")
+    if not config.data.val_size:
+        order = torch.randperm(available, generator=torch.Generator().manual_seed(config.run.seed))
+        return order[: config.data.train_size or None], order[:0]
     held = torch.randperm(available, generator=torch.Generator().manual_seed(VALIDATION_SEED))
-    validation, pool = held[: config.val_size], held[config.val_size :]
-    order = pool[torch.randperm(pool.shape[0], generator=torch.Generator().manual_seed(config.seed))]
-    return order[: config.train_size or None], validation
+    validation, pool = held[: config.data.val_size], held[config.data.val_size :]
+    order = pool[torch.randperm(pool.shape[0], generator=torch.Generator().manual_seed(config.run.seed))]
+    return order[: config.data.train_size or None], validation
 
 
 def indices_sha256(index: torch.Tensor) -> str:
@@ -150,25 +150,25 @@ def indices_sha256(index: torch.Tensor) -> str:
 
 def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     """train_x, test_x (float (N, C, H, W) images, int64 (N, L) tokens or (N, 2, L) pairs), int64 train_y,
-    test_y; with ``config.val_size``, val_x and val_y too, and val_index (the held-out training indices);
+    test_y; with ``config.data.val_size``, val_x and val_y too, and val_index (the held-out training indices);
     for images, pixel_mean and pixel_std (1, C, 1, 1), the statistics they were standardised with.
 
     Training and validation examples: :func:`split_indices`; the test subset is the first
-    ``config.test_size`` (0 = all) test examples, in stored order.
+    ``config.data.test_size`` (0 = all) test examples, in stored order.
     """
-    chosen = task(config.task)
+    chosen = task(config.data.task)
     arrays, stored = _stored_arrays(config)
     train_images, test_images = arrays[f"train_{stored}"], arrays[f"test_{stored}"]
     check_sizes(config, train_images.shape[0], test_images.shape[0])
     train_index, val_index = split_indices(train_images.shape[0], config)
-    test_count = config.test_size or test_images.shape[0]
+    test_count = config.data.test_size or test_images.shape[0]
     splits = {"train": train_images[train_index], "test": test_images[:test_count]}
-    if config.val_size:
+    if config.data.val_size:
         splits["val"] = train_images[val_index]
     if chosen.reading == "mlm":
-        vocab = task_shape(config.task).vocab
+        vocab = task_shape(config.data.task).vocab
         tensors = masked_lm_task(splits["train"], test_images, test_count, vocab)
-        if config.val_size:  # masked once, as the test blocks are
+        if config.data.val_size:  # masked once, as the test blocks are
             inputs, labels = mlm.mask_tokens(splits["val"], torch.Generator().manual_seed(mlm.EVAL_MASK_SEED), vocab)
             tensors.update(val_x=inputs, val_y=labels, val_index=val_index)
         return tensors
@@ -177,9 +177,9 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
     if chosen.reading == "text":
         inputs = {split: images.long() for split, images in splits.items()}
     elif chosen.reading in ("tokens", "pairs"):
-        inputs = {split: pad_tokens(images, config.landmarks) for split, images in splits.items()}
+        inputs = {split: pad_tokens(images, config.model.landmarks) for split, images in splits.items()}
     elif chosen.reading == "pixels":
-        inputs = {split: pixel_tokens(images, config.landmarks) for split, images in splits.items()}
+        inputs = {split: pixel_tokens(images, config.model.landmarks) for split, images in splits.items()}
     else:
         scaled = {split: images.float().div(255) for split, images in splits.items()}  # (N, C, H, W)
         mean = scaled["train"].mean(dim=(0, 2, 3), keepdim=True)  # (1, C, 1, 1), of the training subset
@@ -190,18 +190,18 @@ def load_task(config: TrainConfig) -> dict[str, torch.Tensor]:
         tensors.update(pixel_mean=mean, pixel_std=std)
     for split in inputs:
         tensors.update({f"{split}_x": inputs[split], f"{split}_y": labels[split]})
-    if config.val_size:
+    if config.data.val_size:
         tensors["val_index"] = val_index
     return tensors
 
 
 def stored_counts(config: TrainConfig) -> tuple[int, int]:
-    """(training, test) examples stored for ``config.task``: what its sizes are checked against."""
-    if image_folder.is_image_folder(config.task) and image_folder.streams(config.task):  # counted, not read
-        found = image_folder.samples(config.task)
+    """(training, test) examples stored for ``config.data.task``: what its sizes are checked against."""
+    if image_folder.is_image_folder(config.data.task) and image_folder.streams(config.data.task):  # counted, not read
+        found = image_folder.samples(config.data.task)
         return len(found["train"]), len(found["test"])
-    if text_files.is_text_files(config.task) and text_files.streams(config.task):  # counted from the labels
-        return text_stream.counts(text_stream.prepare(config.task))
+    if text_files.is_text_files(config.data.task) and text_files.streams(config.data.task):  # counted from the labels
+        return text_stream.counts(text_stream.prepare(config.data.task))
     arrays, stored = _stored_arrays(config)
     return arrays[f"train_{stored}"].shape[0], arrays[f"test_{stored}"].shape[0]
 
@@ -210,42 +210,42 @@ def check_task_settings(config: TrainConfig) -> None:
     """ValueError for a setting the task would not use: mixup, cutmix, label smoothing and timm's augmentation act
     on image classification (held in memory or streamed), channels_last on images, and worker processes decode a
     streamed image folder only."""
-    mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if getattr(config, name)]
-    streamed = ((image_folder.is_image_folder(config.task) and image_folder.streams(config.task))
-                or (text_files.is_text_files(config.task) and text_files.streams(config.task)))
-    if mixing and task(config.task).reading != "image":
+    mixing = [name for name in ("mixup", "cutmix", "label_smoothing") if config.value(name)]
+    streamed = ((image_folder.is_image_folder(config.data.task) and image_folder.streams(config.data.task))
+                or (text_files.is_text_files(config.data.task) and text_files.streams(config.data.task)))
+    if mixing and task(config.data.task).reading != "image":
         raise ValueError(f"TrainConfig.{', '.join(mixing)} mix image classification batches (timm.data.Mixup); "
-                         f"task {config.task!r} is not one: leave {' and '.join(mixing)} at 0")
-    imaging = [name for name in ("auto_augment", "random_erasing", "channels_last") if getattr(config, name)]
-    if imaging and task(config.task).reading != "image":
-        raise ValueError(f"TrainConfig.{', '.join(imaging)} act on image batches; task {config.task!r} has none: "
+                         f"task {config.data.task!r} is not one: leave {' and '.join(mixing)} at 0")
+    imaging = [name for name in ("auto_augment", "random_erasing", "channels_last") if config.value(name)]
+    if imaging and task(config.data.task).reading != "image":
+        raise ValueError(f"TrainConfig.{', '.join(imaging)} act on image batches; task {config.data.task!r} has none: "
                          f"leave {' and '.join(imaging)} unset")
-    if config.num_workers and not streamed:
-        raise ValueError(f"TrainConfig.num_workers={config.num_workers} sets the processes that decode a streamed image "
+    if config.data.num_workers and not streamed:
+        raise ValueError(f"TrainConfig.num_workers={config.data.num_workers} sets the processes that decode a streamed image "
                          f"folder or read streamed texts (imagefolder:DIR?stream=1, text:DIR?...&stream=1); task "
-                         f"{config.task!r} is held in memory: leave num_workers at 0")
+                         f"{config.data.task!r} is held in memory: leave num_workers at 0")
 
 
 def check_sizes(config: TrainConfig, train_count: int, test_count: int) -> None:
     """ValueError unless ``config``'s train_size, val_size and test_size fit the task's stored examples and
     leave at least one training example."""
-    if config.test_size > test_count:
-        raise ValueError(f"TrainConfig.test_size={config.test_size} but task {config.task!r} has {test_count} "
+    if config.data.test_size > test_count:
+        raise ValueError(f"TrainConfig.test_size={config.data.test_size} but task {config.data.task!r} has {test_count} "
                          f"test examples; use at most {test_count}, or 0 for all")
-    if config.train_size > train_count:
-        raise ValueError(f"TrainConfig.train_size={config.train_size} but task {config.task!r} has {train_count} "
+    if config.data.train_size > train_count:
+        raise ValueError(f"TrainConfig.train_size={config.data.train_size} but task {config.data.task!r} has {train_count} "
                          f"train examples; use at most {train_count}, or 0 for all")
-    if config.val_size >= train_count:
-        raise ValueError(f"TrainConfig.val_size={config.val_size} leaves no training examples of the {train_count} "
-                         f"of task {config.task!r}; use val_size < {train_count}")
-    if config.val_size + config.train_size > train_count:
-        raise ValueError(f"TrainConfig.val_size={config.val_size} and train_size={config.train_size} ask for more "
-                         f"than the {train_count} training examples of task {config.task!r}")
+    if config.data.val_size >= train_count:
+        raise ValueError(f"TrainConfig.val_size={config.data.val_size} leaves no training examples of the {train_count} "
+                         f"of task {config.data.task!r}; use val_size < {train_count}")
+    if config.data.val_size + config.data.train_size > train_count:
+        raise ValueError(f"TrainConfig.val_size={config.data.val_size} and train_size={config.data.train_size} ask for more "
+                         f"than the {train_count} training examples of task {config.data.task!r}")
 
 
 def _stored_arrays(config: TrainConfig) -> tuple[dict[str, torch.Tensor], str]:
     """The task's arrays (a language task's own, prefix removed) and the name of its inputs ("images" or "tokens")."""
-    chosen = task(config.task)
+    chosen = task(config.data.task)
     arrays = store.load(dataset_spec(chosen)) if chosen.data is not None else data.load(chosen.dataset)
     if chosen.dataset == "language":  # the language dataset: the task's own arrays
         prefix = "mlm_" if chosen.reading == "mlm" else f"{chosen.subset}_"

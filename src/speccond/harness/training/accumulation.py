@@ -1,7 +1,7 @@
 """The gradient of one optimiser step, over the global batch at once or over N micro-batches of it.
 
     optimizer.zero_grad(set_to_none=True)
-    loss, figures = backward_over(task, trained, chosen, step, context, precision, parts=config.accumulate_steps)
+    loss, figures = backward_over(task, trained, chosen, step, context, precision, parts=config.optimizer.accumulate_steps)
     if not math.isfinite(loss): ...     # stopped before a non-finite micro-batch's backward; no update is made
 
 With ``parts`` = 1 (the default) this is the loop the published runs ran: one forward of the task's loss

@@ -37,8 +37,8 @@ class TimmAugmentation:
         self.mean, self.std = mean.reshape(-1), std.reshape(-1)  # (C,) of pixels / 255
         rgb = lambda values: tuple(float(v) for v in (values.repeat(3) if values.numel() == 1 else values))
         self.transform = create_transform(
-            input_size=size, is_training=True, auto_augment=config.auto_augment or None, color_jitter=0.3,
-            interpolation="bicubic", re_prob=config.random_erasing, re_mode="pixel", re_count=1,
+            input_size=size, is_training=True, auto_augment=config.data.auto_augment or None, color_jitter=0.3,
+            interpolation="bicubic", re_prob=config.data.random_erasing, re_mode="pixel", re_count=1,
             mean=rgb(self.mean), std=rgb(self.std))
         _allow_zero_bit_posterize(self.transform)
 

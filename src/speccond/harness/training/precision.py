@@ -1,6 +1,6 @@
 """The arithmetic of a training step: float32, or torch.amp autocast in bfloat16 or float16.
 
-    precision = MixedPrecision(config.precision, context.device)
+    precision = MixedPrecision(config.run.precision, context.device)
     with precision.forward():            # autocast of the forward and the loss (nothing for float32)
         loss = ...
     precision.backward(loss)             # scaled by the GradScaler for float16

@@ -47,7 +47,7 @@ def check_runnable(config: TrainConfig) -> None:
     from speccond.harness.tasks.datasets import check_sizes, check_task_settings, stored_counts, task
 
     check_task_settings(config)
-    if task(config.task).reading != "scenes":  # detection checks its own sizes (harness/tasks/detection/task.py)
+    if task(config.data.task).reading != "scenes":  # detection checks its own sizes (harness/tasks/detection/task.py)
         check_sizes(config, *stored_counts(config))
     with torch.random.fork_rng(devices=[]):  # building a model seeds the global generator
         built_model(config)
@@ -63,9 +63,9 @@ def built_model(config: TrainConfig):
     except ValueError:
         raise
     except (RuntimeError, TypeError, AssertionError, IndexError) as error:
-        raise ValueError(f"model {config.model!r} cannot be built for task {config.task!r} with embed_dim="
-                         f"{config.embed_dim}, depth={config.depth}, num_heads={config.num_heads}, patch_size="
-                         f"{config.patch_size} ({type(error).__name__}: {error}); change those --set values") from None
+        raise ValueError(f"model {config.model.name!r} cannot be built for task {config.data.task!r} with embed_dim="
+                         f"{config.model.embed_dim}, depth={config.model.depth}, num_heads={config.model.num_heads}, patch_size="
+                         f"{config.model.patch_size} ({type(error).__name__}: {error}); change those --set values") from None
 
 
 def check_comparison_folder(out: Path, config: TrainConfig, varied: Iterable[str] = ()) -> None:
@@ -80,7 +80,7 @@ def check_comparison_folder(out: Path, config: TrainConfig, varied: Iterable[str
     for path in sorted({*out.glob("*/config.json"), *out.glob("*/*/config.json"), *out.glob("*/*/*/config.json")}):
         recorded = read_config(path.parent)
         for name in fields:
-            theirs, ours = getattr(recorded, name), getattr(config, name)
+            theirs, ours = recorded.value(name), config.value(name)
             if theirs == ours:
                 continue
             if name == "task":

@@ -52,29 +52,29 @@ SPECTRAL_PARAMETERS = ("lam", "target_kappa", "correction", "corrected", "granul
 
 
 def init_dir(config: TrainConfig) -> Path:
-    """``config.init_from`` with its ``{field}`` placeholders filled from ``config``."""
+    """``config.model.init_from`` with its ``{field}`` placeholders filled from ``config``."""
     return Path(config.init_path())
 
 
 def conditioning(config: TrainConfig) -> dict:
     """The fields that define what the method does to q, k, v (module docstring)."""
-    method = REGISTRY.get(config.method)
+    method = REGISTRY.get(config.method.name)
     return _pick(config, ("method",) + (SPECTRAL_PARAMETERS if method is not None and method.conditions else ()))
 
 
 def _pick(config: TrainConfig, names: tuple[str, ...]) -> dict:
-    return {name: getattr(config, name) for name in names}
+    return {name: config.value(name) for name in names}
 
 
 def pretrained_config(config: TrainConfig) -> TrainConfig:
-    """The config of the finished pre-training run ``config.init_from`` names; ValueError when it does not fit."""
+    """The config of the finished pre-training run ``config.model.init_from`` names; ValueError when it does not fit."""
     from speccond.harness.tasks.datasets import task
     from speccond.harness.training.runs import read_run
 
     folder = init_dir(config)
     if not (folder / "config.json").is_file():
-        raise ValueError(f"init_from={config.init_from!r}: {folder} holds no run (no config.json); pre-train first, "
-                         f"e.g. speccond train --out {folder} --set task=mlm --set model=bert --set method={config.method}")
+        raise ValueError(f"init_from={config.model.init_from!r}: {folder} holds no run (no config.json); pre-train first, "
+                         f"e.g. speccond train --out {folder} --set task=mlm --set model=bert --set method={config.method.name}")
     record = read_run(folder)
     if record.status != "finished":
         where = f"step {record.step} of {record.total_steps or '?'}"
@@ -82,9 +82,9 @@ def pretrained_config(config: TrainConfig) -> TrainConfig:
         raise ValueError(f"init_from: {folder} is {record.status} ({where}); only a finished pre-training run can be "
                          f"fine-tuned{advice}")
     pre = record.config
-    if task(pre.task).reading != "mlm" or task(pre.task).dataset != task(config.task).dataset:
-        raise ValueError(f"init_from: {folder} trained task {pre.task!r}; task {config.task!r} starts from a pre-training "
-                         f"run of the mlm task of its dataset {task(config.task).dataset!r} (the same tokenizer)")
+    if task(pre.data.task).reading != "mlm" or task(pre.data.task).dataset != task(config.data.task).dataset:
+        raise ValueError(f"init_from: {folder} trained task {pre.data.task!r}; task {config.data.task!r} starts from a pre-training "
+                         f"run of the mlm task of its dataset {task(config.data.task).dataset!r} (the same tokenizer)")
     for what, theirs, ours in (
         ("architecture", _pick(pre, SAME_ARCHITECTURE), _pick(config, SAME_ARCHITECTURE)),
         ("conditioning", conditioning(pre), conditioning(config)),
@@ -99,7 +99,7 @@ def pretrained_config(config: TrainConfig) -> TrainConfig:
 
 
 def load_pretrained(model: nn.Module, config: TrainConfig) -> TrainConfig:
-    """Copy the encoder of the run ``config.init_from`` names into ``model`` in place; return that run's config."""
+    """Copy the encoder of the run ``config.model.init_from`` names into ``model`` in place; return that run's config."""
     pre = pretrained_config(config)
     folder, encoder, step = _encoder(init_dir(config), pre)
     wanted = {k: v for k, v in model.state_dict().items() if k.startswith(ENCODER) and not k.startswith(POOLER)}

@@ -21,26 +21,26 @@ from speccond.harness.config.train_config import TIMM_PREFIX, TrainConfig
 
 
 def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
-    """Linear warm-up to config.lr, then cosine decay to 0 (scheduler "cosine", every published run's)."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, total_steps - config.warmup_steps)
-    return config.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    """Linear warm-up to config.optimizer.lr, then cosine decay to 0 (scheduler "cosine", every published run's)."""
+    if step < config.optimizer.warmup_steps:
+        return config.optimizer.lr * (step + 1) / config.optimizer.warmup_steps
+    progress = (step - config.optimizer.warmup_steps) / max(1, total_steps - config.optimizer.warmup_steps)
+    return config.optimizer.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def check_recipe(config: TrainConfig) -> None:
     """ValueError unless timm knows the config's timm:<name> optimiser and scheduler (before anything is written)."""
-    if config.optimizer.startswith(TIMM_PREFIX):
+    if config.optimizer.name.startswith(TIMM_PREFIX):
         from timm.optim import list_optimizers
 
-        name = config.optimizer[len(TIMM_PREFIX):]
+        name = config.optimizer.name[len(TIMM_PREFIX):]
         if name.lower() not in list_optimizers():
-            raise ValueError(f"TrainConfig.optimizer {config.optimizer!r}: timm has no optimiser {name!r}; "
+            raise ValueError(f"TrainConfig.optimizer {config.optimizer.name!r}: timm has no optimiser {name!r}; "
                              f"choose one of timm.optim.list_optimizers(), e.g. timm:adamw, timm:lamb, timm:sgd")
-    if config.scheduler.startswith(TIMM_PREFIX):
-        name = config.scheduler[len(TIMM_PREFIX):]
+    if config.optimizer.scheduler.startswith(TIMM_PREFIX):
+        name = config.optimizer.scheduler[len(TIMM_PREFIX):]
         if name not in TIMM_SCHEDULERS:
-            raise ValueError(f"TrainConfig.scheduler {config.scheduler!r}: choose timm:<one of {', '.join(TIMM_SCHEDULERS)}>")
+            raise ValueError(f"TrainConfig.scheduler {config.optimizer.scheduler!r}: choose timm:<one of {', '.join(TIMM_SCHEDULERS)}>")
 
 
 # create_scheduler_v2's schedules that set the lr as a function of the step alone ("plateau" reads a metric)
@@ -49,30 +49,30 @@ TIMM_SCHEDULERS = ("cosine", "tanh", "step", "multistep", "poly", "wsd", "rsqrt"
 
 def make_optimizer(config: TrainConfig, task, model: nn.Module) -> torch.optim.Optimizer:
     """The task's own optimiser (optimizer "adamw"), or timm's ``create_optimizer_v2`` by name, with
-    config.lr and config.weight_decay; timm exempts biases, norms and ``no_weight_decay()`` from decay."""
-    if not config.optimizer.startswith(TIMM_PREFIX):
+    config.optimizer.lr and config.optimizer.weight_decay; timm exempts biases, norms and ``no_weight_decay()`` from decay."""
+    if not config.optimizer.name.startswith(TIMM_PREFIX):
         return task.make_optimizer(model)
     from timm.optim import create_optimizer_v2
 
-    return create_optimizer_v2(model, opt=config.optimizer[len(TIMM_PREFIX):], lr=config.lr,
-                               weight_decay=config.weight_decay)
+    return create_optimizer_v2(model, opt=config.optimizer.name[len(TIMM_PREFIX):], lr=config.optimizer.lr,
+                               weight_decay=config.optimizer.weight_decay)
 
 
 class Schedule:
     """The lr of every step. "cosine": ``learning_rate`` into every group. timm:<name>: ``create_scheduler_v2``
     counted in optimiser steps (its "epochs" are steps here: a linear warm-up over ``warmup_steps`` from lr 0
-    to config.lr, then the schedule over the run's remaining steps down to 0), read by ``step_update(step)``:
+    to config.optimizer.lr, then the schedule over the run's remaining steps down to 0), read by ``step_update(step)``:
     a function of the step alone, so a resumed run sets the same lrs."""
 
     def __init__(self, config: TrainConfig, optimizer: torch.optim.Optimizer, total_steps: int):
         self.config, self.optimizer, self.total_steps = config, optimizer, total_steps
         self.timm = None
-        if config.scheduler.startswith(TIMM_PREFIX):
+        if config.optimizer.scheduler.startswith(TIMM_PREFIX):
             from timm.scheduler import create_scheduler_v2
 
-            self.timm, _ = create_scheduler_v2(optimizer, sched=config.scheduler[len(TIMM_PREFIX):],
-                                               num_epochs=max(1, total_steps - config.warmup_steps),
-                                               warmup_epochs=config.warmup_steps, warmup_prefix=True, warmup_lr=0.0,
+            self.timm, _ = create_scheduler_v2(optimizer, sched=config.optimizer.scheduler[len(TIMM_PREFIX):],
+                                               num_epochs=max(1, total_steps - config.optimizer.warmup_steps),
+                                               warmup_epochs=config.optimizer.warmup_steps, warmup_prefix=True, warmup_lr=0.0,
                                                min_lr=0.0, step_on_epochs=False, updates_per_epoch=1)
 
     def set(self, step: int) -> None:
@@ -96,7 +96,7 @@ class WeightAverage:
 
     @classmethod
     def of(cls, config: TrainConfig, model: nn.Module) -> Optional["WeightAverage"]:
-        return cls(model, config.ema_decay) if config.ema_decay else None
+        return cls(model, config.optimizer.ema_decay) if config.optimizer.ema_decay else None
 
     @property
     def module(self) -> nn.Module:
@@ -120,7 +120,7 @@ def prepared(config: TrainConfig, model: nn.Module, wrap: Callable[[nn.Module], 
     then ``wrap``-ped (DistributedDataParallel under torchrun), then ``torch.compile``-d when asked; each
     shares ``model``'s parameters, so the optimiser, checkpoints and evaluation see the same weights.
     ``wrap(model)`` itself by default."""
-    if config.channels_last:
+    if config.run.channels_last:
         model.to(memory_format=torch.channels_last)
     wrapped = wrap(model)
-    return torch.compile(wrapped) if config.compile else wrapped
+    return torch.compile(wrapped) if config.run.compile else wrapped

@@ -87,8 +87,8 @@ def arithmetic() -> dict:
 def method_label(config) -> str:
     """config.json's "label": the method and its lam ("baseline", "spectral lam=10",
     "spectral lam=auto(kappa<=50)"), by methods.label over those fields the method reads."""
-    values = {"method": config.method}
-    values.update({name: getattr(config, name) for name in ("lam", "target_kappa") if methods.reads(config.method, name)})
+    values = {"method": config.method.name}
+    values.update({name: config.value(name) for name in ("lam", "target_kappa") if methods.reads(config.method.name, name)})
     return methods.label(values)
 
 

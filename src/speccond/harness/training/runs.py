@@ -4,7 +4,7 @@ A run directory (train.py) holds config.json, metrics.jsonl, checkpoints/ and, w
 trained it, timing.json (harness/training/timing.py). From those alone a run's outcome is:
 
 - status "finished": an eval row at the final step (``total_steps`` in the row, or else the eval of the
-  last epoch, ``epoch == config.epochs``); accuracy and loss are that row's.
+  last epoch, ``epoch == config.optimizer.epochs``); accuracy and loss are that row's.
 - status "diverged": a row {"kind": "diverged", "step": k, "loss": "nan"} (train.py stops the run there
   and keeps its last good checkpoint). Runs written before that row existed are recognised by their
   first non-finite training or test loss. Their accuracy for statistics is chance (1 / classes): the
@@ -58,7 +58,7 @@ class RunRecord:
 
     @property
     def seed(self) -> int:
-        return self.config.seed
+        return self.config.run.seed
 
 
 def find_runs(folders: Iterable[str | Path]) -> list[Path]:
@@ -90,8 +90,8 @@ def read_run(run_dir: str | Path) -> RunRecord:
     rows = read_metrics(run_dir / "metrics.jsonl")
     evals = [r for r in rows if r.get("kind") == "eval"]
     total_steps = next((int(r["total_steps"]) for r in reversed(rows) if r.get("total_steps") is not None), None)
-    if total_steps is None and config.train_size:
-        total_steps = math.ceil(config.train_size / config.batch_size) * config.epochs
+    if total_steps is None and config.data.train_size:
+        total_steps = math.ceil(config.data.train_size / config.data.batch_size) * config.optimizer.epochs
     diverged, final = _diverged(rows), _final_eval(evals, config)
     latest = checkpoint.latest(run_dir)
     checkpoint_step = checkpoint.manifest_step(latest) if latest is not None else 0
@@ -236,7 +236,7 @@ def _final_eval(evals: list[dict], config: TrainConfig) -> Optional[dict]:
 def _is_final(row: dict, config: TrainConfig) -> bool:
     if row.get("total_steps") is not None:
         return int(row["step"]) == int(row["total_steps"])
-    return row.get("epoch") == config.epochs
+    return row.get("epoch") == config.optimizer.epochs
 
 
 def _tracked_kappa(rows: list[dict], step: int) -> Optional[float]:
@@ -264,7 +264,7 @@ def _classes(config: TrainConfig) -> int:
     """The number of classes of the run's task (the vocabulary for mlm), for chance accuracy."""
     from speccond.harness.tasks.datasets import task_shape
 
-    return task_shape(config.task).classes
+    return task_shape(config.data.task).classes
 
 
 def _command(command) -> tuple[str, ...]:

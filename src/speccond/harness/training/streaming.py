@@ -6,13 +6,13 @@ them, and your own texts (``text:DIR?...&stream=1``), token ids read from a memo
     task.evaluate(model, "test", context)    # each rank its shard, the sums all-reduced
 
 What both share is :class:`StreamedSplits`'s: the examples chosen as the in-memory task chooses them, the
-training batches of :class:`RankBatches` through a ``DataLoader`` with ``config.num_workers`` workers, and each
+training batches of :class:`RankBatches` through a ``DataLoader`` with ``config.data.num_workers`` workers, and each
 rank's evaluation shard (:class:`RankShard`) with the sums all-reduced. A streamed text task
 (:class:`StreamedTexts`) reads rows of the ids data/text_stream.py prepared a chunk at a time; its inputs are the
 in-memory task's, so its run is the in-memory run exactly. The rest of this docstring is the image folder's.
 
 Nothing is cached and no split is held in memory: :class:`speccond.data.image_folder.FolderImages` keeps the
-paths, a ``torch.utils.data.DataLoader`` with ``config.num_workers`` worker processes decodes them.
+paths, a ``torch.utils.data.DataLoader`` with ``config.data.num_workers`` worker processes decodes them.
 
 The run is the run the in-memory task would train, step for step:
 
@@ -111,7 +111,7 @@ class RankShard(Sampler[int]):
 
 class StreamedSplits:
     """What every streamed task shares: its examples chosen as the in-memory task chooses them, the training
-    batches of :class:`RankBatches` through a DataLoader with ``config.num_workers`` workers, and the evaluation
+    batches of :class:`RankBatches` through a DataLoader with ``config.data.num_workers`` workers, and the evaluation
     of each rank's shard (:class:`RankShard`) with the sums all-reduced. A subclass sets ``self.splits`` (datasets
     whose item i is (inputs, label, i)) from ``self.chosen`` and says what the model reads (:meth:`model_inputs`)."""
 
@@ -122,9 +122,9 @@ class StreamedSplits:
         check_sizes(config, train_count, test_count)
         self.train_index, self.val_index = split_indices(train_count, config)
         self.chosen = {"train": self.train_index, "val": self.val_index,
-                       "test": torch.arange(config.test_size or test_count)}  # int64 stored rows of each split
+                       "test": torch.arange(config.data.test_size or test_count)}  # int64 stored rows of each split
         self.samples = self.train_index.shape[0]
-        self.steps_per_epoch = math.ceil(self.samples / config.batch_size)
+        self.steps_per_epoch = math.ceil(self.samples / config.data.batch_size)
         self._batches = None  # the training loader's iterator, and the step it yields next
         self._next_step = -1
 
@@ -133,14 +133,14 @@ class StreamedSplits:
         return inputs
 
     def _loader(self, dataset, **sampling) -> DataLoader:
-        return DataLoader(dataset, num_workers=self.config.num_workers, pin_memory=False, **sampling)
+        return DataLoader(dataset, num_workers=self.config.data.num_workers, pin_memory=False, **sampling)
 
     def _rank_batch(self, dataset, chosen: torch.Tensor, step: int, context: Context, seeded: bool = False) -> tuple:
         """This rank's rows of the global batch ``chosen`` at ``step`` from ``dataset``'s loader (rebuilt when a run
         starts or resumes, and each epoch): the loader's (inputs, labels) of rows ``rank::world`` of ``chosen``."""
         epoch, index = divmod(step, self.steps_per_epoch)
         if step != self._next_step or index == 0:
-            sampler = RankBatches(self.samples, self.config.batch_size, self.config.seed, epoch, index, context,
+            sampler = RankBatches(self.samples, self.config.data.batch_size, self.config.run.seed, epoch, index, context,
                                   seeded=seeded)
             self._batches = iter(self._loader(dataset, batch_sampler=sampler))
         inputs, labels, indices = next(self._batches)
@@ -151,7 +151,7 @@ class StreamedSplits:
     def evaluate(self, model: nn.Module, split: str, context: Context) -> dict:
         """Accuracy and mean cross-entropy over the split: each rank its shard (RankShard), the sums all-reduced."""
         dataset = self.splits[split]
-        loader = self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=self.config.eval_batch_size)
+        loader = self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=self.config.data.eval_batch_size)
         device = next(model.parameters()).device
         model.eval()
         loss, correct, count = 0.0, 0, 0
@@ -175,8 +175,8 @@ class StreamedImages(StreamedSplits):
     """The splits of a streamed image folder as lazily decoded datasets, with their normalisation."""
 
     def __init__(self, config: TrainConfig, context: Context):
-        found = image_folder.samples(config.task)
-        _, self.size = image_folder.parse(config.task)
+        found = image_folder.samples(config.data.task)
+        _, self.size = image_folder.parse(config.data.task)
         super().__init__(config, len(found["train"]), len(found["test"]))
         self.splits = {split: image_folder.FolderImages([found["test" if split == "test" else "train"][i]
                                                          for i in index.tolist()], self.size)
@@ -184,12 +184,12 @@ class StreamedImages(StreamedSplits):
         self.mean, self.std = self._statistics(found, self.train_index, context)  # (1, 3, 1, 1) each
         # timm's augmentation, when asked, with this folder's statistics (None: the built-in flip and shift)
         self.augmentation = (TimmAugmentation(config, self.size, self.mean, self.std)
-                             if config.auto_augment or config.random_erasing else None)
+                             if config.data.auto_augment or config.data.random_erasing else None)
 
     def _statistics(self, found: dict, train_index: torch.Tensor, context: Context) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-channel mean and standard deviation (unbiased, over N x H x W) of pixels / 255 of the training
         subset, from integer sums of the pixels and of their squares (each rank its shard, all-reduced)."""
-        cached = image_folder.cache_folder(self.config.task, found) / f"statistics-{indices_sha256(train_index)[:16]}.json"
+        cached = image_folder.cache_folder(self.config.data.task, found) / f"statistics-{indices_sha256(train_index)[:16]}.json"
         present = torch.tensor([int(cached.is_file())])
         # every rank reads, or every rank sums: the all-reduce below needs them all
         if all_reduced(present, context, dist.ReduceOp.MIN).item() if context.distributed else present.item():
@@ -205,7 +205,7 @@ class StreamedImages(StreamedSplits):
             if context.is_main:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
-                partial.write_text(json.dumps({"task": self.config.task, "sums": sums.tolist()}))
+                partial.write_text(json.dumps({"task": self.config.data.task, "sums": sums.tolist()}))
                 os.replace(partial, cached)
         count = self.samples * self.size * self.size
         total, squares = sums.to(torch.float64)
@@ -235,8 +235,8 @@ class StreamedTexts(StreamedSplits):
     memory-mapped (N, width) token ids, read in the loader's workers; only labels and row numbers are held."""
 
     def __init__(self, config: TrainConfig, context: Context):
-        folder = text_stream.prepare(config.task)  # each rank alike: the first to finish writes it
-        small, tokens = text_stream.open_cache(folder, config.task)  # checksum verified
+        folder = text_stream.prepare(config.data.task)  # each rank alike: the first to finish writes it
+        small, tokens = text_stream.open_cache(folder, config.data.task)  # checksum verified
         super().__init__(config, tokens["train"].shape[0], tokens["test"].shape[0])
         stored = {"train": "train", "val": "train", "test": "test"}
         self.splits = {split: text_stream.TokenRows(folder / f"{stored[split]}_tokens.npy", index,
@@ -250,10 +250,10 @@ class StreamedTexts(StreamedSplits):
 
 
 def streamed_task(config: TrainConfig, context: Context) -> StreamedSplits | None:
-    """The streamed splits of ``config.task`` (an image folder or text files with ``stream=1``); None: in memory."""
-    if image_folder.is_image_folder(config.task) and image_folder.streams(config.task):
+    """The streamed splits of ``config.data.task`` (an image folder or text files with ``stream=1``); None: in memory."""
+    if image_folder.is_image_folder(config.data.task) and image_folder.streams(config.data.task):
         return StreamedImages(config, context)
-    if text_files.is_text_files(config.task) and text_files.streams(config.task):
+    if text_files.is_text_files(config.data.task) and text_files.streams(config.data.task):
         return StreamedTexts(config, context)
     return None
 

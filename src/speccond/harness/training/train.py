@@ -2,7 +2,7 @@
 
 The task (training_tasks.py) supplies the data, the loss of a batch and the evaluation: cross-entropy
 over classes or over masked tokens (classification, mlm), Mask R-CNN's losses and COCO AP (detection).
-A run with ``config.init_from`` starts from a pre-trained encoder (pretrained.py), loaded once, before
+A run with ``config.model.init_from`` starts from a pre-trained encoder (pretrained.py), loaded once, before
 the first step; a resumed run reads its own checkpoint instead.
 
 The run directory (run_dir.py) holds config.json (the config, versions, seed, command), metrics.jsonl
@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True,
           on_checkpoint: Optional[Callable[[int], None]] = None) -> dict:
     """Train (or resume) the run in ``run_dir``; return the final row (:func:`train_run`), with subnormal
-    floats flushed to 0 for its duration when ``config.flush_denormal`` says so."""
-    if not config.flush_denormal:
+    floats flushed to 0 for its duration when ``config.run.flush_denormal`` says so."""
+    if not config.run.flush_denormal:
         return train_run(config, run_dir, stop_after, progress, on_checkpoint)
     if not torch.set_flush_denormal(True):
         raise ValueError("TrainConfig.flush_denormal=1, but this CPU cannot flush subnormal floats (torch needs SSE3); "
@@ -75,7 +75,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     ``on_checkpoint(step)``: called on the main process after each checkpoint is on disk (timing.py's
     record of the wall time).
     """
-    context = Context.from_environment(config.device)
+    context = Context.from_environment(config.run.device)
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS
     task = training_task(config, context)  # loads the data, its sizes checked
@@ -90,19 +90,19 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
         if diverged is not None:
             return diverged
         samples = task.samples
-        _check_shards(samples, config.batch_size, context)
-        steps_per_epoch = math.ceil(samples / config.batch_size)
-        total_steps = steps_per_epoch * config.epochs
+        _check_shards(samples, config.data.batch_size, context)
+        steps_per_epoch = math.ceil(samples / config.data.batch_size)
+        total_steps = steps_per_epoch * config.optimizer.epochs
         finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
         if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
             return finished[-1]
         model.to(context.device)  # the task stays on the CPU; each batch is moved
         optimizer = make_optimizer(config, task, model)  # the recipe's parts: recipe.py
         schedule = Schedule(config, optimizer, total_steps)
-        precision = MixedPrecision(config.precision, context.device)
+        precision = MixedPrecision(config.run.precision, context.device)
         average = WeightAverage.of(config, model)  # None unless ema_decay
         step = resume(run_dir, model, optimizer, lambda state: _load_extra(state, precision, average))
-        if step == 0 and config.init_from:
+        if step == 0 and config.model.init_from:
             load_pretrained(model, config)  # in place: the optimiser holds the same parameters
             if average is not None:
                 average.ema.set(model)
@@ -133,17 +133,17 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
         with StepLoop(total_steps, step, progress and context.is_main) as steps:
             while step < total_steps:
                 epoch, index = divmod(step, steps_per_epoch)
-                order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.seed * 1000 + epoch))
-                chosen = order[index * config.batch_size : (index + 1) * config.batch_size]
+                order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.run.seed * 1000 + epoch))
+                chosen = order[index * config.data.batch_size : (index + 1) * config.data.batch_size]
                 schedule.set(step)
                 optimizer.zero_grad(set_to_none=True)
                 loss_value, figures = backward_over(task, trained, chosen, step, context, precision,
-                                                    config.accumulate_steps)  # accumulation.py
+                                                    config.optimizer.accumulate_steps)  # accumulation.py
                 if not math.isfinite(loss_value):
                     return record_divergence(run_dir, step, loss_value, total_steps, write=context.is_main)
-                if config.grad_clip:
+                if config.optimizer.grad_clip:
                     precision.unscale(optimizer)
-                    nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                    nn.utils.clip_grad_norm_(model.parameters(), config.optimizer.grad_clip)
                 precision.step(optimizer)
                 step += 1
                 if average is not None:
@@ -152,7 +152,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
                 if step % TRAIN_ROW_EVERY == 0 and context.is_main:
                     append_row(metrics, {"kind": "train", "step": step, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"],
                                          **{name: float(value.detach()) for name, value in figures.items()}})
-                if config.refresh_every and step % config.refresh_every == 0:
+                if config.method.refresh_every and step % config.method.refresh_every == 0:
                     speccond.refresh(model)  # svd corrections and auto lams follow the weights (docs/THEORY.md section 5)
                 if tracker is not None and step % tracker.every == 0 and all_finite(model):
                     tracker.step(step)  # non-finite weights are left to the next step's divergence check
@@ -161,14 +161,14 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
                     final = evaluation("eval", "test")
                     if context.is_main:
                         append_row(metrics, final)
-                elif epoch_done and config.val_size and all_finite(model):
+                elif epoch_done and config.data.val_size and all_finite(model):
                     row = evaluation("val", "val")
                     if context.is_main:
                         append_row(metrics, row)
-                if steps.boundary(step, save, epoch_done or step % config.checkpoint_every == 0, stop_after):
+                if steps.boundary(step, save, epoch_done or step % config.run.checkpoint_every == 0, stop_after):
                     return {}
         if not final:  # the test split once, after training (the validation split, for a tuning run)
-            final = {**evaluation("eval", "val"), "split": "val"} if config.tuning else evaluation("eval", "test")
+            final = {**evaluation("eval", "val"), "split": "val"} if config.run.tuning else evaluation("eval", "test")
             if context.is_main:
                 append_row(metrics, final)
         return final
@@ -192,8 +192,8 @@ def _check_shards(samples: int, batch_size: int, context: Context) -> None:
 
 
 def _tracker(config: TrainConfig, model: nn.Module, task: TrainingTask, metrics: Path):
-    """Spectra and entropy rows every config.track_every steps, on the first 8 test examples (None = off)."""
-    if not config.track_every:
+    """Spectra and entropy rows every config.run.track_every steps, on the first 8 test examples (None = off)."""
+    if not config.run.track_every:
         return None
     from speccond.diagnostics import Tracker
     from speccond.diagnostics.heads import rebuild_refusal
@@ -211,4 +211,4 @@ def _tracker(config: TrainConfig, model: nn.Module, task: TrainingTask, metrics:
         log.info("attention entropy not tracked: %s", refusal)
     entropy = not refusal
     probe = task.probe().to(next(model.parameters()).device)  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
-    return Tracker(model, (probe,), every=config.track_every, path=metrics, entropy=entropy, spectra=not weights)
+    return Tracker(model, (probe,), every=config.run.track_every, path=metrics, entropy=entropy, spectra=not weights)

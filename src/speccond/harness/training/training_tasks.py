@@ -97,7 +97,7 @@ class Supervised:
     def __init__(self, config: TrainConfig, context: Context | None = None):
         self.config = config
         self.context = context or Context()
-        self.shape = task_shape(config.task)
+        self.shape = task_shape(config.data.task)
         # a streamed image folder or text task reads its batches from disk (streaming.py); every other is in memory
         self.stream = streamed_task(config, self.context)
         self.data = load_task(config) if self.stream is None else {"val_index": self.stream.val_index}
@@ -105,32 +105,32 @@ class Supervised:
         # Without a validation split, the test split after every epoch (the published runs' protocol); with
         # one, "val" rows after every epoch and the test split once, at the end (the tuning protocol of
         # docs/RESULTS.md, "Pre-registered protocol of the fair comparison").
-        self.evaluates_each_epoch = not config.val_size
+        self.evaluates_each_epoch = not config.data.val_size
         self.mixing = None
-        if (config.mixup or config.cutmix or config.label_smoothing) and self.shape.kind == "image":
+        if (config.data.mixup or config.data.cutmix or config.data.label_smoothing) and self.shape.kind == "image":
             from timm.data import Mixup
 
-            self.mixing = Mixup(mixup_alpha=config.mixup, cutmix_alpha=config.cutmix,
-                                label_smoothing=config.label_smoothing, num_classes=self.shape.classes,
-                                prob=1.0 if (config.mixup or config.cutmix) else 0.0)
+            self.mixing = Mixup(mixup_alpha=config.data.mixup, cutmix_alpha=config.data.cutmix,
+                                label_smoothing=config.data.label_smoothing, num_classes=self.shape.classes,
+                                prob=1.0 if (config.data.mixup or config.data.cutmix) else 0.0)
         self.transform = None  # timm's training augmentation, when asked (image_transforms.py)
         self._prepared = (None, None, None, None)  # a streamed step's rows: (step, inputs, labels, soft targets)
-        if (config.auto_augment or config.random_erasing) and self.shape.kind == "image" and self.stream is None:
+        if (config.data.auto_augment or config.data.random_erasing) and self.shape.kind == "image" and self.stream is None:
             from speccond.harness.training.image_transforms import TimmAugmentation
 
             self.transform = TimmAugmentation(config, self.data["train_x"].shape[-1], self.data["pixel_mean"],
                                               self.data["pixel_std"])
-        self.channels_last = bool(config.channels_last)
+        self.channels_last = bool(config.run.channels_last)
         self.splits = {}
-        if config.val_size:
-            self.splits["val"] = {"size": config.val_size, "seed": VALIDATION_SEED,
+        if config.data.val_size:
+            self.splits["val"] = {"size": config.data.val_size, "seed": VALIDATION_SEED,
                                   "indices_sha256": indices_sha256(self.data["val_index"])}
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
         """optimizer.adamw with the model's ``no_weight_decay()`` names exempt, read as names (timm's position
         embedding and class tokens)."""
         exempt = model.no_weight_decay() if hasattr(model, "no_weight_decay") else ()
-        return adamw(model, self.config.lr, self.config.weight_decay, exempt_names=exempt)
+        return adamw(model, self.config.optimizer.lr, self.config.optimizer.weight_decay, exempt_names=exempt)
 
     def train_loss(self, model, chosen, step, context, part=(0, 1)):
         """``part`` (i, N): the i-th of N consecutive slices of the batch, prepared whole (accumulation.py);
@@ -155,14 +155,14 @@ class Supervised:
         inputs = self.data["train_x"][chosen]  # (b, C, H, W) images, (b, L) tokens or (b, 2, L) pairs
         labels = self.data["train_y"][chosen]  # (b,) classes, or (b, L) tokens for mlm
         if inputs.dim() == 4 and self.transform is not None:  # timm.data.create_transform (image_transforms.py)
-            inputs = self.transform(inputs, [image_seed(config.seed, step, p) for p in range(inputs.shape[0])])
+            inputs = self.transform(inputs, [image_seed(config.run.seed, step, p) for p in range(inputs.shape[0])])
         elif inputs.dim() == 4:
-            inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step))
+            inputs = augment(inputs, torch.Generator().manual_seed(config.run.seed * 10**6 + step))
         soft = None  # (b, classes) mixed and smoothed targets, when the recipe mixes (timm.data.Mixup)
         if self.mixing is not None:
-            inputs, soft = self.mix(inputs, labels, config.seed * 10**6 + step)
+            inputs, soft = self.mix(inputs, labels, config.run.seed * 10**6 + step)
         if self.shape.mlm:  # inputs (b, 2, L) ids and prediction flags, labels (b, L) with IGNORE
-            masks = torch.Generator().manual_seed(config.seed * 10**6 + step)
+            masks = torch.Generator().manual_seed(config.run.seed * 10**6 + step)
             inputs, labels = mlm.mask_tokens(inputs, masks, self.shape.vocab)
         whole = mlm.targets(labels).shape[0]  # the global batch's targets: examples, or masked tokens (mlm)
         if part != (0, 1):  # (b / N, ...) the slice of this micro-batch
@@ -197,11 +197,11 @@ class Supervised:
             config = self.config
             inputs, labels = self.stream.train_batch(chosen, step, context)  # (b / world, ...), (b / world,)
             if inputs.dim() == 4 and self.stream.augmentation is None:  # images: texts are not augmented
-                inputs = augment(inputs, torch.Generator().manual_seed(config.seed * 10**6 + step), context,
+                inputs = augment(inputs, torch.Generator().manual_seed(config.run.seed * 10**6 + step), context,
                                  chosen.shape[0])
             soft = None
             if self.mixing is not None:
-                inputs, soft = self.mix(inputs, labels, config.seed * 10**6 + step, context.rank)
+                inputs, soft = self.mix(inputs, labels, config.run.seed * 10**6 + step, context.rank)
             self._prepared = (step, inputs, labels, soft)
         return self._prepared[1:]
 
@@ -223,7 +223,7 @@ class Supervised:
             # timm mixes pairs of a batch: an odd last batch mixes all but its last example, which keeps
             # its own (smoothed) target
             mixed, soft = self.mixing(images[:-1], labels[:-1])
-            last = mixup_target(labels[-1:], self.shape.classes, 1.0, self.config.label_smoothing)
+            last = mixup_target(labels[-1:], self.shape.classes, 1.0, self.config.data.label_smoothing)
             return torch.cat([mixed, images[-1:]]), torch.cat([soft, last])
         finally:
             np.random.set_state(state)
@@ -231,29 +231,29 @@ class Supervised:
     def evaluate(self, model, split):
         if self.stream is not None:
             return self.stream.evaluate(model, split, self.context)
-        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.eval_batch_size, self.context)
+        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.data.eval_batch_size, self.context)
 
     def probe(self):
         """The first 8 test inputs, or validation inputs in a tuning run (which never reads the test split):
         (8, C, H, W) images, (8, L) or (8, 2, L) tokens."""
-        split = "val" if self.config.tuning else "test"
+        split = "val" if self.config.run.tuning else "test"
         return self.stream.probe(split) if self.stream is not None else self.data[f"{split}_x"][:8]
 
 
 def task_class(config: TrainConfig) -> type:
-    """The TrainingTask class of ``config.task``, without loading its data (its ``metrics``, headline first)."""
-    found = hook(task(config.task).reading, "training_task")  # a plugin task's own class (tasks/plugins.py)
+    """The TrainingTask class of ``config.data.task``, without loading its data (its ``metrics``, headline first)."""
+    found = hook(task(config.data.task).reading, "training_task")  # a plugin task's own class (tasks/plugins.py)
     return found() if found else Supervised
 
 
 def training_task(config: TrainConfig, context: Context | None = None) -> TrainingTask:
-    """The TrainingTask of ``config.task``, its data loaded (``context``: the ranks its evaluation is sharded
+    """The TrainingTask of ``config.data.task``, its data loaded (``context``: the ranks its evaluation is sharded
     over, handed to Supervised and to a plugin's class alike; one process when None). Settings the task would not use are refused, not ignored
     (datasets.check_task_settings: mixing, timm's augmentation, channels_last, workers); gradient accumulation
     slices the batches of Supervised tasks only (held in memory or streamed)."""
     check_task_settings(config)
     found = task_class(config)
-    if config.accumulate_steps > 1 and found is not Supervised:
+    if config.optimizer.accumulate_steps > 1 and found is not Supervised:
         raise ValueError(f"TrainConfig.accumulate_steps slices batches of classification and mlm tasks; task "
-                         f"{config.task!r} trains its own way: leave accumulate_steps at 1")
+                         f"{config.data.task!r} trains its own way: leave accumulate_steps at 1")
     return found(config, context)

@@ -11,11 +11,11 @@ def training_task() -> type:
 
 
 def build(config, shape):
-    """Mask R-CNN on the config's timm trunk (``config.model``) for the task's scenes."""
+    """Mask R-CNN on the config's timm trunk (``config.model.name``) for the task's scenes."""
     from speccond.harness.tasks.detection.model import build_maskrcnn
 
-    return build_maskrcnn(config.model, shape.image_size, shape.classes, config.embed_dim, config.depth,
-                          config.num_heads, config.patch_size, config.fpn_channels)
+    return build_maskrcnn(config.model.name, shape.image_size, shape.classes, config.model.embed_dim, config.model.depth,
+                          config.model.num_heads, config.model.patch_size, config.model.fpn_channels)
 
 
 def conditioned(model):

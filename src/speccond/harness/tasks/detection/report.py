@@ -49,7 +49,7 @@ class DetectionRun:
 
     @property
     def seed(self) -> int:
-        return self.config.seed
+        return self.config.run.seed
 
 
 def read_detection_run(run_dir: str | Path) -> DetectionRun:
@@ -190,7 +190,7 @@ def _json(report: DetectionReport) -> dict:
         "groups": [{**{k: v for k, v in s.items() if k not in ("figures", "differences")},
                     "figures": {n: interval(v) for n, v in s["figures"].items()},
                     "differences": {n: interval(v) for n, v in s["differences"].items()}} for s in report.summary],
-        "runs": [{"group": g.label, "method": r.config.method, "seed": r.seed, "status": r.status, "step": r.step,
+        "runs": [{"group": g.label, "method": r.config.method.name, "seed": r.seed, "status": r.status, "step": r.step,
                   "total_steps": r.total_steps, "metrics": r.metrics, "seconds": r.seconds,
                   "path": os.path.relpath(r.path, report.out)} for g in report.groups for r in g.runs],
     }

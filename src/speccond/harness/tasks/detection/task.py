@@ -31,17 +31,17 @@ from speccond.harness.training.optimizer import adamw
 
 def load_scenes(config: TrainConfig) -> dict[str, Scenes]:
     """train, val and test scenes of the config's task: the first ``train_size`` (0 = all) training scenes
-    of a permutation seeded by config.seed, the first ``val_size`` and ``test_size`` (0 = all) in stored
+    of a permutation seeded by config.run.seed, the first ``val_size`` and ``test_size`` (0 = all) in stored
     order."""
-    arrays = data.load(task(config.task).dataset)
+    arrays = data.load(task(config.data.task).dataset)
     chosen = {}
-    for split, size in (("train", config.train_size), ("val", config.val_size), ("test", config.test_size)):
+    for split, size in (("train", config.data.train_size), ("val", config.data.val_size), ("test", config.data.test_size)):
         available = arrays[f"{split}_images"].shape[0]
         if size > available:
-            raise ValueError(f"TrainConfig.{split}_size={size} but task {config.task!r} has {available} "
+            raise ValueError(f"TrainConfig.{split}_size={size} but task {config.data.task!r} has {available} "
                              f"{split} scenes; use at most {available}, or 0 for all")
         if split == "train":
-            index = torch.randperm(available, generator=torch.Generator().manual_seed(config.seed))[: size or None]
+            index = torch.randperm(available, generator=torch.Generator().manual_seed(config.run.seed))[: size or None]
         else:
             index = torch.arange(size or available)
         chosen[split] = Scenes(*(arrays[f"{split}_{field}"][index] for field in Scenes._fields))
@@ -109,23 +109,23 @@ class Detection:
 
     def __init__(self, config: TrainConfig, context: Optional[Context] = None):
         """``context``: the ranks its evaluation is sharded over (one process when None)."""
-        if config.track_every:
+        if config.run.track_every:
             raise ValueError("TrainConfig.track_every: the tracker reads classification models; the detection "
                              "task is not tracked (leave track_every at 0)")
         self.config = config
         self.context = context or Context()
         self.scenes = load_scenes(config)
         self.samples = self.scenes["train"].images.shape[0]
-        self.splits = {"val": {"size": config.val_size, "stored": "the dataset's own val scenes"}} if config.val_size else {}
+        self.splits = {"val": {"size": config.data.val_size, "stored": "the dataset's own val scenes"}} if config.data.val_size else {}
 
     def make_optimizer(self, model: nn.Module) -> torch.optim.AdamW:
         """optimizer.adamw with the trunk's ``no_weight_decay()`` names exempt as patterns (position
         embeddings; XCiT's "pos_embed.*")."""
         exempt = [f"backbone.trunk.{name}" for name in model.backbone.trunk.no_weight_decay()]
-        return adamw(model, self.config.lr, self.config.weight_decay, exempt_patterns=exempt)
+        return adamw(model, self.config.optimizer.lr, self.config.optimizer.weight_decay, exempt_patterns=exempt)
 
     def train_loss(self, model, chosen, step, context):
-        seed = self.config.seed * 10**6 + step
+        seed = self.config.run.seed * 10**6 + step
         flip = torch.rand(chosen.numel(), generator=torch.Generator().manual_seed(seed)) < 0.5
         images, targets = batch_of(self.scenes["train"], chosen, flip)
         images = [image.to(context.device) for image in context.shard(images)]
@@ -135,7 +135,7 @@ class Detection:
         return sum(losses.values()), (len(images), chosen.numel()), losses
 
     def evaluate(self, model, split):
-        return evaluate(model, self.scenes[split], self.config.eval_batch_size, self.context)
+        return evaluate(model, self.scenes[split], self.config.data.eval_batch_size, self.context)
 
     def probe(self):
         return None
