@@ -12,9 +12,6 @@
 # SMOKE=1 runs the same sequence on the CPU with tiny runs (tests/test_gpu64.py).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-pack=${1:?usage: scripts/gpu64.sh PACK OUT [SECONDS]}
-out=${2:?usage: scripts/gpu64.sh PACK OUT [SECONDS]}
-budget=${3:-540}
 if [ "${SMOKE:-0}" = 1 ]; then
   export PROTOCOL64_DEVICE=cpu JOBS=${JOBS:-2} SMOKE64=1  # harness/protocol/experiments/width64.py, smoke=True
   pilots="1 2"

@@ -1,14 +1,20 @@
 # Sourced by the one-call GPU scripts (gpu64.sh, gpu_scale.sh) after they cd to the checkout: one wall-clock
 # budget for the whole call, its log, the data pack unpacked and checked, the records packed at the end.
-# The caller sets: call (its name: OUT/$call.log, OUT/$call-records.tar.xz), pack (a folder that
-# `speccond data pack` wrote, or - when the data are prepared in $SPECCOND_DATA already), out, budget
-# (seconds) and device (cpu or cuda). It gets: start, py, log and
+# Every such script takes the same arguments, read here from the caller's own: PACK OUT [SECONDS], PACK (pack) a
+# folder that `speccond data pack` wrote, or - when the data are prepared in $SPECCOND_DATA already, OUT (out)
+# where the log and records land, SECONDS (budget) the wall-clock budget, default 540; a missing one stops the
+# call with its usage line before anything is written. The caller sets call (its name: OUT/$call.log,
+# OUT/$call-records.tar.xz) and device (cpu or cuda). It gets: pack, out, budget, start, py, log and
 #   left            the seconds a phase may still run: the budget less what has gone and 45 s to publish and pack
 #   say LINE        LINE, with the seconds since the start, on stdout and in the log
 #   unpack_data     the pack unpacked (each file checked against its manifest) and, on cuda, torch's device checked
 #   pack_records RUNS PATH...   every checkpoints folder under RUNS removed, then each PATH that exists packed
 # A phase runs under `timeout "$(left)"`, which signals its whole process group (a tune's pool workers too) at
 # its deadline.
+usage="usage: scripts/$(basename "$0") PACK OUT [SECONDS]"  # $0: the sourcing script
+pack=${1:?$usage}
+out=${2:?$usage}
+budget=${3:-540}
 start=$(date +%s)
 py=${SPECCOND_PYTHON:-python3}
 export SPECCOND_PYTHON="$py" SPECCOND_DATA="${SPECCOND_DATA:-/tmp/speccond-data}" OMP_NUM_THREADS=1

@@ -17,9 +17,6 @@
 # RUNS_SCALE and KEPT_SCALE its scratch folders (--runs, --results of speccond protocol).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-pack=${1:?usage: scripts/gpu_scale.sh PACK OUT [SECONDS]}
-out=${2:?usage: scripts/gpu_scale.sh PACK OUT [SECONDS]}
-budget=${3:-540}
 if [ "${SMOKE:-0}" = 1 ]; then
   device=cpu jobs=${JOBS:-2} smoke=--smoke  # scale.py's smoke config
 else

@@ -155,3 +155,14 @@ def test_the_whole_smoke_call_runs_both_tasks_cifar10_at_fashion_mnists_choice(t
     chosen = {arm: value["lr"] for arm, value in json.loads((ROOT / CHOICE).read_text()).items()}
     adopted = json.loads((tmp_path / "runs" / "scale-gpu-cifar10" / "choice.json").read_text())
     assert {arm: value["lr"] for arm, value in adopted.items()} == chosen
+
+
+@pytest.mark.parametrize("script", ["gpu_scale.sh", "gpu64.sh"])
+@pytest.mark.parametrize("given", [[], ["-"]])
+def test_both_gpu_calls_parse_their_arguments_in_gpu_call_sh_a_missing_one_stops_with_the_usage_line(script, given):
+    """The arguments are parsed once, in scripts/gpu_call.sh; a missing PACK or OUT stops the call (status 2) with
+    one line whose usage names the script that was run."""
+    result = subprocess.run(["sh", f"scripts/{script}", *given], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "SMOKE": "1"})
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.strip().endswith(f"usage: scripts/{script} PACK OUT [SECONDS]"), result.stderr

@@ -225,3 +225,102 @@ def test_two_processes_preparing_at_once_leave_one_intact_cache(tmp_path, data_h
     small, tokens = text_stream.open_cache(text_stream.prepare(name), name)  # the recorded SHA-256 holds
     assert tokens["train"].shape == (400, 24) and small["test_labels"].shape == (40,)
     assert not list(data_home.rglob("*.partial"))
+
+
+@pytest.fixture
+def verified(tmp_path, data_home, monkeypatch):
+    """A streamed cache opened once (read whole, verified.json written) with its files' mtimes set 10 s back
+    first, so the stamp vouches for them, and a count of the SHA-256 readings of the cache from then on."""
+    import os
+
+    from speccond import checksum, data
+    from speccond.data import text_stream
+
+    name = f"text:{write(tmp_path / 'parquet', 'parquet')}?{OPTIONS}&stream=1"
+    folder = data.prepare(name)
+    for file in text_stream.FILES:
+        stat = (folder / file).stat()
+        os.utime(folder / file, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**10))
+    text_stream.open_cache(folder, name)
+    readings = []
+    real = checksum.tensors_sha256
+    monkeypatch.setattr(checksum, "tensors_sha256", lambda arrays: readings.append(1) or real(arrays))
+    return name, folder, readings
+
+
+def test_a_verified_cache_opens_again_without_reading_its_files(verified):
+    from speccond.data import text_stream
+
+    name, folder, readings = verified
+    small, tokens = text_stream.open_cache(folder, name)
+    assert readings == [] and tokens["train"].shape == (64, 24)
+    assert json.loads((folder / "verified.json").read_text())["sha256"] == text_stream.metadata(name)["sha256"]
+
+
+def test_a_touched_but_unchanged_token_file_is_read_again_passes_and_is_stamped_anew(verified):
+    import os
+
+    from speccond.data import text_stream
+
+    name, folder, readings = verified
+    ids = folder / "train_tokens.npy"
+    os.utime(ids, ns=(ids.stat().st_atime_ns, ids.stat().st_mtime_ns + 10**9))
+    text_stream.open_cache(folder, name)
+    assert readings == [1]
+    assert json.loads((folder / "verified.json").read_text())["files"]["train_tokens.npy"][1] == ids.stat().st_mtime_ns
+    text_stream.open_cache(folder, name)
+    assert readings == [1]  # stamped anew: not read a third time
+
+
+def test_a_truncated_token_file_is_refused_and_removed(verified):
+    from speccond.data import text_stream
+
+    name, folder, _ = verified
+    ids = folder / "test_tokens.npy"
+    ids.write_bytes(ids.read_bytes()[:-96])
+    with pytest.raises(ValueError, match="are damaged .* run again to prepare them anew"):
+        text_stream.open_cache(folder, name)
+    assert not folder.exists()
+
+
+def test_a_changed_byte_under_a_restored_mtime_passes_the_stamp_and_is_caught_once_verified_json_is_deleted(verified):
+    """What size and mtime cannot show (text_stream.py's docstring): the same size and an mtime set back pass; a
+    full reading, asked for by deleting verified.json, refuses the cache."""
+    import os
+
+    from speccond.data import text_stream
+
+    name, folder, readings = verified
+    ids = folder / "train_tokens.npy"
+    before = ids.stat()
+    changed = bytearray(ids.read_bytes())
+    changed[-3] ^= 1
+    ids.write_bytes(bytes(changed))
+    os.utime(ids, ns=(before.st_atime_ns, before.st_mtime_ns))
+    text_stream.open_cache(folder, name)  # not seen
+    assert readings == []
+    (folder / "verified.json").unlink()
+    with pytest.raises(ValueError, match="are damaged"):
+        text_stream.open_cache(folder, name)
+
+
+def test_a_stamp_no_newer_than_its_files_is_not_trusted(verified):
+    """git's racy rule: a file whose recorded mtime is not older than verified.json (written in the same tick of
+    a coarse clock) is read again at the next opening, so a same-size change in that tick is caught."""
+    import os
+
+    from speccond.data import text_stream
+
+    name, folder, readings = verified
+    ids = folder / "train_tokens.npy"
+    stamp = (folder / "verified.json").stat().st_mtime_ns
+    os.utime(ids, ns=(ids.stat().st_atime_ns, stamp))
+    text_stream.open_cache(folder, name)  # re-stamped with the file's mtime == the old stamp's: read again
+    assert readings == [1]
+    changed = bytearray(ids.read_bytes())
+    changed[-3] ^= 1
+    ids.write_bytes(bytes(changed))
+    os.utime(ids, ns=(ids.stat().st_atime_ns, stamp))
+    os.utime(folder / "verified.json", ns=(stamp, stamp))  # as if the stamp and the write shared one tick
+    with pytest.raises(ValueError, match="are damaged"):
+        text_stream.open_cache(folder, name)

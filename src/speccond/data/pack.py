@@ -9,6 +9,14 @@ compressed (fashion-mnist 55 MB -> 26 MB, cifar10 31 MB -> 23 MB), and ``DIR/man
 each file's size and SHA-256 before and after compression. ``unpack`` checks both, writes through a
 partial file and a rename, and the loader then verifies the arrays against the checksum the cache
 records (``speccond.data.store``), so a damaged pack is refused, never trained on.
+
+Every registered dataset packs the same way, generated ones too (listops, pathfinder, fashion-scenes, and
+a dataset a task brings itself, such as associative-recall, passed in ``own``): a generated cache is pinned
+by its ``generated_sha256``, so the packed arrays are exactly what the other machine would generate, and it
+loads them instead of generating again (listops takes about 2 minutes on one core; fashion-scenes needs
+Fashion-MNIST's raw files). Every name is checked before anything is written: an unknown one is a one-line
+ValueError naming the nearest known datasets, and your own data (``imagefolder:DIR``, ``text:DIR?...``),
+cached under other names, is refused: copy DIR to the other machine and prepare it there.
 """
 from __future__ import annotations
 
@@ -17,21 +25,46 @@ import lzma
 import os
 from pathlib import Path
 
+import difflib
+from collections.abc import Mapping
+
 from speccond.checksum import file_sha256
-from speccond.data.store import ARRAYS, data_dir
+from speccond.data.store import ARRAYS, DatasetSpec, data_dir
 
 MANIFEST = "manifest.json"
 CHUNK = 1 << 20
 
 
-def pack(names: list[str], to: Path) -> Path:
-    """Compress each prepared dataset's arrays into ``to`` and write the manifest; returns its path."""
-    from speccond.data import prepare
+def specs(names: list[str], own: Mapping[str, DatasetSpec] | None = None) -> list[DatasetSpec]:
+    """The dataset each name packs: one of ``own`` (the datasets tasks bring themselves), else one of
+    speccond.data's; a one-line ValueError for the first name that is neither."""
+    from speccond.data import DATASETS, image_folder, text_files
 
+    known = {**DATASETS, **(own or {})}
+    found = []
+    for name in names:
+        if image_folder.is_image_folder(name) or text_files.is_text_files(name):
+            raise ValueError(f"{name!r} is your own data, which `speccond data pack` does not carry (its cache is "
+                             "not under that name); copy DIR to the other machine and prepare it there")
+        if name not in known:
+            nearest = difflib.get_close_matches(name, list(known), n=3)
+            near = f"nearest: {', '.join(nearest)}; " if nearest else ""
+            raise ValueError(f"unknown dataset {name!r}; {near}known: {', '.join(sorted(known))}; pass their names")
+        found.append(known[name])
+    return found
+
+
+def pack(names: list[str], to: Path, own: Mapping[str, DatasetSpec] | None = None) -> Path:
+    """Compress each named dataset's arrays into ``to``, prepared (or generated) first if need be, and write the
+    manifest; returns its path. ``own``: the datasets tasks bring themselves, by name (harness/tasks/registry.py's
+    ``own_datasets``). Every name is checked (:func:`specs`) before anything is written."""
+    from speccond.data.store import prepare
+
+    chosen = specs(names, own)
     to.mkdir(parents=True, exist_ok=True)
     entries = {}
-    for name in names:
-        arrays = prepare(name)  # verified (or rebuilt) before it is packed
+    for name, spec in zip(names, chosen):
+        arrays = prepare(spec)  # verified (or rebuilt) before it is packed
         packed = to / f"{name}.safetensors.xz"
         partial = packed.with_name(packed.name + ".partial")
         with arrays.open("rb") as source, lzma.open(partial, "wb", preset=6) as target:

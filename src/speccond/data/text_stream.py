@@ -18,13 +18,23 @@ counts and the per-row label ids and lengths (int64 each), never the texts:
 
 The arrays are the ones the in-memory path stores (text_files.read), row for row, and so is their SHA-256
 (checksum.tensors_sha256 reads the .npy files a block of rows at a time), recorded in the folder's small
-``arrays.safetensors`` (labels, lengths, the tokenizer) and checked each time the cache is opened (one read of the
-token files, a block at a time). One difference: a CSV's text columns are read as strings as written, where the
+``arrays.safetensors`` (labels, lengths, the tokenizer). Opening the cache (:func:`verify`) reads the files whole
+and checks that SHA-256 the first time, then records each file's (size, mtime_ns) in ``verified.json``; later
+openings compare those (one ``stat`` per file) and read the files again only when one differs: a changed or
+truncated cache is then removed and refused in one line, an unchanged one (a file only touched) stamped anew.
+What a size and an mtime cannot show: a change that keeps a file's size and its mtime, the mtime set back on
+purpose (``os.utime``, a copy that keeps times) or by a clock set back; such a cache is trained on. A file written
+in the same clock tick as ``verified.json`` is read again (git's "racy" rule: the stamp vouches only for files whose
+recorded mtime is older than its own). Delete ``verified.json`` to have the next opening read every file again.
+
+One difference from the in-memory path: a CSV's text columns are read as strings as written, where the
 in-memory path lets pyarrow infer their type over the whole file (a column of numbers there reads ``007`` as
 ``7``); the streamed reader cannot infer over a file it reads a block at a time.
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -36,8 +46,11 @@ import torch
 from speccond.data import text_files
 from speccond.data.text_files import LabelKinds, TextSource
 
+log = logging.getLogger(__name__)
 FOLDER = "stream"  # under the text cache's key folder, beside the in-memory arrays.safetensors
 ARRAYS = "arrays.safetensors"  # the small arrays: labels, lengths, the tokenizer
+FILES = (ARRAYS, "train_tokens.npy", "test_tokens.npy")  # the files whose SHA-256 the cache records
+STAMPS = "verified.json"  # {"sha256", "files": {file: [size, mtime_ns]}} as they were when the SHA-256 last held
 CHUNK_ROWS = 8192  # rows read, checked and tokenised at once (parquet, a saved DatasetDict)
 CSV_BLOCK_BYTES = 1 << 24  # bytes of a CSV file read at once (its rows whole: a row must fit in a block)
 
@@ -239,26 +252,82 @@ def counts(folder: Path) -> tuple[int, int]:
 
 
 def open_cache(folder: Path, name: str) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
-    """(the small arrays, {"train": ids, "test": ids} memory-mapped int32 (N, width)), their SHA-256 checked a block
-    at a time against the recorded one; a damaged cache is removed and refused in one line."""
+    """(the small arrays, {"train": ids, "test": ids} memory-mapped int32 (N, width)), the folder verified first
+    (:func:`verify`); a damaged cache is removed and refused in one line."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    verify(folder, name)
+    try:
+        return load_file(str(folder / ARRAYS)), _token_maps(folder)
+    except (SafetensorError, OSError, ValueError):
+        raise _refused(folder, name) from None
+
+
+def verify(folder: Path, name: str) -> None:
+    """Nothing, when the folder's files still have the (size, mtime_ns) ``verified.json`` recorded the last time
+    their SHA-256 held (one ``stat`` each); otherwise their SHA-256 checked against the recorded one, reading them
+    a block at a time, and the stamps written anew. A changed, truncated or unreadable cache is removed and
+    refused in one line (ValueError). The module docstring says what a size and an mtime cannot show."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from speccond.checksum import tensors_sha256
 
     try:
-        small = load_file(str(folder / ARRAYS))
-        tokens = {split: np.load(folder / f"{split}_tokens.npy", mmap_mode="r") for split in ("train", "test")}
         recorded = _recorded(folder).get("sha256")
-        intact = recorded == tensors_sha256(
-            {**small, **{f"{split}_tokens": array for split, array in tokens.items()}})
-    except (SafetensorError, OSError, ValueError):
+        if recorded is not None and _stamped(folder, recorded):
+            return
+        before = _stats(folder)
+        arrays = {**load_file(str(folder / ARRAYS)),
+                  **{f"{split}_tokens": ids for split, ids in _token_maps(folder).items()}}
+        intact = recorded is not None and recorded == tensors_sha256(arrays) and _stats(folder) == before
+    except (SafetensorError, OSError, ValueError, TypeError):
         intact = False
     if not intact:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ValueError(f"the cached arrays of {name!r} in {folder} are damaged and were removed; run again to read "
-                         "the dataset anew")
-    return small, tokens
+        raise _refused(folder, name)
+    _stamp(folder, recorded, before)
+
+
+def _refused(folder: Path, name: str) -> ValueError:
+    """The folder removed; the one-line refusal to raise."""
+    shutil.rmtree(folder, ignore_errors=True)
+    return ValueError(f"the cached arrays of {name!r} in {folder} are damaged and were removed (changed or truncated "
+                      "since they were prepared); run again to prepare them anew")
+
+
+def _token_maps(folder: Path) -> dict[str, np.ndarray]:
+    return {split: np.load(folder / f"{split}_tokens.npy", mmap_mode="r") for split in ("train", "test")}
+
+
+def _stats(folder: Path) -> dict[str, list[int]]:
+    """{file: [size, mtime_ns]} of the files whose SHA-256 the cache records."""
+    found = {file: (folder / file).stat() for file in FILES}
+    return {file: [stat.st_size, stat.st_mtime_ns] for file, stat in found.items()}
+
+
+def _stamped(folder: Path, recorded: str) -> bool:
+    """Whether verified.json vouches for the files as they are: the same SHA-256, each file's size and mtime as
+    recorded, and each recorded mtime older than verified.json's own (so a write in the same tick is not missed)."""
+    try:
+        stamps = json.loads((folder / STAMPS).read_text())
+        written = (folder / STAMPS).stat().st_mtime_ns
+        return (stamps["sha256"] == recorded and stamps["files"] == _stats(folder)
+                and all(mtime < written for _, mtime in stamps["files"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _stamp(folder: Path, recorded: str, stats: dict[str, list[int]]) -> None:
+    """verified.json written through a partial file and a rename; a folder that cannot be written (a read-only
+    cache) is logged, and every opening then reads the files again."""
+    partial = folder / f"{STAMPS}.{os.getpid()}.partial"
+    try:
+        partial.write_text(json.dumps({"sha256": recorded, "files": stats}) + "\n")
+        os.replace(partial, folder / STAMPS)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        log.warning("could not record that %s was verified (%s); each opening reads its files again", folder, error)
 
 
 class TokenRows(torch.utils.data.Dataset):

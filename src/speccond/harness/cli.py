@@ -471,10 +471,8 @@ def _data(args: argparse.Namespace) -> None:
     if args.data_command == "prepare":
         own = own_datasets()  # the datasets tasks bring themselves (harness/tasks/registry.py), then speccond.data's
         print(store.prepare(own[args.name]) if args.name in own else datasets.prepare(args.name))
-    elif args.data_command == "pack":
-        for name in args.names:
-            datasets.spec(name)  # every name checked before anything is written
-        print(pack.pack(args.names, Path(args.to)))
+    elif args.data_command == "pack":  # generated datasets and the tasks' own too; every name checked first
+        print(pack.pack(args.names, Path(args.to), own=own_datasets()))
     else:
         for path in pack.unpack(Path(args.folder)):
             print(path)

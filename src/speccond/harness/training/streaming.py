@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -236,7 +237,8 @@ class StreamedTexts(StreamedSplits):
 
     def __init__(self, config: TrainConfig, context: Context):
         folder = text_stream.prepare(config.data.task)  # each rank alike: the first to finish writes it
-        small, tokens = text_stream.open_cache(folder, config.data.task)  # checksum verified
+        verified_by_main(folder, config.data.task, context)
+        small, tokens = text_stream.open_cache(folder, config.data.task)  # rank 0 verified: sizes and mtimes compared
         super().__init__(config, tokens["train"].shape[0], tokens["test"].shape[0])
         stored = {"train": "train", "val": "train", "test": "test"}
         self.splits = {split: text_stream.TokenRows(folder / f"{stored[split]}_tokens.npy", index,
@@ -247,6 +249,23 @@ class StreamedTexts(StreamedSplits):
         """This rank's rows of the global batch ``chosen`` at ``step``: int64 (b / world, width) ids and
         (b / world,) labels, the rows the in-memory task's ``train_x[chosen]`` sharded holds."""
         return self._rank_batch(self.splits["train"], chosen, step, context)
+
+
+def verified_by_main(folder: Path, name: str, context: Context) -> None:
+    """The streamed text cache verified (text_stream.verify: its SHA-256 read only when a file's size or mtime
+    changed) by rank 0 alone while the other ranks wait, so theirs (in open_cache) finds it stamped; a refusal
+    raised on every rank. One process: nothing here, open_cache verifies."""
+    if not context.distributed:
+        return  # open_cache verifies
+    refusal = None
+    if context.is_main:
+        try:
+            text_stream.verify(folder, name)
+        except ValueError as error:
+            refusal = error
+    if not all_reduced(torch.tensor([int(refusal is None)]), context, dist.ReduceOp.MIN).item():
+        raise refusal or ValueError(f"rank 0 refused the cached arrays of {name!r} in {folder} (its error says why); "
+                                    "run again to prepare them anew")
 
 
 def streamed_task(config: TrainConfig, context: Context) -> StreamedSplits | None:
