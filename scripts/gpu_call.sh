@@ -2,7 +2,7 @@
 # budget for the whole call, its log, the data pack unpacked and checked, the records packed at the end.
 # Every such script takes the same arguments, read here from the caller's own: PACK OUT [SECONDS], PACK (pack) a
 # folder that `speccond data pack` wrote, or - when the data are prepared in $SPECCOND_DATA already, OUT (out)
-# where the log and records land, SECONDS (budget) the wall-clock budget, default 540; a missing one stops the
+# where the log and records land, SECONDS (budget) the wall-clock budget in whole seconds, default 540; a missing one or a budget that is not a number stops the
 # call with its usage line before anything is written. The caller sets call (its name: OUT/$call.log,
 # OUT/$call-records.tar.xz) and device (cpu or cuda). It gets: pack, out, budget, start, py, log and
 #   left            the seconds a phase may still run: the budget less what has gone and 45 s to publish and pack
@@ -15,6 +15,9 @@ usage="usage: scripts/$(basename "$0") PACK OUT [SECONDS]"  # $0: the sourcing s
 pack=${1:?$usage}
 out=${2:?$usage}
 budget=${3:-540}
+case $budget in
+  ''|*[!0-9]*) echo "$usage: SECONDS is a whole number of seconds, got '$budget'" >&2; exit 2 ;;
+esac
 start=$(date +%s)
 py=${SPECCOND_PYTHON:-python3}
 export SPECCOND_PYTHON="$py" SPECCOND_DATA="${SPECCOND_DATA:-/tmp/speccond-data}" OMP_NUM_THREADS=1

@@ -166,3 +166,12 @@ def test_both_gpu_calls_parse_their_arguments_in_gpu_call_sh_a_missing_one_stops
                             env={**os.environ, "SMOKE": "1"})
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.strip().endswith(f"usage: scripts/{script} PACK OUT [SECONDS]"), result.stderr
+
+
+@pytest.mark.parametrize("script", ["gpu64.sh", "gpu_scale.sh"])
+def test_a_budget_that_is_not_whole_seconds_stops_the_gpu_call_before_anything_is_written(script, tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run(["sh", f"scripts/{script}", "-", str(out), "9m"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "SMOKE": "1"})
+    assert result.returncode == 2 and not out.exists(), result.stderr
+    assert result.stderr.strip() == f"usage: scripts/{script} PACK OUT [SECONDS]: SECONDS is a whole number of seconds, got '9m'"
