@@ -84,6 +84,13 @@ def prepare_data(name: str) -> Path:
     return store.prepare(dataset_spec(chosen)) if chosen.data is not None else data.prepare(chosen.dataset)
 
 
+def vocabulary(name: str) -> tuple[Path, str]:
+    """(the prepared cache of task ``name``'s dataset, made if needed; the SHA-256 of the vocabulary it stores, ""
+    for none): two tasks whose hashes agree give the same word the same token id (text_files.vocabulary_sha256)."""
+    path = prepare_data(name)
+    return path, text_files.vocabulary_sha256(path)
+
+
 def task_shape(name: str) -> TaskShape:
     """The input shape and class count of task ``name``, from its dataset's spec (nothing is loaded)."""
     chosen = task(name)
