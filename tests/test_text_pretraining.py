@@ -88,6 +88,20 @@ def test_the_labelled_texts_take_the_pretraining_vocabulary_in_memory_and_stream
     assert all(torch.equal(torch.from_numpy(streamed[s][:]), arrays[f"{s}_tokens"]) for s in ("train", "test"))
 
 
+def test_an_mlm_reading_takes_a_given_vocabulary_too(home):
+    """vocab_from= on a pre-training task (its blocks encoded with that vocabulary, e.g. to pre-train more texts
+    with a vocabulary already in use)."""
+    from speccond import data
+    from speccond.data import wordpiece
+
+    _, task, _, _ = home
+    other = data.prepare(task.replace("vocab=120", "vocab=100"))
+    arrays = data.load(task.replace("vocab=120", f"vocab_from={other}"))
+    tokenizer = wordpiece.from_bytes(data.load(task.replace("vocab=120", "vocab=100"))["tokenizer"])
+    expected, _, _ = wordpiece.encode(tokenizer, corpus(96, 0)["text"], None, 16)
+    assert torch.equal(arrays["train_tokens"], expected.to(torch.int32)) and "train_labels" not in arrays
+
+
 def test_a_fine_tune_with_vocab_from_starts_from_the_pretrained_encoder(home, tmp_path):
     """init_from loads every encoder tensor of the run pre-trained on A into the classifier of B's texts, and
     the fine-tune trains; the streamed reading of B passes the same check."""
@@ -151,7 +165,7 @@ def test_a_pretraining_whose_texts_changed_since_is_compared_by_the_vocabulary_i
     import json
 
     from speccond import data
-    from speccond.data import text_files
+    from speccond.data import text_vocabulary
     from speccond.harness.config.train_config import TrainConfig
     from speccond.harness.training.pretrained import VOCABULARY_RECORD, pretrained_config
     from speccond.harness.training.train import train
@@ -162,10 +176,10 @@ def test_a_pretraining_whose_texts_changed_since_is_compared_by_the_vocabulary_i
     train(TrainConfig().replaced(task=task, epochs=1, **BERT), tmp_path / "mlm", progress=False)
     trained_with = data.prepare(task)
     recorded = json.loads((tmp_path / "mlm" / "config.json").read_text())[VOCABULARY_RECORD]
-    assert recorded == text_files.vocabulary_sha256(trained_with)
+    assert recorded == text_vocabulary.sha256(trained_with)
     write(a, "parquet", {"train": {"text": [t + " quixotic" for t in corpus(96, 4)["text"]]}, "test": corpus(32, 1)})
     edited = data.prepare(task)
-    assert edited != trained_with and text_files.vocabulary_sha256(edited) != recorded
+    assert edited != trained_with and text_vocabulary.sha256(edited) != recorded
     fine = f"text:{b}?text=sentence&label=label&width=16&vocab_from="
     with pytest.raises(ValueError, match=r"with a vocabulary \(sha256 \w+\) its texts no longer give .*they changed since"):
         pretrained_config(fine_tune(f"{fine}{edited}", tmp_path / "mlm"))
@@ -175,16 +189,16 @@ def test_a_pretraining_whose_texts_changed_since_is_compared_by_the_vocabulary_i
 def test_two_vocabularies_never_share_a_cache_and_a_bad_vocab_from_is_refused_in_one_line(home, tmp_path):
     """The key holds the vocabulary's bytes, not its path; vocab_from goes with neither vocab nor tokenizer."""
     from speccond import data
-    from speccond.data import text_files
+    from speccond.data import text_files, text_vocabulary
 
     _, task, b, _ = home
     first, second = data.prepare(task), data.prepare(task.replace("vocab=120", "vocab=100"))
     names = [f"text:{b}?text=sentence&label=label&vocab_from={cache}" for cache in (first, second, first.parent)]
     paths = [data.prepare(name) for name in names]
     assert paths[0] != paths[1] and paths[0] == paths[2]  # the cache file or its folder: one vocabulary, one key
-    assert text_files.vocabulary_sha256(paths[0]) == text_files.vocabulary_sha256(first)
-    assert text_files.vocabulary_sha256(paths[1]) == text_files.vocabulary_sha256(second) != \
-        text_files.vocabulary_sha256(first)
+    assert text_vocabulary.sha256(paths[0]) == text_vocabulary.sha256(first)
+    assert text_vocabulary.sha256(paths[1]) == text_vocabulary.sha256(second) != \
+        text_vocabulary.sha256(first)
     for options, message in (
         (f"vocab_from={tmp_path / 'nowhere'}", "is no prepared text cache (an arrays.safetensors holding a tokenizer); "
                                                "give vocab_from=PATH"),

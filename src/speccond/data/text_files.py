@@ -34,7 +34,8 @@ are read in name order). The options:
   ``mlm=1`` task a model was pre-trained on, so that a classifier fine-tuned from it reads the same ids for the
   same words (a word the vocabulary cannot spell is its [UNK]). The cache's stored tokenizer (and its
   ``tokenizer_ids``) are stored with this task's arrays as they are, and its bytes join the key, so two readings
-  with different vocabularies never share a cache. Neither ``vocab`` nor ``tokenizer`` goes with it.
+  with different vocabularies never share a cache (data/text_vocabulary.py). Neither ``vocab`` nor ``tokenizer``
+  goes with it.
 
 The examples are stored as the language tasks' are (data/language.py): ``[CLS] a [SEP] (b [SEP])`` then PAD,
 int32 (N, width) ``{split}_tokens`` with int64 ``{split}_labels`` (none with ``mlm=1``) and the tokenizer's bytes, in
@@ -54,6 +55,8 @@ from typing import Optional
 from urllib.parse import parse_qs
 
 import torch
+
+from speccond.data import text_vocabulary
 
 PREFIX = "text:"
 FORMAT = "1"
@@ -132,7 +135,11 @@ def parse(name: str) -> TextSource:
                          f"unused: leave {' and '.join(given)} out, or mlm=1 out to classify")
     if numbers["vocab"] > MAX_VOCAB:
         raise ValueError(f"{name!r}: vocab must be <= {MAX_VOCAB} (token ids are encoded as int16), got {numbers['vocab']}")
-    vocab_from = _vocab_from(name, options) if "vocab_from" in options else None
+    unused = [key for key in ("vocab", "tokenizer") if key in options and "vocab_from" in options]
+    if unused:
+        raise ValueError(f"{name!r}: vocab_from= tokenises with the vocabulary of a prepared cache; "
+                         f"{' and '.join(unused)} would be unused: leave {' and '.join(unused)} out")
+    vocab_from = text_vocabulary.cache_file(name, options["vocab_from"]) if "vocab_from" in options else None
     tokenizer = Path(options["tokenizer"]).expanduser().resolve() if options.get("tokenizer") else None
     if tokenizer is not None and "vocab" in options:
         raise ValueError(f"{name!r}: vocab sizes the WordPiece learnt from the texts; with tokenizer= the vocabulary is "
@@ -148,53 +155,6 @@ def parse(name: str) -> TextSource:
                       options.get("test", ""), tokenizer=tokenizer, mlm=mlm, vocab_from=vocab_from, **numbers)
 
 
-def _vocab_from(name: str, options: dict[str, str]) -> Path:
-    """The prepared arrays file ``vocab_from=PATH`` names (PATH the file, or the folder holding it); ValueError when
-    it goes with vocab= or tokenizer=, or holds no stored tokenizer."""
-    from safetensors import SafetensorError, safe_open
-
-    from speccond.data.store import ARRAYS
-
-    given = [key for key in ("vocab", "tokenizer") if key in options]
-    if given:
-        raise ValueError(f"{name!r}: vocab_from= tokenises with the vocabulary of a prepared cache; "
-                         f"{' and '.join(given)} would be unused: leave {' and '.join(given)} out")
-    path = Path(options["vocab_from"]).expanduser().resolve()
-    path = path / ARRAYS if path.is_dir() else path
-    try:
-        with safe_open(str(path), "pt") as handle:
-            stored = "tokenizer" in handle.keys()
-    except (SafetensorError, OSError):
-        stored = False
-    if not stored:
-        raise ValueError(f"{name!r}: vocab_from={options['vocab_from']} is no prepared text cache (an {ARRAYS} holding a "
-                         "tokenizer); give vocab_from=PATH, the path `speccond data prepare \"text:DIR?text=COLUMN&mlm=1\"` "
-                         "prints for the texts whose vocabulary this task shares")
-    return path
-
-
-def stored_vocabulary(path: Path) -> dict[str, torch.Tensor]:
-    """The vocabulary a prepared arrays file (or the folder holding it) stores: {"tokenizer": uint8 tokenizer.json
-    bytes, and "tokenizer_ids": int64 (V,) when the tokenizer was a local one}; {} when it stores none (an image
-    dataset's)."""
-    from safetensors import safe_open
-
-    from speccond.data.store import ARRAYS
-
-    path = Path(path)
-    with safe_open(str(path / ARRAYS if path.is_dir() else path), "pt") as handle:
-        return {key: handle.get_tensor(key) for key in ("tokenizer", "tokenizer_ids") if key in handle.keys()}
-
-
-def vocabulary_sha256(path: Path) -> str:
-    """SHA-256 of the vocabulary the prepared arrays file (or folder) ``path`` stores (:func:`stored_vocabulary`;
-    "" when none): two caches tokenise alike exactly when these agree."""
-    from speccond.checksum import tensors_sha256
-
-    stored = stored_vocabulary(path)
-    return tensors_sha256(stored) if stored else ""
-
-
 def given_tokenizer(source: TextSource):
     """(tokenizer, its ids -> stored ids or None, the arrays that record it) of a task given its vocabulary
     (``tokenizer=`` or ``vocab_from=``); None when the WordPiece is learnt from the training texts."""
@@ -204,7 +164,7 @@ def given_tokenizer(source: TextSource):
         tokenizer, ids = _local_tokenizer(source.tokenizer)
         return tokenizer, ids, {"tokenizer": wordpiece.to_bytes(tokenizer), "tokenizer_ids": ids}
     if source.vocab_from is not None:
-        stored = stored_vocabulary(source.vocab_from)
+        stored = text_vocabulary.stored(source.vocab_from)
         return wordpiece.from_bytes(stored["tokenizer"]), stored.get("tokenizer_ids"), stored
     return None
 
@@ -479,7 +439,7 @@ def _key(name: str, source: TextSource) -> str:
     if source.tokenizer is not None:
         digest.update((source.tokenizer / "tokenizer.json").read_bytes())
     if source.vocab_from is not None:  # the vocabulary itself, not where it was read
-        digest.update(f"vocab_from {vocabulary_sha256(source.vocab_from)}\n".encode())
+        digest.update(f"vocab_from {text_vocabulary.sha256(source.vocab_from)}\n".encode())
     for path in sorted(p for p in source.folder.rglob("*") if p.is_file()):
         stat = path.stat()
         digest.update(f"{path.relative_to(source.folder)}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())

@@ -14,7 +14,7 @@ ValueError that says what to do, a directory that
 - is not a masked-language-model pre-training run (task "mlm", or ``text:DIR?text=COLUMN&mlm=1``);
 - tokenises with another vocabulary than this task: a pre-training run of this task's dataset (the built-in
   mlm -> glue-* path) passes as before; any other pair must store the same vocabulary, compared by the SHA-256
-  of the tokenizer each cache stores (text_files.vocabulary_sha256; for a pre-training on your own texts, the
+  of the tokenizer each cache stores (data/text_vocabulary.py; for a pre-training on your own texts, the
   one its config.json recorded when it started, :func:`run_vocabulary`, so texts edited since are caught), so
   your own texts fine-tune from a pre-training on other texts of yours when they say ``&vocab_from=`` its cache
   (data/text_files.py);
@@ -48,6 +48,7 @@ from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.methods import REGISTRY
 from speccond.harness.models.bert import ENCODER, POOLER
 from speccond.harness.training import checkpoint
+from speccond.harness.training.run_dir import VOCABULARY_RECORD
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ KEPT_ENCODER = "encoder.safetensors"  # a kept pre-training run's encoder tensor
 KEPT_ENCODER_RECORD = "encoder.json"  # {"step": int, "sha256": str} of KEPT_ENCODER
 SAME_ARCHITECTURE = ("model", "embed_dim", "depth", "num_heads")
 SPECTRAL_PARAMETERS = ("lam", "target_kappa", "correction", "corrected", "granularity")
-VOCABULARY_RECORD = "vocabulary_sha256"  # config.json's key: the vocabulary a run on your own texts tokenised with
 
 
 def init_dir(config: TrainConfig) -> Path:

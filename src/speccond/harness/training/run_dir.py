@@ -34,6 +34,7 @@ from speccond.harness.training import checkpoint
 
 log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
+VOCABULARY_RECORD = "vocabulary_sha256"  # config.json's key: the vocabulary a run on your own texts tokenised with
 
 
 def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None,
@@ -63,7 +64,7 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), sp
     if splits:
         record["splits"] = splits
     if vocabulary:
-        record["vocabulary_sha256"] = vocabulary
+        record[VOCABULARY_RECORD] = vocabulary
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record, indent=2))
     partial.replace(path)
