@@ -57,10 +57,10 @@ def home(pretrained, monkeypatch):
     return pretrained
 
 
-def fine_tune(task: str, run, **fields):
+def fine_tune(task: str, run):
     from speccond.harness.config.train_config import TrainConfig
 
-    return TrainConfig().replaced(task=task, init_from=str(run), epochs=1, **{**BERT, **fields})
+    return TrainConfig().replaced(task=task, init_from=str(run), epochs=1, **BERT)
 
 
 def test_the_labelled_texts_take_the_pretraining_vocabulary_in_memory_and_streamed(home, capsys):
