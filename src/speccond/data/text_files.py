@@ -28,7 +28,14 @@ are read in name order). The options:
   (``[PAD]`` or ``<pad>``, and so on) are moved to ids 0..4, the ids of the project's, by swapping them with the
   tokens that held 0..4 (stored as ``tokenizer_ids``: the tokenizer's id -> the stored id), and the examples are
   framed ``[CLS] a [SEP] (b [SEP])`` whatever template the tokenizer had, so BERT reads them as it reads the
-  language tasks (PAD 0 masked, segments split at the first [SEP]).
+  language tasks (PAD 0 masked, segments split at the first [SEP]);
+- ``vocab_from``: instead, the vocabulary of another prepared text cache, the path ``speccond data prepare TASK``
+  prints (its ``arrays.safetensors``, or the folder holding it: a streamed cache's folder), e.g. the cache of the
+  ``mlm=1`` task a model was pre-trained on, so that a classifier fine-tuned from it reads the same ids for the
+  same words (a word the vocabulary cannot spell is its [UNK]). The cache's stored tokenizer (and its
+  ``tokenizer_ids``) are stored with this task's arrays as they are, and its bytes join the key, so two readings
+  with different vocabularies never share a cache (data/text_vocabulary.py). Neither ``vocab`` nor ``tokenizer``
+  goes with it.
 
 The examples are stored as the language tasks' are (data/language.py): ``[CLS] a [SEP] (b [SEP])`` then PAD,
 int32 (N, width) ``{split}_tokens`` with int64 ``{split}_labels`` (none with ``mlm=1``) and the tokenizer's bytes, in
@@ -48,6 +55,8 @@ from typing import Optional
 from urllib.parse import parse_qs
 
 import torch
+
+from speccond.data import text_vocabulary
 
 PREFIX = "text:"
 FORMAT = "1"
@@ -78,6 +87,9 @@ class TextSource:
     # masked-language modelling instead of classification; out of the repr, which keys the cache (_key), so
     # that a classification task's cache keeps the key it had before this option
     mlm: bool = field(default=False, repr=False)
+    # the prepared cache whose vocabulary the texts are tokenised with (None: a WordPiece learnt from train); out of
+    # the repr for the same reason: its vocabulary's bytes join the key instead (_key)
+    vocab_from: Optional[Path] = field(default=None, repr=False)
 
     @property
     def saved(self) -> bool:
@@ -92,7 +104,7 @@ def parse(name: str) -> TextSource:
         options = {key: values[-1] for key, values in parse_qs(query, strict_parsing=True).items()} if query else {}
     except ValueError:
         raise ValueError(f"a text task looks like {EXAMPLE}, got {name!r}") from None
-    known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer", "mlm", "stream"}
+    known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer", "mlm", "stream", "vocab_from"}
     unknown = sorted(set(options) - known)
     if options.get("mlm", "0") not in ("0", "1"):
         raise ValueError(f"{name!r}: mlm must be 1 (masked-language modelling) or 0 (classification), got "
@@ -123,6 +135,11 @@ def parse(name: str) -> TextSource:
                          f"unused: leave {' and '.join(given)} out, or mlm=1 out to classify")
     if numbers["vocab"] > MAX_VOCAB:
         raise ValueError(f"{name!r}: vocab must be <= {MAX_VOCAB} (token ids are encoded as int16), got {numbers['vocab']}")
+    unused = [key for key in ("vocab", "tokenizer") if key in options and "vocab_from" in options]
+    if unused:
+        raise ValueError(f"{name!r}: vocab_from= tokenises with the vocabulary of a prepared cache; "
+                         f"{' and '.join(unused)} would be unused: leave {' and '.join(unused)} out")
+    vocab_from = text_vocabulary.cache_file(name, options["vocab_from"]) if "vocab_from" in options else None
     tokenizer = Path(options["tokenizer"]).expanduser().resolve() if options.get("tokenizer") else None
     if tokenizer is not None and "vocab" in options:
         raise ValueError(f"{name!r}: vocab sizes the WordPiece learnt from the texts; with tokenizer= the vocabulary is "
@@ -135,7 +152,33 @@ def parse(name: str) -> TextSource:
         raise ValueError(f"{folder} is not a folder: a text task reads a folder saved with datasets' save_to_disk, or "
                          "one of .parquet / .csv files named by split (train.csv, test.csv)")
     return TextSource(folder.resolve(), options["text"], options.get("label", ""), options.get("text_pair", ""),
-                      options.get("test", ""), tokenizer=tokenizer, mlm=mlm, **numbers)
+                      options.get("test", ""), tokenizer=tokenizer, mlm=mlm, vocab_from=vocab_from, **numbers)
+
+
+def given_tokenizer(source: TextSource):
+    """(tokenizer, its ids -> stored ids or None, the arrays that record it) of a task given its vocabulary
+    (``tokenizer=`` or ``vocab_from=``); None when the WordPiece is learnt from the training texts."""
+    from speccond.data import wordpiece
+
+    if source.tokenizer is not None:
+        tokenizer, ids = _local_tokenizer(source.tokenizer)
+        return tokenizer, ids, {"tokenizer": wordpiece.to_bytes(tokenizer), "tokenizer_ids": ids}
+    if source.vocab_from is not None:
+        stored = text_vocabulary.stored(source.vocab_from)
+        return wordpiece.from_bytes(stored["tokenizer"]), stored.get("tokenizer_ids"), stored
+    return None
+
+
+def encode(tokenizer, ids: Optional[torch.Tensor], first: list[str], second: Optional[list[str]], width: int
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 (N, width) stored ids of ``[CLS] a [SEP] (b [SEP])`` cut longest first then PAD, and int64 (N,)
+    lengths: with the project's WordPiece when ``ids`` is None, else with a local tokenizer mapped by ``ids``."""
+    from speccond.data import wordpiece
+
+    if ids is None:
+        tokens, lengths, _ = wordpiece.encode(tokenizer, first, second, width)  # int16 (N, width)
+        return tokens.to(torch.int32), lengths
+    return _encode(tokenizer, ids, first, second, width)
 
 
 def streams(name: str) -> bool:
@@ -313,19 +356,16 @@ def read(name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     texts = {split: _texts(source, split, tables[split], source.text) for split in splits}
     pairs = {split: _texts(source, split, tables[split], source.text_pair) for split in splits} if source.text_pair else None
     classes, labels = ([], None) if source.mlm else _labels(source, tables, splits, names)
-    if source.tokenizer is None:
+    given = given_tokenizer(source)
+    if given is None:
         training = texts["train"] + (pairs["train"] if pairs else [])
-        tokenizer = wordpiece.train_tokenizer(training, source.vocab, exact=False)
+        tokenizer, ids = wordpiece.train_tokenizer(training, source.vocab, exact=False), None
         arrays = {"tokenizer": wordpiece.to_bytes(tokenizer)}
     else:
-        tokenizer, ids = _local_tokenizer(source.tokenizer)
-        arrays = {"tokenizer": wordpiece.to_bytes(tokenizer), "tokenizer_ids": ids}
+        tokenizer, ids, arrays = given[0], given[1], dict(given[2])
     for stored, split in zip(("train", "test"), splits):
-        if source.tokenizer is None:
-            tokens, lengths, _ = wordpiece.encode(tokenizer, texts[split], pairs[split] if pairs else None, source.width)
-        else:
-            tokens, lengths = _encode(tokenizer, ids, texts[split], pairs[split] if pairs else None, source.width)
-        arrays.update({f"{stored}_tokens": tokens.to(torch.int32), f"{stored}_lengths": lengths})
+        tokens, lengths = encode(tokenizer, ids, texts[split], pairs[split] if pairs else None, source.width)
+        arrays.update({f"{stored}_tokens": tokens, f"{stored}_lengths": lengths})
         if labels is not None:
             arrays[f"{stored}_labels"] = torch.tensor(labels[split], dtype=torch.int64)
     return arrays, record(name, source, tensors_sha256(arrays), classes, tokenizer, splits)
@@ -337,7 +377,8 @@ def record(name: str, source: TextSource, sha256: str, classes: list[str], token
     return {"dataset": name, "format": FORMAT, "sha256": sha256, "classes": json.dumps(classes),
             "vocab": str(tokenizer.get_vocab_size()), "width": str(source.width),
             "pairs": "1" if source.text_pair else "0", "test_split": splits[1], "folder": str(source.folder),
-            **({"mlm": "1"} if source.mlm else {})}
+            **({"mlm": "1"} if source.mlm else {}),
+            **({"vocab_from": str(source.vocab_from)} if source.vocab_from is not None else {})}
 
 
 SPECIAL_NAMES = (("[PAD]", "<pad>"), ("[UNK]", "<unk>"), ("[CLS]", "<s>"), ("[SEP]", "</s>"), ("[MASK]", "<mask>"))
@@ -397,6 +438,8 @@ def _key(name: str, source: TextSource) -> str:
     digest = hashlib.sha256(f"{FORMAT}\n{source}\n{'mlm' if source.mlm else ''}".encode())
     if source.tokenizer is not None:
         digest.update((source.tokenizer / "tokenizer.json").read_bytes())
+    if source.vocab_from is not None:  # the vocabulary itself, not where it was read
+        digest.update(f"vocab_from {text_vocabulary.sha256(source.vocab_from)}\n".encode())
     for path in sorted(p for p in source.folder.rglob("*") if p.is_file()):
         stat = path.stat()
         digest.update(f"{path.relative_to(source.folder)}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())

@@ -11,7 +11,7 @@ counts and the per-row label ids and lengths (int64 each), never the texts:
 
 1. the columns are checked (present, no empty text) and the label classes found from each split's distinct labels
    (text_files.label_classes: the in-memory path's rules and messages), before anything is written;
-2. without ``tokenizer=``, the WordPiece is learnt from the training texts' word counts (wordpiece.train_tokenizer
+2. without ``tokenizer=`` or ``vocab_from=``, the WordPiece is learnt from the training texts' word counts (wordpiece.train_tokenizer
    reads the texts as a stream; its vocabulary depends on the counts alone);
 3. each chunk is tokenised and its ids written into int32 (N, width) ``{train,test}_tokens.npy`` files opened with
    ``numpy.lib.format.open_memmap``.
@@ -182,14 +182,14 @@ def prepare(name: str) -> Path:
     found, names = splits(source)
     chosen = text_files._chosen_splits(source, found)
     counts, classes, index = _checked(source, found, chosen, names)
-    if source.tokenizer is None:  # pass 2: the word counts of the training texts
+    given = text_files.given_tokenizer(source)  # tokenizer= or vocab_from=
+    if given is None:  # pass 2: the word counts of the training texts
         texts = (str(value) for chunk in found["train"].chunks(_text_columns(source))
                  for column in _text_columns(source) for value in chunk[column])
         tokenizer, ids = wordpiece.train_tokenizer(texts, source.vocab, exact=False), None
         small = {"tokenizer": wordpiece.to_bytes(tokenizer)}
     else:
-        tokenizer, ids = text_files._local_tokenizer(source.tokenizer)
-        small = {"tokenizer": wordpiece.to_bytes(tokenizer), "tokenizer_ids": ids}
+        tokenizer, ids, small = given[0], given[1], dict(given[2])
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -203,12 +203,9 @@ def prepare(name: str) -> Path:
             for chunk in found[split].chunks([*_text_columns(source), source.label]):
                 first = [str(value) for value in chunk[source.text]]
                 second = [str(value) for value in chunk[source.text_pair]] if source.text_pair else None
-                if ids is None:
-                    encoded, length, _ = wordpiece.encode(tokenizer, first, second, source.width)  # int16 (n, width)
-                else:
-                    encoded, length = text_files._encode(tokenizer, ids, first, second, source.width)
+                encoded, length = text_files.encode(tokenizer, ids, first, second, source.width)  # int32 (n, width)
                 stop = start + len(first)
-                tokens[stored][start:stop] = encoded.to(torch.int32).numpy()
+                tokens[stored][start:stop] = encoded.numpy()
                 lengths[start:stop], labels[start:stop] = length.numpy(), [index(v) for v in chunk[source.label]]
                 start = stop
             if start != counts[split]:

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from speccond import data
-from speccond.data import image_folder, language, store, text_files, text_stream
+from speccond.data import image_folder, language, store, text_files, text_stream, text_vocabulary
 from speccond.data.store import DatasetSpec
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks import mlm, registry
@@ -82,6 +82,13 @@ def prepare_data(name: str) -> Path:
     """The cached arrays file of task ``name``'s dataset, made if needed."""
     chosen = task(name)
     return store.prepare(dataset_spec(chosen)) if chosen.data is not None else data.prepare(chosen.dataset)
+
+
+def vocabulary(name: str) -> tuple[Path, str]:
+    """(the prepared cache of task ``name``'s dataset, made if needed; the SHA-256 of the vocabulary it stores, ""
+    for none): two tasks whose hashes agree give the same word the same token id (data/text_vocabulary.py)."""
+    path = prepare_data(name)
+    return path, text_vocabulary.sha256(path)
 
 
 def task_shape(name: str) -> TaskShape:

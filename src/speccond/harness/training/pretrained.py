@@ -11,7 +11,13 @@ ValueError that says what to do, a directory that
 
 - holds no run, or a run that is unfinished or diverged (runs.read_run: finished means an eval row at
   its final step);
-- is not a pre-training run of this task's dataset (task "mlm" of the same dataset: the same tokenizer);
+- is not a masked-language-model pre-training run (task "mlm", or ``text:DIR?text=COLUMN&mlm=1``);
+- tokenises with another vocabulary than this task: a pre-training run of this task's dataset (the built-in
+  mlm -> glue-* path) passes as before; any other pair must store the same vocabulary, compared by the SHA-256
+  of the tokenizer each cache stores (data/text_vocabulary.py; for a pre-training on your own texts, the
+  one its config.json recorded when it started, :func:`run_vocabulary`, so texts edited since are caught), so
+  your own texts fine-tune from a pre-training on other texts of yours when they say ``&vocab_from=`` its cache
+  (data/text_files.py);
 - has another architecture (model, embed_dim, depth, num_heads) or another conditioning: the method
   and, for the spectral methods, lam / target_kappa, correction, corrected and granularity. The
   encoder's W were learnt with W + C in the forward pass; the same W with another C, or none, is
@@ -42,6 +48,7 @@ from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.methods import REGISTRY
 from speccond.harness.models.bert import ENCODER, POOLER
 from speccond.harness.training import checkpoint
+from speccond.harness.training.run_dir import VOCABULARY_RECORD
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +89,11 @@ def pretrained_config(config: TrainConfig) -> TrainConfig:
         raise ValueError(f"init_from: {folder} is {record.status} ({where}); only a finished pre-training run can be "
                          f"fine-tuned{advice}")
     pre = record.config
-    if task(pre.data.task).reading != "mlm" or task(pre.data.task).dataset != task(config.data.task).dataset:
-        raise ValueError(f"init_from: {folder} trained task {pre.data.task!r}; task {config.data.task!r} starts from a pre-training "
-                         f"run of the mlm task of its dataset {task(config.data.task).dataset!r} (the same tokenizer)")
+    if task(pre.data.task).reading != "mlm":
+        raise ValueError(f"init_from: {folder} trained task {pre.data.task!r}; task {config.data.task!r} starts from a "
+                         "pre-training run of an mlm task (mlm, or text:DIR?text=COLUMN&mlm=1)")
+    if task(pre.data.task).dataset != task(config.data.task).dataset:  # one dataset: one tokenizer
+        _same_vocabulary(folder, pre.data.task, config.data.task)
     for what, theirs, ours in (
         ("architecture", _pick(pre, SAME_ARCHITECTURE), _pick(config, SAME_ARCHITECTURE)),
         ("conditioning", conditioning(pre), conditioning(config)),
@@ -96,6 +105,44 @@ def pretrained_config(config: TrainConfig) -> TrainConfig:
                 f"correction): point init_from at a run of the same {what}, e.g. runs/mlm/{{method}}/seed-0"
             )
     return pre
+
+
+def _same_vocabulary(folder: Path, pre_task: str, fine_task: str) -> None:
+    """ValueError unless tasks ``pre_task`` and ``fine_task`` store the same vocabulary (its SHA-256): the
+    pre-trained embeddings are read by token id, so the ids must mean the same words."""
+    from speccond.data import text_files
+    from speccond.harness.tasks.datasets import vocabulary
+
+    found = {}
+    for name in (pre_task, fine_task):
+        try:
+            found[name] = vocabulary(name)
+        except ValueError as error:
+            raise ValueError(f"init_from: the vocabulary of task {name!r} cannot be read to compare it with the "
+                             f"pre-training's ({error})") from None
+    (cache, now), (_, ours) = found[pre_task], found[fine_task]
+    theirs = json.loads((folder / "config.json").read_text()).get(VOCABULARY_RECORD, now)  # what it trained with
+    if theirs == ours:
+        return
+    if theirs != now:
+        raise ValueError(f"init_from: {folder} was pre-trained on {pre_task!r} with a vocabulary (sha256 {theirs[:12]}) "
+                         f"its texts no longer give (sha256 {now[:12]}: they changed since); give the task &vocab_from= "
+                         "the cache it was pre-trained with, or pre-train again")
+    advice = (f"tokenise it with the pre-training's vocabulary: add &vocab_from={cache} to the task"
+              if text_files.is_text_files(fine_task)
+              else f"pre-train on the mlm task of {fine_task!r}'s dataset, or fine-tune a text:DIR?...&vocab_from={cache} task")
+    raise ValueError(f"init_from: {folder} was pre-trained on {pre_task!r}, whose vocabulary (sha256 {theirs[:12]}) is not "
+                     f"the one {fine_task!r} tokenises with (sha256 {ours[:12] or 'none'}): {advice}")
+
+
+def run_vocabulary(config: TrainConfig) -> str:
+    """The SHA-256 of the vocabulary a run on a text task of your own tokenises with (config.json's
+    VOCABULARY_RECORD, so that a fine-tune compares against the vocabulary the run trained with, even after its
+    texts change); "" for every other task, whose config.json stays as it was."""
+    from speccond.data import text_files
+    from speccond.harness.tasks.datasets import vocabulary
+
+    return vocabulary(config.data.task)[1] if text_files.is_text_files(config.data.task) else ""
 
 
 def load_pretrained(model: nn.Module, config: TrainConfig) -> TrainConfig:

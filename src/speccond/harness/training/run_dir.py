@@ -34,15 +34,18 @@ from speccond.harness.training import checkpoint
 
 log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
+VOCABULARY_RECORD = "vocabulary_sha256"  # config.json's key: the vocabulary a run on your own texts tokenised with
 
 
-def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None) -> None:
+def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None,
+                 vocabulary: str = "") -> None:
     """Create ``run_dir`` and write its config.json, or check that the one there records ``config``.
 
     ``config`` is a TrainConfig (anything with ``to_dict`` and ``from_record``); config.json records its
     ``"config_form"`` (train_config.py: how its "config" says lam="auto"). ``libraries`` are imported
     to record their versions beside speccond's, torch's and python's; ``splits`` (when not empty) says how
-    the validation split was drawn (its size, seed and the SHA-256 of its indices). Detection runs written before the
+    the validation split was drawn (its size, seed and the SHA-256 of its indices); ``vocabulary`` (when not empty)
+    is the SHA-256 of the vocabulary a text task of your own tokenised with (pretrained.py reads it). Detection runs written before the
     one harness also carry ``"kind": "detection"``; their config, read as a TrainConfig, is what counts.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -60,6 +63,8 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), sp
               "versions": {**versions, "python": platform.python_version()}, "arithmetic": arithmetic()}
     if splits:
         record["splits"] = splits
+    if vocabulary:
+        record[VOCABULARY_RECORD] = vocabulary
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record, indent=2))
     partial.replace(path)

@@ -30,7 +30,7 @@ from speccond.harness.training import checkpoint
 from speccond.harness.training.accumulation import backward_over
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.folder_lock import writing
-from speccond.harness.training.pretrained import load_pretrained
+from speccond.harness.training.pretrained import load_pretrained, run_vocabulary
 from speccond.harness.training.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
     write_config,
@@ -84,7 +84,8 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     with ExitStack() as held:
         if context.is_main:  # one writer per run directory (folder_lock.py); released however the process ends
             held.enter_context(writing(run_dir))
-            write_config(run_dir, config, libraries=task.libraries, splits=task.splits)
+            write_config(run_dir, config, libraries=task.libraries, splits=task.splits,
+                         vocabulary=run_vocabulary(config))
         context.barrier()
         diverged = recorded_divergence(run_dir)
         if diverged is not None:
