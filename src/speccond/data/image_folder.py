@@ -26,10 +26,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from urllib.parse import parse_qs
 
 import torch
 import torch.utils.data
+
+from speccond.data.task_options import task_options
 
 PREFIX = "imagefolder:"
 DEFAULT_SIZE = 32
@@ -40,18 +41,20 @@ def is_image_folder(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+EXAMPLE = "imagefolder:DIR, imagefolder:DIR?size=64 or imagefolder:DIR?size=64&stream=1"
+
+
 def parse(name: str) -> tuple[Path, int]:
     """("imagefolder:DIR?size=N") -> (DIR, N); ValueError naming what was expected."""
     location, _, query = name[len(PREFIX):].partition("?")
-    options = parse_qs(query, strict_parsing=bool(query)) if query else {}
+    options = task_options(name, query, EXAMPLE)
     unknown = sorted(set(options) - {"size", "stream"})
     if not location or unknown:
-        raise ValueError(f"an image-folder task looks like imagefolder:DIR, imagefolder:DIR?size=64 or "
-                         f"imagefolder:DIR?size=64&stream=1, got {name!r}")
-    if options.get("stream", ["0"])[-1] not in ("0", "1"):
+        raise ValueError(f"an image-folder task looks like {EXAMPLE}, got {name!r}")
+    if options.get("stream", "0") not in ("0", "1"):
         raise ValueError(f"{name!r}: stream must be 0 (read into memory) or 1 (decode from disk as batches need them)")
     try:
-        size = int(options.get("size", [DEFAULT_SIZE])[-1])
+        size = int(options.get("size", DEFAULT_SIZE))
     except ValueError:
         raise ValueError(f"{name!r}: size must be a whole number of pixels, e.g. imagefolder:DIR?size=64") from None
     if size < 1:
@@ -67,7 +70,7 @@ def streams(name: str) -> bool:
     """True when ``name`` asks for its images to be decoded from disk as batches need them (``stream=1``)."""
     parse(name)
     query = name[len(PREFIX):].partition("?")[2]
-    return parse_qs(query).get("stream", ["0"])[-1] == "1"
+    return task_options(name, query, EXAMPLE).get("stream", "0") == "1"
 
 
 def classes(name: str) -> list[str]:

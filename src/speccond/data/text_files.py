@@ -52,11 +52,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
-from urllib.parse import parse_qs
 
 import torch
 
 from speccond.data import text_vocabulary
+from speccond.data.task_options import task_options
 
 PREFIX = "text:"
 FORMAT = "1"
@@ -100,10 +100,7 @@ class TextSource:
 def parse(name: str) -> TextSource:
     """``text:DIR?text=...&label=...`` -> TextSource; ValueError naming what was expected."""
     location, _, query = name[len(PREFIX):].partition("?")
-    try:
-        options = {key: values[-1] for key, values in parse_qs(query, strict_parsing=True).items()} if query else {}
-    except ValueError:
-        raise ValueError(f"a text task looks like {EXAMPLE}, got {name!r}") from None
+    options = task_options(name, query, EXAMPLE)
     known = {"text", "text_pair", "label", "test", "width", "vocab", "tokenizer", "mlm", "stream", "vocab_from"}
     unknown = sorted(set(options) - known)
     if options.get("mlm", "0") not in ("0", "1"):
@@ -186,7 +183,7 @@ def streams(name: str) -> bool:
     text_stream.py). Not a field of TextSource: the streamed cache sits beside the in-memory one, under its key
     (text_stream.prepare; data.prepare and the harness choose it)."""
     parse(name)
-    return parse_qs(name.partition("?")[2]).get("stream", ["0"])[-1] == "1"
+    return task_options(name, name.partition("?")[2], EXAMPLE).get("stream", "0") == "1"
 
 
 def _split_files(folder: Path) -> dict[str, list[Path]]:
