@@ -157,6 +157,7 @@ def test_without_vocab_from_or_with_another_vocabulary_init_from_is_refused_in_o
     error = capsys.readouterr().err.strip().splitlines()[-1]  # after the spectral method's warnings
     assert error.startswith("speccond train: error: init_from: ") and error.endswith(
         f"add &vocab_from={cache} to the task"), error
+    assert not out.exists()  # refused before the run directory is written
 
 
 def test_a_pretraining_whose_texts_changed_since_is_compared_by_the_vocabulary_it_trained_with(home, tmp_path):

@@ -30,7 +30,7 @@ from speccond.harness.training import checkpoint
 from speccond.harness.training.accumulation import backward_over
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.folder_lock import writing
-from speccond.harness.training.pretrained import load_pretrained, run_vocabulary
+from speccond.harness.training.pretrained import load_pretrained, pretrained_config, run_vocabulary
 from speccond.harness.training.run_dir import (
     METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
     write_config,
@@ -81,6 +81,9 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     task = training_task(config, context)  # loads the data, its sizes checked
     model = built_model(config)  # both before the run directory is written: a refused config leaves nothing
     check_recipe(config)
+    if config.model.init_from and not (run_dir / "config.json").exists():  # a new run: its pre-training checked first
+        with torch.random.fork_rng(devices=[]):  # reading the pre-training run's kappa builds a model
+            pretrained_config(config)
     with ExitStack() as held:
         if context.is_main:  # one writer per run directory (folder_lock.py); released however the process ends
             held.enter_context(writing(run_dir))
