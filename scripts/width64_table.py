@@ -103,7 +103,8 @@ def page() -> str:
              "the largest kappa(W + C) of the whole q, k or v projection (192 x 192) over the blocks, as the tracker",
              "records it. For SVD per head that is not the figure the correction bounds: each head's 64 x 192",
              "block of W + C has kappa <= 2 at initialisation, the whole projection does not. qk-norm has no",
-             "correction and its attention is not tracked (-).", ""]
+             "correction and its attention is not tracked (-). inf: the projection is numerically singular in float32",
+             "(sigma_min <= eps x 192 x sigma_max, speccond.core.spectral.spectrum), so no finite kappa is meaningful.", ""]
     for archive in sorted(RESULTS.glob("protocol64-*/kept.tar.xz")):
         instance = archive.parent.name
         runs = archive_runs(archive.parent / "kept")
