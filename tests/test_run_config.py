@@ -82,3 +82,20 @@ def test_sections_are_what_their_readers_take():
     assert config.model == ModelConfig() and config.data == DataConfig()
     assert TrainConfig().replaced(init_from="r/{method}-lam={lam:g}/seed-{seed}", lam=2.0, seed=1).init_path() == \
         "r/spectral-lam=2/seed-1"
+
+
+@pytest.mark.parametrize("given, message", [
+    (["model=timm:vit_tiny_patch16_224", "model_args=depth=2,depth=3"],
+     r"model_args takes key=value pairs joined by commas, each key once.*\(depth is given twice in depth=2, depth=3"),
+])
+def test_a_key_given_twice_where_one_would_be_ignored_is_refused(given, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig().with_overrides(given)
+
+
+def test_an_arm_that_sets_a_key_twice_is_refused():
+    from speccond.harness.config.fields import arm_settings
+
+    with pytest.raises(ValueError, match=r"lam is set twice in arm 'spectral:lam=5\+lam=10'; set each key once"):
+        arm_settings("spectral:lam=5+lam=10")
+    assert arm_settings("spectral:corrected=q+lam=auto") == ("spectral", ["corrected=q", "lam=auto"])

@@ -44,20 +44,35 @@ def sweep_setting(text: str) -> tuple[str, list[str]]:
 
 def arm_settings(arm: str) -> tuple[str, list[str]]:
     """One arm of ``speccond tune --arms``: "spectral:corrected=q+lam=auto" -> ("spectral", ["corrected=q",
-    "lam=auto"]); "baseline" -> ("baseline", [])."""
+    "lam=auto"]); "baseline" -> ("baseline", []). ValueError for a key set twice in one arm
+    ("spectral:lam=5+lam=10"): one of the two would be ignored."""
     method, _, settings = arm.partition(":")
-    return method, [pair for pair in settings.split("+") if pair]
+    pairs = [pair for pair in settings.split("+") if pair]
+    _once([setting(pair)[0] for pair in pairs], f"arm {arm!r}")
+    return method, pairs
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict:
-    """["img_size=32", "depth=2"] -> {"img_size": 32, "depth": 2}."""
+    """["img_size=32", "depth=2"] -> {"img_size": 32, "depth": 2}; ValueError for a key given twice (one value
+    would be ignored)."""
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"expected key=value, got {pair!r}")
+        if key in overrides:
+            raise ValueError(f"{key} is given twice in {', '.join(pairs)}; give each key once")
         try:
             overrides[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             overrides[key] = value
     return overrides
+
+
+def _once(keys: Sequence[str], where: str) -> None:
+    """ValueError naming the first key of ``keys`` that appears twice in ``where``."""
+    seen = set()
+    for key in keys:
+        if key in seen:
+            raise ValueError(f"{key} is set twice in {where}; set each key once")
+        seen.add(key)

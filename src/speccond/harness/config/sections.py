@@ -79,9 +79,9 @@ class ModelConfig:
         pairs = [pair.strip() for pair in _top_level_split(self.model_args) if pair.strip()]
         try:
             return parse_overrides(pairs)
-        except ValueError:
-            raise ValueError(f"TrainConfig.model_args takes key=value pairs joined by commas, e.g. "
-                             f"'drop_path_rate=0.1,depth=6'; got {self.model_args!r}") from None
+        except ValueError as error:
+            raise ValueError(f"TrainConfig.model_args takes key=value pairs joined by commas, each key once, e.g. "
+                             f"'drop_path_rate=0.1,depth=6'; got {self.model_args!r} ({error})") from None
 
 
 @dataclass(frozen=True)
