@@ -268,10 +268,11 @@ def test_cli_compare_and_report_for_the_detection_task(tiny_task, tmp_path, caps
     from speccond.harness.cli import main
 
     # target_kappa (the bound lam=auto aims at) is refused beside a numeric lam: TINY's default is left out
-    sets = [f"{k}={v}" for k, v in TINY.to_dict().items() if k not in ("task", "model", "method", "seed", "target_kappa")]
+    sets = [f"{k}={v}" for k, v in TINY.replaced(epochs=1).to_dict().items()
+            if k not in ("task", "model", "method", "seed", "target_kappa")]
     out = tmp_path / "compare"
     args = ["compare", "--task", "fashion-scenes", "--model", "xcit-maskrcnn", "--seeds", "2", "--out", str(out),
-            "--methods", "baseline,spectral", *[word for s in sets for word in ("--set", s)], "--set", "epochs=1"]
+            "--methods", "baseline,spectral", *[word for s in sets for word in ("--set", s)]]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "| baseline | 2 | 0/2 |" in printed and "| spectral lam=10 | 2 | 0/2 |" in printed

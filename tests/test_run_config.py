@@ -99,3 +99,17 @@ def test_an_arm_that_sets_a_key_twice_is_refused():
     with pytest.raises(ValueError, match=r"lam is set twice in arm 'spectral:lam=5\+lam=10'; set each key once"):
         arm_settings("spectral:lam=5+lam=10")
     assert arm_settings("spectral:corrected=q+lam=auto") == ("spectral", ["corrected=q", "lam=auto"])
+
+
+@pytest.mark.parametrize("args, where", [
+    (["train", "--out", "{out}", "--set", "lr=1e-3", "--set", "lr=3e-4"], "--set"),
+    (["compare", "--out", "{out}", "--task", "digits", "--set", "task=fashion-mnist"], "--task, --model and --set"),
+    (["tune", "--out", "{out}", "--val-size", "100", "--set", "epochs=1", "--set", "epochs=2"], "--task, --model and --set"),
+])
+def test_the_command_line_refuses_a_key_given_twice_before_writing(args, where, tmp_path, capsys):
+    from speccond.harness.cli import main
+
+    out = tmp_path / "out"
+    assert main([a.replace("{out}", str(out)) for a in args]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"is set twice in {where}; set each key once" in error and not out.exists()

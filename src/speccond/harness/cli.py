@@ -275,10 +275,12 @@ def main(argv: list[str] | None = None) -> int:
 def _base_config(args: argparse.Namespace, *fixed: str):
     """The TrainConfig of compare and tune: the task's preset, then --task / --model, then --set, then
     ``fixed`` (what the command itself requires)."""
+    from speccond.harness.config.fields import refuse_repeats, setting
     from speccond.harness.config.presets import preset
     from speccond.harness.config.train_config import TrainConfig
 
     chosen = [f"{key}={value}" for key, value in (("task", args.task), ("model", args.model)) if value]
+    refuse_repeats([setting(pair)[0] for pair in [*chosen, *args.set]], "--task, --model and --set")
     recipe_name = getattr(args, "recipe", None)
     if recipe_name:
         from speccond.harness.config.recipes import recipe
@@ -505,6 +507,7 @@ def _train(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
+    from speccond.harness.config.fields import refuse_repeats, setting
     from speccond.harness.config.train_config import TrainConfig
     from speccond.harness.tasks.datasets import task as task_of
     from speccond.harness.training.preflight import check_writable
@@ -513,6 +516,7 @@ def _train(args: argparse.Namespace) -> int:
 
     if bool(args.out) == bool(args.resume):
         raise ValueError("give exactly one of --out RUN_DIR (a new run) or --resume RUN_DIR")
+    refuse_repeats([setting(pair)[0] for pair in args.set], "--set")
     if args.resume:
         if not (Path(args.resume) / "config.json").is_file():
             raise ValueError(f"{args.resume} has no config.json; nothing to resume")

@@ -48,7 +48,7 @@ def arm_settings(arm: str) -> tuple[str, list[str]]:
     ("spectral:lam=5+lam=10"): one of the two would be ignored."""
     method, _, settings = arm.partition(":")
     pairs = [pair for pair in settings.split("+") if pair]
-    _once([setting(pair)[0] for pair in pairs], f"arm {arm!r}")
+    refuse_repeats([setting(pair)[0] for pair in pairs], f"arm {arm!r}")
     return method, pairs
 
 
@@ -69,7 +69,7 @@ def parse_overrides(pairs: Sequence[str]) -> dict:
     return overrides
 
 
-def _once(keys: Sequence[str], where: str) -> None:
+def refuse_repeats(keys: Sequence[str], where: str) -> None:
     """ValueError naming the first key of ``keys`` that appears twice in ``where``."""
     seen = set()
     for key in keys:
