@@ -67,9 +67,11 @@ def test_a_tiny_run_trains_on_it_from_the_command_line(prepared, tmp_path, monke
     home, _ = prepared
     monkeypatch.setenv("SPECCOND_DATA", str(home))
     out = tmp_path / "run"
-    argv = ["train", "--out", str(out), *(f"--set={pair}" for pair in (
-        *preset("quick", "associative-recall"), "task=associative-recall", "embed_dim=16", "depth=1",
-        "train_size=64", "test_size=32", "epochs=1", "batch_size=16", "warmup_steps=1", "track_every=2"))]
+    tiny = ["task=associative-recall", "embed_dim=16", "depth=1", "train_size=64", "test_size=32", "epochs=1",
+            "batch_size=16", "warmup_steps=1", "track_every=2"]
+    given = {pair.partition("=")[0] for pair in tiny}  # train's --set gives each key once: the preset's are replaced
+    kept = [pair for pair in preset("quick", "associative-recall") if pair.partition("=")[0] not in given]
+    argv = ["train", "--out", str(out), *(f"--set={pair}" for pair in (*kept, *tiny))]
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["kind"] == "eval" and result["total_steps"] == 4 and 0.0 <= result["accuracy"] <= 1.0, result
