@@ -130,7 +130,7 @@ def test_a_recipe_asked_wrongly_is_refused_in_one_line_and_nothing_is_written(ar
 
 def test_model_args_keep_commas_inside_brackets():
     config = TrainConfig().replaced(model="timm:davit_base", model_args="depths=(1,1),num_heads=[1, 2],window_size=4")
-    assert config.model_kwargs() == {"depths": (1, 1), "num_heads": [1, 2], "window_size": 4}
+    assert config.model.model_kwargs() == {"depths": (1, 1), "num_heads": [1, 2], "window_size": 4}
 
 
 def test_torchrun_compare_of_a_recipe_reports_what_one_process_reports(images, tmp_path):

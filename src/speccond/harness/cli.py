@@ -322,7 +322,7 @@ def _check_models(configs: list, *packages: str) -> None:
 
             shape = task_shape(config.data.task)
             if shape.kind == "text":  # another kind of task is refused when the model is built, with the kinds
-                folder_config(config.model.name[len("hf:"):], shape.vocab, shape.classes, config.model_kwargs())
+                folder_config(config.model.name[len("hf:"):], shape.vocab, shape.classes, config.model.model_kwargs())
 
 
 def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:

@@ -129,10 +129,6 @@ class TrainConfig:
             raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}; known: {list(_KEYS)}")
         return cls.from_dict(values if form == CONFIG_FORM else form_1_upgraded(values))
 
-    def model_kwargs(self) -> dict:
-        """The model's model_args as keyword arguments (ModelConfig.model_kwargs)."""
-        return self.model.model_kwargs()
-
     def init_path(self) -> str:
         """``init_from`` with its ``{key}`` placeholders filled from this config's flat keys."""
         return self.model.init_from.format(**self.to_dict())

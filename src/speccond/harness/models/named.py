@@ -135,7 +135,7 @@ def build_timm_model(config: "TrainConfig", shape: "TaskShape") -> nn.Module:
     ``timm.create_model(name, pretrained=False, num_classes=, in_chans=, img_size=, **config.model.model_args)``,
     in train mode; img_size is left out for a model that does not take it (a ResNet). An unknown name is a
     ValueError naming the nearest registered ones. Seed torch before calling: this does not."""
-    kwargs = config.model_kwargs()
+    kwargs = config.model.model_kwargs()
     base = {"num_classes": shape.classes, "in_chans": shape.channels}
     try:
         return build_named_model(config.model.name, {**base, "img_size": shape.image_size, **kwargs}).train()

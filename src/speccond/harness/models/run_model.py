@@ -33,7 +33,7 @@ def build_model(config: TrainConfig, shape: TaskShape) -> nn.Module:
         model = conditioned = build_timm_model(config, shape)
     elif config.model.name.startswith(HF_PREFIX):
         model = conditioned = build_hf_text_model(config.model.name, shape.vocab, shape.classes, shape.mlm,
-                                                  config.model_kwargs())
+                                                  config.model.model_kwargs())
     else:
         module = family_module(config.model.name)
         model = timm_family.build(config, shape) if kind == "image" else module.build(config, shape)
