@@ -10,6 +10,7 @@ import torch
 
 from speccond import diagnostics as dx
 import speccond
+from tests.hidden_attention import Pooled, Router, SdpaMixer, SoftmaxMixer
 
 VOCAB = 64
 
@@ -104,3 +105,49 @@ def test_every_diagnostic_takes_keyword_inputs_as_verify_does():
     assert [r["entropy"] for r in by_mapping] == [r["entropy"] for r in by_tuple] and len(by_mapping) == 4
     assert dx.attention_jacobian(model, inputs, method="exact")[0]["kappa"] > 1
     assert dx.theorem_bound(model, inputs)[0]["layer"] == 0
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(lambda: torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()), id="no-attention"),
+    pytest.param(lambda: torch.nn.Sequential(SdpaMixer(), SdpaMixer()), id="attention-nothing-finds"),
+])
+@pytest.mark.parametrize("diagnostic", ["attention_entropy", "projection_spectra", "attention_jacobian"])
+def test_a_diagnostic_refuses_a_model_in_which_it_finds_no_attention_layer(diagnostic, model):
+    model, x = model().eval(), torch.randn(2, 5, 32)
+    call = {
+        "attention_entropy": lambda: dx.attention_entropy(model, x),
+        "projection_spectra": lambda: dx.projection_spectra(model),
+        "attention_jacobian": lambda: dx.attention_jacobian(model, x),
+    }[diagnostic]
+    with pytest.raises(ValueError, match="found no attention layer in Sequential .*what it reports would be empty"):
+        call()  # before: an empty table, which reads as "nothing to measure"
+
+
+# -- attention that runs where no found layer is running (diagnostics/census.py) -----------------------------------
+def _vit_with(pool: torch.nn.Module) -> Pooled:
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2, num_classes=3)
+    return Pooled(vit, pool).eval()
+
+
+@pytest.mark.parametrize("extra, where", [
+    (lambda: SdpaMixer(192, 3), r"pool \(SdpaMixer, 1 call\)"),
+    (lambda: SoftmaxMixer(192, 3), r"pool \(SoftmaxMixer, 1 call\)"),
+])
+@pytest.mark.parametrize("diagnostic", ["attention_entropy", "attention_jacobian"])
+def test_a_diagnostic_refuses_attention_that_runs_outside_every_layer_it_found(diagnostic, extra, where):
+    model, images = _vit_with(extra()), torch.randn(2, 3, 32, 32)
+    assert len(dx.projection_spectra(model)) > 0  # structure finds the ViT's layers, not the pool's attention
+    call = {"attention_entropy": lambda: dx.attention_entropy(model, images),
+            "attention_jacobian": lambda: dx.attention_jacobian(model, images)}[diagnostic]
+    with pytest.raises(ValueError, match=f"attention ran in {where} of Pooled, outside every attention layer"):
+        call()  # before: the ViT's rows alone, the pool's attention left out without a word
+    assert not torch.nn.modules.module._global_forward_pre_hooks  # the watch's hooks are gone
+    assert not torch.nn.modules.module._global_forward_hooks
+
+
+def test_a_softmax_that_is_not_attention_is_not_counted():
+    model, images = _vit_with(Router()), torch.randn(2, 3, 32, 32)
+    rows = dx.attention_entropy(model, images)
+    assert {row["layer"] for row in rows} == {0, 1} and len(rows) == 6  # the ViT's 2 layers of 3 heads

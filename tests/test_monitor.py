@@ -7,6 +7,7 @@ import gc
 import math
 import subprocess
 import sys
+import warnings
 import weakref
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from speccond import diagnostics as dx
 import speccond
 from speccond.layers import attention_layers
 from speccond.monitor import Monitor, Schedule, read_csv_metrics
+from tests.hidden_attention import Pooled, Router, SdpaMixer
 
 timm = pytest.importorskip("timm")
 RTOL = 1e-4  # float32 spectra and entropy against the diagnostics' float64
@@ -241,3 +243,231 @@ def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path):
     scalars = event_scalars(tmp_path / "tb")
     assert {tag for tag in scalars if tag.startswith("speccond/")} == set(callback.last)
     assert [step for step, _ in scalars["speccond/entropy/mean"]] == [1, 3]
+
+
+# -- a model the schedule cannot measure in full is refused before the first measurement -----------------------
+class _NamedAttention(torch.nn.Module):
+    """Attention with query/key/value projections that no named adapter claims: with the inferred adapter off
+    (its layout is otherwise probed), attention no adapter recognises."""
+
+    def __init__(self, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value, self.out = (torch.nn.Linear(dim, dim) for _ in range(4))
+
+    def forward(self, x):  # x (B, N, D)
+        batch, tokens, dim = x.shape
+        q, k, v = (p(x).reshape(batch, tokens, self.heads, -1).transpose(1, 2) for p in (self.query, self.key, self.value))
+        weights = (q @ k.transpose(-1, -2) / math.sqrt(dim // self.heads)).softmax(-1)  # (B, H, N, N)
+        return self.out((weights @ v).transpose(1, 2).reshape(batch, tokens, dim))
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(lambda: timm.create_model("resnet18", pretrained=False, num_classes=3), id="no-attention"),
+    pytest.param(lambda: SdpaMixer(), id="attention-nothing-finds"),
+])
+def test_a_model_with_no_attention_layer_found_is_refused_before_the_writer(tmp_path, model):
+    with pytest.raises(ValueError, match=r"^speccond.monitor: found no attention layer in \w+ .*what it reports would be empty"):
+        Monitor(model(), writer=tmp_path / "m.csv")
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_a_spectra_only_monitor_refuses_attention_no_adapter_recognises(tmp_path, monkeypatch):
+    from speccond.adapters.inferred import InferredAttentionAdapter
+
+    monkeypatch.setattr(InferredAttentionAdapter, "matches", lambda self, module: False)
+    model = torch.nn.Sequential(_NamedAttention(), _NamedAttention())
+    with pytest.raises(ValueError, match="recognised by no speccond adapter.*0 \\(_NamedAttention\\), 1 \\(_NamedAttention\\)"):
+        Monitor(model, writer=tmp_path / "m.csv", entropy=False)  # before: an empty set of metrics every step
+
+
+@pytest.mark.parametrize("sample, message", [
+    ({"layers": [2]}, r"layers=\(2,\) names layer 2, but the model has 2 attention layers \(0 to 1\)"),
+    ({"layers": [0, 5, 7]}, r"names layer 5, 7, but the model has 2"),
+    ({"heads": [1, 3]}, r"heads=\(1, 3\) names head 3, but the measured layers have at most 3 heads \(0 to 2\)"),
+])
+def test_layers_or_heads_the_model_lacks_are_refused(tmp_path, sample, message):
+    with pytest.raises(ValueError, match=message):  # before: nothing logged for them, with no word
+        Monitor(vit(), writer=tmp_path / "m.csv", **sample)
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_a_head_some_measured_layers_lack_is_measured_where_it_exists():
+    # layers of 3 and 6 heads (Swin's stages): head 4 exists in layer 1 only
+    assert Schedule(heads=[4]).missing_from([3, 6]) == ""
+    assert "at most 3 heads" in Schedule(layers=[0], heads=[4]).missing_from([3, 6])
+    assert Schedule(layers=[1], heads=[4]).missing_from([3, 6]) == ""
+    assert Schedule().missing_from([3, 6]) == ""
+
+
+def test_the_trainer_and_lightning_callbacks_refuse_before_the_first_step(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    pl = pytest.importorskip("lightning.pytorch")
+    from speccond.monitor import SpecCondCallback, SpecCondLightningCallback
+
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64)
+    model = transformers.BertForSequenceClassification(config)
+    calls = []
+    model.register_forward_hook(lambda *_: calls.append(1))
+    data = [{"input_ids": torch.randint(3, 64, (12,)), "labels": torch.tensor(i % 2)} for i in range(4)]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=2, report_to=[], use_cpu=True,
+                                          save_strategy="no", per_device_train_batch_size=2, disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[SpecCondCallback(layers=[4])])
+    with pytest.raises(ValueError, match="names layer 4, but the model has 2 attention layers"):
+        trainer.train()
+    assert calls == [] and trainer.state.global_step == 0
+
+    class Classifier(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = vit()
+
+        def training_step(self, batch, _index):
+            calls.append(1)
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images(4), torch.arange(4) % 3), batch_size=2)
+    trainer = pl.Trainer(max_steps=2, accelerator="cpu", callbacks=[SpecCondLightningCallback(heads=[5])],
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ValueError, match="names head 5, but the measured layers have at most 3 heads"):
+        trainer.fit(Classifier(), loader)
+    assert calls == [] and trainer.global_step == 0
+
+
+# -- the first measured step is watched for attention that runs outside every found layer (diagnostics/census.py) --
+def _regress(model, monitor, steps: int) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for step in range(steps):
+        with monitor.step(step):
+            F.mse_loss(model(images()), torch.zeros(4, 192)).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def test_attention_outside_every_found_layer_is_refused_at_the_first_measured_step(tmp_path):
+    model = Pooled(vit(), SdpaMixer(192, 3))
+    monitor = Monitor(model, writer=tmp_path / "m.csv", every=1)  # structure finds the ViT's layers only
+    with pytest.raises(ValueError, match=r"attention ran in pool \(SdpaMixer, 1 call\) of Pooled, outside every"):
+        _regress(model, monitor, 2)  # before: the ViT's metrics alone, the pool's attention left out
+    assert not (tmp_path / "m.csv").exists() or not read_csv_metrics(tmp_path / "m.csv")
+    assert not torch.nn.modules.module._global_forward_pre_hooks and not torch.nn.modules.module._global_forward_hooks
+
+
+def test_a_router_softmax_is_not_attention_and_only_the_first_measured_step_is_watched(tmp_path, monkeypatch):
+    from speccond.monitor import measurement
+
+    model = Pooled(vit(), Router())
+    monitor = Monitor(model, writer=tmp_path / "m.csv", every=1)
+    watches = []
+    real = measurement.watched
+
+    def counting(*args):
+        watches.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(measurement, "watched", counting)
+    _regress(model, monitor, 3)
+    assert len(watches) == 1  # steps 0, 1 and 2 measured; step 0 alone watched
+    assert {name.split("/")[2] for name in monitor.last if "/entropy/layer" in name} == {"layer0", "layer1"}
+
+
+def test_a_compiled_model_is_watched_eagerly_and_measured(tmp_path):
+    eager = Monitor(vit(), writer=tmp_path / "eager.csv", every=1)
+    train_steps(eager.model, eager, 1, images())
+    compiled = torch.compile(vit())
+    monitor = Monitor(compiled, writer=tmp_path / "m.csv", every=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the watch's global hooks beside an OptimizedModule warn nothing
+        train_steps(compiled, monitor, 1, images())  # dynamo cannot trace the watch: that step runs eagerly
+    assert monitor.last.keys() == eager.last.keys()
+    assert all(close(monitor.last[name], eager.last[name]) for name in eager.last)
+
+
+def _nothing_of_the_watch_left() -> bool:
+    from torch.nn.modules import module
+
+    return not module._global_forward_pre_hooks and not module._global_forward_hooks and torch._C._len_torch_function_stack() == 0
+
+
+def test_attention_outside_every_found_layer_is_refused_under_the_trainer(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from speccond.monitor import SpecCondCallback
+
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, num_labels=2)
+    bert = transformers.BertForSequenceClassification(config)
+
+    class Pooled(torch.nn.Module):  # BERT's layers are found; the mixer's attention is not
+        def __init__(self):
+            super().__init__()
+            self.bert, self.pool = bert.bert, SdpaMixer(32, 4)
+
+        def forward(self, input_ids, labels):
+            tokens = self.pool(self.bert(input_ids=input_ids).last_hidden_state)  # (B, L, D)
+            return {"loss": tokens.mean() * 0 + F.cross_entropy(tokens[:, 0, :2], labels)}
+
+    data = [{"input_ids": torch.randint(3, 64, (12,)), "labels": torch.tensor(i % 2)} for i in range(4)]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to=[], use_cpu=True,
+                                          save_strategy="no", per_device_train_batch_size=2, disable_tqdm=True)
+    trainer = transformers.Trainer(model=Pooled(), args=args, train_dataset=data, callbacks=[SpecCondCallback(every=1)])
+    with pytest.raises(ValueError, match=r"attention ran in pool \(SdpaMixer, 1 call\) of Pooled"):
+        trainer.train()
+    assert _nothing_of_the_watch_left()
+
+
+@pytest.mark.parametrize("front_end", ["loop", "trainer", "lightning"])
+def test_nothing_of_the_watch_outlives_a_first_step_that_fails(tmp_path, front_end):
+    def failing_step(model, batch):
+        model(batch).sum()
+        raise RuntimeError("boom after the forward")
+
+    if front_end == "loop":
+        model = vit()
+        monitor = Monitor(model, writer=tmp_path / "m.csv", every=1)
+        with pytest.raises(RuntimeError, match="boom"):
+            with monitor.step(0):
+                failing_step(model, images())
+    elif front_end == "trainer":
+        transformers = pytest.importorskip("transformers")
+        pytest.importorskip("accelerate")
+        from speccond.monitor import SpecCondCallback
+
+        class Failing(transformers.Trainer):
+            def compute_loss(self, model, inputs, *args, **kwargs):
+                failing_step(model, inputs["x"])
+
+        data = [{"x": images(1)[0]} for _ in range(4)]
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to=[], use_cpu=True,
+                                              save_strategy="no", per_device_train_batch_size=2, disable_tqdm=True,
+                                              remove_unused_columns=False)
+        trainer = Failing(model=vit(), args=args, train_dataset=data, callbacks=[SpecCondCallback(every=1)])
+        with pytest.raises(RuntimeError, match="boom"):
+            trainer.train()
+    else:
+        pl = pytest.importorskip("lightning.pytorch")
+        from speccond.monitor import SpecCondLightningCallback
+
+        class Failing(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = vit()
+
+            def training_step(self, batch, _index):
+                failing_step(self.net, batch[0])
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images(4)), batch_size=2)
+        trainer = pl.Trainer(max_steps=2, accelerator="cpu", callbacks=[SpecCondLightningCallback(every=1)],
+                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False)
+        with pytest.raises(RuntimeError, match="boom"):
+            trainer.fit(Failing(), loader)
+    assert _nothing_of_the_watch_left()

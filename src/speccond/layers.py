@@ -149,6 +149,25 @@ def unrecognised_refusal(model: nn.Module, what: str, config: Optional[SpectralC
     )
 
 
+def coverage_refusal(model: nn.Module, what: str, config: Optional[SpectralConfig] = None) -> str:
+    """Why ``what`` (a diagnostic or the monitor) refuses ``model`` because its table would not cover the
+    model's attention ('' when it would): attention-like modules nothing covers (:func:`unrecognised_refusal`),
+    or no attention layer found at all, which leaves an empty table that reads as "nothing to measure" (a
+    module whose attention is found by neither an adapter nor its projections' names, or a model without
+    attention). Runs nothing."""
+    unrecognised = unrecognised_refusal(model, what, config)
+    if unrecognised:
+        return unrecognised
+    if attention_layers(model, config):
+        return ""
+    return (
+        f"{what}: found no attention layer in {type(model).__name__} (no module a speccond adapter recognises, "
+        "no declared layout, no attached correction), so what it reports would be empty; pass the model or "
+        "submodule that holds the attention, or, where its q, k, v projection has a name speccond does not know, "
+        "declare its layout (SpectralConfig(layouts=...); speccond.apply(model) says how)"
+    )
+
+
 def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: str, model: nn.Module) -> AttentionLayer:
     """A declared projection belongs to its parent module (the user's attention)."""
     parent = module_name.rpartition(".")[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import numbers
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -28,7 +29,8 @@ from speccond.adapters.head_inputs import HeadInputs, head_refusal
 from speccond.checks import check_example_input, require_module
 from speccond.core.sharded import unsharded
 from speccond.diagnostics.attention_head import AttentionHead
-from speccond.layers import AttentionLayer, Projection, attention_layers, projection_bias, unrecognised_refusal
+from speccond.diagnostics.census import watched
+from speccond.layers import AttentionLayer, Projection, attention_layers, coverage_refusal, projection_bias
 
 Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one tensor
 
@@ -39,17 +41,17 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     require_module(model, "speccond.diagnostics")
     check_example_input(*_split(inputs), where="speccond.diagnostics: the probe input")
     layers = attention_layers(model)
-    unrecognised = unrecognised_refusal(model, "the head diagnostics")
-    if unrecognised:  # the layers would be numbered without them
-        raise ValueError(unrecognised)
+    uncovered = coverage_refusal(model, "the head diagnostics")
+    if uncovered:  # the layers would be numbered without them, or there are none
+        raise ValueError(uncovered)
     if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < len(layers):
         raise ValueError(
             f"layer must be an int in [0, {len(layers)}): the model has {len(layers)} attention layers, got {layer!r}"
         )
     layer = int(layer)
     target = layers[layer]
-    _check_rebuildable(target)
-    args, kwargs = capture_input(model, target.module, inputs)
+    check_rebuildable(target)
+    args, kwargs = capture_input(model, target.module, inputs, found=[found.module for found in layers])
     with unsharded(model, target.module) as gathered:  # FSDP2: the module's own tensors, as in its forward
         return _rebuilt(target, layer, args, kwargs, heads, gathered)
 
@@ -105,13 +107,14 @@ def _snapshot(norm):
 def rebuild_refusal(model: nn.Module) -> str:
     """Why the head diagnostics refuse an attention layer of ``model``, as far as the modules tell without a
     call: the adapter's reason, PEFT tuner layers, hooks on a projection ('' when none does; a call can
-    still be refused for its inputs, e.g. a mask), or attention-like modules no adapter recognises. Runs nothing."""
-    unrecognised = unrecognised_refusal(model, "the head diagnostics")
-    if unrecognised:
-        return unrecognised
+    still be refused for its inputs, e.g. a mask), attention-like modules no adapter recognises, or no attention
+    layer at all. Runs nothing."""
+    uncovered = coverage_refusal(model, "the head diagnostics")
+    if uncovered:
+        return uncovered
     for layer in attention_layers(model):
         try:
-            _check_rebuildable(layer)
+            check_rebuildable(layer)
         except ValueError as error:
             return str(error)
     return ""
@@ -119,14 +122,17 @@ def rebuild_refusal(model: nn.Module) -> str:
 
 def layer_count(model: nn.Module) -> int:
     """The number of attention layers the head diagnostics number; raises ValueError naming attention-like
-    modules that no adapter recognises (the layers would be numbered and tabled without them)."""
-    unrecognised = unrecognised_refusal(model, "the head diagnostics")
-    if unrecognised:
-        raise ValueError(unrecognised)
+    modules that no adapter recognises (the layers would be numbered and tabled without them), and when there is
+    no attention layer (layers.coverage_refusal)."""
+    uncovered = coverage_refusal(model, "the head diagnostics")
+    if uncovered:
+        raise ValueError(uncovered)
     return len(attention_layers(model))
 
 
-def _check_rebuildable(layer: AttentionLayer) -> None:
+def check_rebuildable(layer: AttentionLayer) -> None:
+    """ValueError unless the head diagnostics can rebuild ``layer``'s heads (its adapter's answer, PEFT tuner
+    layers, hooks on a projection): :func:`rebuild_refusal`'s check of one layer."""
     layer.check_weights_tell("the head diagnostics")
     reason = "it was declared by a layout, so speccond does not know how it forms its logits"
     if layer.adapter is not None:
@@ -141,12 +147,20 @@ def _check_rebuildable(layer: AttentionLayer) -> None:
         )
 
 
-def capture_input(model: nn.Module, module: nn.Module, inputs: Inputs) -> tuple[tuple, dict]:
+UNFOUND_ADVICE = ("they rebuild only attention an adapter recognises: measure a model without that module, or read "
+                  "its q, k, v spectra with projection_spectra and its layout declared (SpectralConfig(layouts=...))")
+
+
+def capture_input(
+    model: nn.Module, module: nn.Module, inputs: Inputs, found: Optional[list[nn.Module]] = None,
+) -> tuple[tuple, dict]:
     """The args and kwargs ``module`` is called with when the model runs on ``inputs`` (eval, no grad).
 
     ``inputs``: a tuple (positional), a dict (keyword: {"input_ids": ..., "attention_mask": ...}) or one tensor,
     as verify takes them. A key/value cache in the captured
     arguments is dropped: the diagnostics rebuild one forward of the input, not a cached continuation.
+    ``found``: the attention modules the diagnostics table; when given, the forward is watched
+    (census.py) and attention that runs outside all of them is refused, naming where it ran.
     """
     captured: list[tuple[tuple, dict]] = []
 
@@ -161,12 +175,15 @@ def capture_input(model: nn.Module, module: nn.Module, inputs: Inputs) -> tuple[
     args, kwargs = _split(inputs)
     try:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), (watched(model, found) if found is not None else nullcontext()) as census:
             model(*args, **kwargs)
     finally:
         handle.remove()
         for child, training in modes:
             child.training = training
+    unfound = census.refusal(model, "the head diagnostics", UNFOUND_ADVICE) if census is not None else ""
+    if unfound:
+        raise ValueError(unfound)
     if not captured:
         raise ValueError("the probe input never reached this attention layer; pass an input the model runs on")
     return captured[0]

@@ -15,16 +15,16 @@ from speccond.checks import received, require_bool, require_module
 from speccond.core.config import SpectralConfig
 from speccond.core.spectral import spectrum
 from speccond.diagnostics.records import Records
-from speccond.layers import attention_layers, unrecognised_refusal
+from speccond.layers import attention_layers, coverage_refusal
 
 
 def spectra_refusal(model: nn.Module, config: Optional[SpectralConfig] = None) -> str:
     """Why :func:`projection_spectra` refuses ``model`` ('' when it does not): a projection whose output a
-    hook changes after the weights (qk-norm's LayerNorms), PEFT tuner layers not merged, or attention-like
-    modules no adapter or declared layout covers. Runs nothing."""
-    unrecognised = unrecognised_refusal(model, "projection_spectra", config)
-    if unrecognised:
-        return unrecognised
+    hook changes after the weights (qk-norm's LayerNorms), PEFT tuner layers not merged, attention-like
+    modules no adapter or declared layout covers, or no attention layer at all. Runs nothing."""
+    uncovered = coverage_refusal(model, "projection_spectra", config)
+    if uncovered:
+        return uncovered
     for layer in attention_layers(model, config):
         try:
             layer.check_weights_tell("projection_spectra")
@@ -37,14 +37,15 @@ def projection_spectra(model: nn.Module, config: Optional[SpectralConfig] = None
     """Rows: layer, module, projection (q/k/v, the paper's role), head (None = the whole block),
     sigma_min, sigma_max, kappa of the effective weight; plus kappa_w, sigma_min_w, sigma_max_w of the stored
     W when conditioned. ``config`` only supplies declared layouts for modules no adapter knows. Raises
-    ValueError naming attention-like modules that neither an adapter nor ``config`` covers."""
+    ValueError naming attention-like modules that neither an adapter nor ``config`` covers, and when it finds
+    no attention layer (an empty table would read as "nothing to measure")."""
     require_module(model, "speccond.diagnostics.projection_spectra")
     if config is not None and not isinstance(config, SpectralConfig):
         raise TypeError(f"projection_spectra: config must be a speccond.SpectralConfig or None, got {received(config)}")
     require_bool(per_head, "projection_spectra: per_head")
-    unrecognised = unrecognised_refusal(model, "projection_spectra", config)
-    if unrecognised:
-        raise ValueError(unrecognised)
+    uncovered = coverage_refusal(model, "projection_spectra", config)
+    if uncovered:
+        raise ValueError(uncovered)
     rows = []
     for layer in attention_layers(model, config):
         layer.check_weights_tell("projection_spectra")

@@ -1,6 +1,6 @@
 """Attention entropy per head from the training forward's own inputs: no forward pass of its own.
 
-``EntropyHooks.arm`` registers a forward pre-hook on each sampled attention module. When the training
+``EntropyHooks.arm`` registers a forward pre-hook on each sampled attention layer's module. When the training
 forward reaches the module, the hook rebuilds the sampled heads on the module's real input
 (:func:`speccond.diagnostics.heads.heads_on_input`, the same rebuilding the diagnostics use), computes
 each head's attention probabilities P (B, N, N) without gradients, keeps only the mean entropy
@@ -21,8 +21,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from speccond.diagnostics.entropy import row_entropy
-from speccond.diagnostics.heads import heads_on_input, rebuild_refusal
-from speccond.layers import AttentionLayer, attention_layers
+from speccond.diagnostics.heads import check_rebuildable, heads_on_input
+from speccond.layers import AttentionLayer
 from speccond.monitor.names import entropy_name
 from speccond.monitor.schedule import Schedule
 
@@ -39,14 +39,17 @@ class EntropyHooks:
     def armed(self) -> bool:
         return bool(self._handles)
 
-    def arm(self, model: nn.Module) -> None:
-        """Hook the sampled attention modules of ``model`` for its next forward."""
+    def arm(self, layers: list[AttentionLayer]) -> None:
+        """Hook the sampled ones of ``layers`` (a model's attention layers, whose structure the Measurement
+        checked) for the model's next forward; ValueError when one cannot be rebuilt now (a PEFT tuner or a
+        hook added since)."""
         self.disarm()
-        refusal = rebuild_refusal(model)
-        if refusal:
-            raise ValueError(f"speccond.monitor cannot measure attention entropy: {refusal}; pass entropy=False")
-        for layer in attention_layers(model):
+        for layer in layers:
             if self.schedule.measures_layer(layer.index):
+                try:
+                    check_rebuildable(layer)
+                except ValueError as error:
+                    raise ValueError(f"speccond.monitor cannot measure attention entropy: {error}; pass entropy=False") from None
                 handle = layer.module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
                 self._handles[layer.index] = handle
 

@@ -38,6 +38,9 @@ class SpecCondLightningCallback(pl.Callback):
         self._measured_step: Optional[int] = None
         self.last: dict[str, float] = {}  # the metrics of the last measured step
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._measurement.check(pl_module)  # refused before the first step
+
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         if step != self._measured_step and self._measurement.begin(pl_module, step):
@@ -53,3 +56,6 @@ class SpecCondLightningCallback(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._measurement.close()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._measurement.close()  # no hook, and no watch of the first measured step, outlives a failed fit

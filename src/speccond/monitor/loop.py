@@ -31,6 +31,10 @@ class Monitor:
         writer: a path ending in .csv, or a ``torch.utils.tensorboard.SummaryWriter`` (anything with
             ``add_scalar(tag, value, step)``).
         every, layers, heads, spectra, per_head, entropy: the :class:`Schedule`.
+
+    Raises ValueError, before anything is written, for a model it would measure only in part or not at all
+    (no attention layer, attention no adapter recognises, ``layers`` or ``heads`` the model lacks; see
+    measurement.py).
     """
 
     def __init__(
@@ -48,8 +52,9 @@ class Monitor:
             raise TypeError(f"Monitor needs the torch.nn.Module being trained, got {type(model).__name__}")
         self.model = model
         self.schedule = Schedule(every, layers, heads, spectra, per_head, entropy)
-        self._sink = sink(writer)
         self._measurement = Measurement(self.schedule)
+        self._measurement.check(model)  # before the writer: a model it cannot measure leaves no file
+        self._sink = sink(writer)
         self.last: dict[str, float] = {}  # the metrics of the last measured step
 
     @contextmanager

@@ -47,6 +47,22 @@ class Schedule:
         """The sampled heads among ``count`` heads."""
         return list(range(count)) if self.heads is None else [h for h in self.heads if h < count]
 
+    def missing_from(self, head_counts: Sequence[int]) -> str:
+        """What ``layers`` or ``heads`` name that a model whose attention layers have ``head_counts`` heads
+        (one count per layer, in layer order) lacks ('' when nothing): a layer index past the last layer, or
+        a head that no measured layer has. A head some measured layers lack is measured where it exists."""
+        count = len(head_counts)
+        absent = [layer for layer in self.layers or () if layer >= count]
+        if absent:
+            return (f"layers={self.layers} names layer {', '.join(map(str, absent))}, but the model has {count} attention "
+                    f"layers (0 to {count - 1}); pick layers from those")
+        most = max((h for layer, h in enumerate(head_counts) if self.measures_layer(layer)), default=0)
+        absent = [head for head in self.heads or () if head >= most]
+        if absent:
+            return (f"heads={self.heads} names head {', '.join(map(str, absent))}, but the measured layers have at most "
+                    f"{most} heads (0 to {most - 1}); pick heads from those")
+        return ""
+
 
 def _indices(name: str, value: Optional[Sequence[int]]) -> Optional[tuple[int, ...]]:
     if value is None:

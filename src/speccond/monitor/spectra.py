@@ -12,15 +12,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from speccond.layers import AttentionLayer, attention_layers
+from speccond.layers import AttentionLayer
 from speccond.monitor.names import spectrum_name
 from speccond.monitor.schedule import Schedule
 
 
-def spectra_metrics(model: nn.Module, schedule: Schedule) -> dict[str, float]:
-    """{name: value} for the layers and heads ``schedule`` samples (names.py for the names)."""
+def spectra_metrics(layers: list[AttentionLayer], schedule: Schedule) -> dict[str, float]:
+    """{name: value} for the ones of ``layers`` (a model's attention layers) and the heads ``schedule``
+    samples (names.py for the names), from the weights as they are now."""
     metrics: dict[str, float] = {}
-    for layer in attention_layers(model):
+    for layer in layers:
         if schedule.measures_layer(layer.index):
             layer.check_weights_tell("speccond.monitor")
             metrics.update(_layer_metrics(layer, schedule))

@@ -52,8 +52,14 @@ class SpecCondCallback(TrainerCallback):
     def on_init_end(self, args, state, control, **kwargs):
         _lead(self, sys._getframe(1))
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         _lead(self, sys._getframe(1))
+        if model is not None:  # refused before the first step (Measurement.check)
+            self._measurement.check(model)
+        # The Trainer has no callback for an exception, so the first measured step is watched forward by
+        # forward (nothing of the watch outlives a forward); a model it compiles is not watched (dynamo would
+        # trace the watch's hooks inside the compiled forward): its structure alone is checked.
+        self._measurement.watch_scope = "off" if getattr(args, "torch_compile", False) else "forward"
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
         self._measurement.begin(model, state.global_step)
