@@ -1,6 +1,6 @@
 """What speccond.monitor costs a training run: ViT-S/16 at 224 px, paired and interleaved steps (docs/BENCHMARKS.md).
 
-Three arms share one model (timm ``vit_small_patch16_224``, pretrained=False, conditioned with
+Four arms share one model (timm ``vit_small_patch16_224``, pretrained=False, conditioned with
 ``SpectralConfig(correction="svd")``) and one AdamW; each step is zero_grad + forward + cross-entropy +
 backward + AdamW step on a fixed random batch:
 
@@ -9,10 +9,13 @@ backward + AdamW step on a fixed random batch:
                every - 1 steps in every out of ``every`` pay: no hook is armed, nothing is computed)
     measured   the step inside ``with monitor.step(0)``: hooks on the attention inputs of every layer,
                entropy of every head from this step's forward, kappa of every head and block after it
+    first      a new Monitor on the model, then its first measured step: the structural check, and the
+               watch for attention outside the found layers (diagnostics/census.py) over that step; paid
+               once per model, so it is reported beside the schedule's cost, not inside it
 
 At every pair index one step of each arm runs, in an order that rotates with the index, each timed with
 wall time (time.perf_counter) and process CPU time (time.process_time, less disturbed by other jobs on
-the cores). Per pair, the ratios idle / plain and measured / plain, and the cost at the default
+the cores). Per pair, the ratios idle / plain, measured / plain and first / plain, and the cost at the default
 schedule (one measured step in every ``every``):
 
     at_schedule = ((every - 1) * idle + measured) / every / plain
@@ -41,7 +44,7 @@ from speccond.monitor import Monitor
 from speccond.monitor.schedule import DEFAULT_EVERY
 
 warnings.filterwarnings("ignore")
-ARMS = ("plain", "idle", "measured")
+ARMS = ("plain", "idle", "measured", "first")
 TARGET = 1.02
 
 
@@ -92,14 +95,19 @@ def main() -> None:
                 train_step()
         return run
 
-    arms = {"plain": train_step, "idle": inside(1), "measured": inside(0)}
+    def first() -> None:
+        fresh = Monitor(model, writer=_NullWriter(), every=args.every)
+        with fresh.step(0):
+            train_step()
+
+    arms = {"plain": train_step, "idle": inside(1), "measured": inside(0), "first": first}
     for arm in ARMS:  # warm-up: allocator, autograd graph, the first SVDs
         for _ in range(2 if not args.quick else 1):
             arms[arm]()
     load_before = os.getloadavg()[0]
     times: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
     for index in range(args.pairs):
-        order = ARMS[index % 3 :] + ARMS[: index % 3]
+        order = ARMS[index % len(ARMS) :] + ARMS[: index % len(ARMS)]
         for arm in order:
             times[arm].append(timed(arms[arm]))
     print(f"ViT-S/16 at {args.img_size} px, batch {args.batch}, {args.pairs} pairs, schedule every={args.every}; "
@@ -109,9 +117,12 @@ def main() -> None:
         plain = [t[column] for t in times["plain"]]
         idle = [t[column] / p for t, p in zip(times["idle"], plain)]
         measured = [t[column] / p for t, p in zip(times["measured"], plain)]
+        first_step = [t[column] / p for t, p in zip(times["first"], plain)]
         at_schedule = [((args.every - 1) * i + m) / args.every for i, m in zip(idle, measured)]
         print(f"{clock}: plain step median {statistics.median(plain) * 1000:.0f} ms")
-        for name, ratios in (("idle / plain", idle), ("measured / plain", measured), ("at schedule / plain", at_schedule)):
+        rows = (("idle / plain", idle), ("measured / plain", measured), ("first / plain", first_step),
+                ("at schedule / plain", at_schedule))
+        for name, ratios in rows:
             q1, median, q3 = quartiles(ratios)
             print(f"  {name:<20} median {median:.4f}  IQR [{q1:.4f}, {q3:.4f}]")
         verdict = "meets" if statistics.median(at_schedule) <= TARGET else "misses"
