@@ -149,16 +149,18 @@ def unrecognised_refusal(model: nn.Module, what: str, config: Optional[SpectralC
     )
 
 
-def coverage_refusal(model: nn.Module, what: str, config: Optional[SpectralConfig] = None) -> str:
+def coverage_refusal(
+    model: nn.Module, what: str, config: Optional[SpectralConfig] = None, layers: Optional[list[AttentionLayer]] = None,
+) -> str:
     """Why ``what`` (a diagnostic or the monitor) refuses ``model`` because its table would not cover the
     model's attention ('' when it would): attention-like modules nothing covers (:func:`unrecognised_refusal`),
     or no attention layer found at all, which leaves an empty table that reads as "nothing to measure" (a
     module whose attention is found by neither an adapter nor its projections' names, or a model without
-    attention). Runs nothing."""
+    attention). ``layers``: ``attention_layers(model, config)`` when the caller has them already. Runs nothing."""
     unrecognised = unrecognised_refusal(model, what, config)
     if unrecognised:
         return unrecognised
-    if attention_layers(model, config):
+    if layers if layers is not None else attention_layers(model, config):
         return ""
     return (
         f"{what}: found no attention layer in {type(model).__name__} (no module a speccond adapter recognises, "

@@ -41,7 +41,7 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     require_module(model, "speccond.diagnostics")
     check_example_input(*_split(inputs), where="speccond.diagnostics: the probe input")
     layers = attention_layers(model)
-    uncovered = coverage_refusal(model, "the head diagnostics")
+    uncovered = coverage_refusal(model, "the head diagnostics", layers=layers)
     if uncovered:  # the layers would be numbered without them, or there are none
         raise ValueError(uncovered)
     if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < len(layers):
@@ -109,10 +109,11 @@ def rebuild_refusal(model: nn.Module) -> str:
     call: the adapter's reason, PEFT tuner layers, hooks on a projection ('' when none does; a call can
     still be refused for its inputs, e.g. a mask), attention-like modules no adapter recognises, or no attention
     layer at all. Runs nothing."""
-    uncovered = coverage_refusal(model, "the head diagnostics")
+    layers = attention_layers(model)
+    uncovered = coverage_refusal(model, "the head diagnostics", layers=layers)
     if uncovered:
         return uncovered
-    for layer in attention_layers(model):
+    for layer in layers:
         try:
             check_rebuildable(layer)
         except ValueError as error:
@@ -124,10 +125,11 @@ def layer_count(model: nn.Module) -> int:
     """The number of attention layers the head diagnostics number; raises ValueError naming attention-like
     modules that no adapter recognises (the layers would be numbered and tabled without them), and when there is
     no attention layer (layers.coverage_refusal)."""
-    uncovered = coverage_refusal(model, "the head diagnostics")
+    layers = attention_layers(model)
+    uncovered = coverage_refusal(model, "the head diagnostics", layers=layers)
     if uncovered:
         raise ValueError(uncovered)
-    return len(attention_layers(model))
+    return len(layers)
 
 
 def check_rebuildable(layer: AttentionLayer) -> None:

@@ -22,10 +22,11 @@ def spectra_refusal(model: nn.Module, config: Optional[SpectralConfig] = None) -
     """Why :func:`projection_spectra` refuses ``model`` ('' when it does not): a projection whose output a
     hook changes after the weights (qk-norm's LayerNorms), PEFT tuner layers not merged, attention-like
     modules no adapter or declared layout covers, or no attention layer at all. Runs nothing."""
-    uncovered = coverage_refusal(model, "projection_spectra", config)
+    layers = attention_layers(model, config)
+    uncovered = coverage_refusal(model, "projection_spectra", config, layers)
     if uncovered:
         return uncovered
-    for layer in attention_layers(model, config):
+    for layer in layers:
         try:
             layer.check_weights_tell("projection_spectra")
         except ValueError as error:
@@ -43,11 +44,12 @@ def projection_spectra(model: nn.Module, config: Optional[SpectralConfig] = None
     if config is not None and not isinstance(config, SpectralConfig):
         raise TypeError(f"projection_spectra: config must be a speccond.SpectralConfig or None, got {received(config)}")
     require_bool(per_head, "projection_spectra: per_head")
-    uncovered = coverage_refusal(model, "projection_spectra", config)
+    layers = attention_layers(model, config)
+    uncovered = coverage_refusal(model, "projection_spectra", config, layers)
     if uncovered:
         raise ValueError(uncovered)
     rows = []
-    for layer in attention_layers(model, config):
+    for layer in layers:
         layer.check_weights_tell("projection_spectra")
         for projection in layer.projections:
             effective, stored = projection.effective(), projection.stored()  # (out, in) each

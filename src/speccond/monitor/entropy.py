@@ -46,10 +46,7 @@ class EntropyHooks:
         self.disarm()
         for layer in layers:
             if self.schedule.measures_layer(layer.index):
-                try:
-                    check_rebuildable(layer)
-                except ValueError as error:
-                    raise ValueError(f"speccond.monitor cannot measure attention entropy: {error}; pass entropy=False") from None
+                check_entropy_measurable(layer)
                 handle = layer.module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
                 self._handles[layer.index] = handle
 
@@ -74,6 +71,14 @@ class EntropyHooks:
             self._values.update(_layer_entropy(layer, args, kwargs, self.schedule))
 
         return hook
+
+
+def check_entropy_measurable(layer: AttentionLayer) -> None:
+    """ValueError, saying to pass entropy=False, unless the head diagnostics can rebuild ``layer``'s heads."""
+    try:
+        check_rebuildable(layer)
+    except ValueError as error:
+        raise ValueError(f"speccond.monitor cannot measure attention entropy: {error}; pass entropy=False") from None
 
 
 def _layer_entropy(

@@ -28,9 +28,8 @@ from typing import Callable, Optional
 from torch import nn
 
 from speccond.diagnostics.census import Census, ForwardWatch, watched
-from speccond.diagnostics.heads import check_rebuildable
 from speccond.layers import AttentionLayer, attention_layers, coverage_refusal
-from speccond.monitor.entropy import EntropyHooks
+from speccond.monitor.entropy import EntropyHooks, check_entropy_measurable
 from speccond.monitor.names import PREFIX, summary_name
 from speccond.monitor.schedule import Schedule
 from speccond.monitor.spectra import spectra_metrics
@@ -57,10 +56,10 @@ class Measurement:
         if self._checked is not None and self._checked() is model:
             return
         what = "speccond.monitor"
-        uncovered = coverage_refusal(model, what)
+        layers = attention_layers(model)
+        uncovered = coverage_refusal(model, what, layers=layers)
         if uncovered:
             raise ValueError(uncovered)
-        layers = attention_layers(model)
         missing = self.schedule.missing_from(_head_counts(layers))
         if missing:
             raise ValueError(f"{what}: {missing}")
@@ -68,10 +67,7 @@ class Measurement:
             if self.schedule.spectra:
                 layer.check_weights_tell(f"{what} (spectra=True)")
             if self.schedule.entropy:
-                try:
-                    check_rebuildable(layer)
-                except ValueError as error:
-                    raise ValueError(f"{what} cannot measure attention entropy: {error}; pass entropy=False") from None
+                check_entropy_measurable(layer)
         self._checked = weakref.ref(model)
 
     def begin(self, model: nn.Module, step: int) -> bool:
