@@ -4,14 +4,16 @@ The same quantities as :func:`speccond.diagnostics.projection_spectra` (which co
 float64, one SVD per matrix, for reports), here for a training loop: the singular values are computed in
 the weights' own precision (float32; float16 and bfloat16, which the SVD does not take, in float32), all
 heads of a block in one batched call, and only the ratio sigma_max / sigma_min in float64 (Python
-floats). A matrix whose sigma_min is at most eps * max(rows, cols) * sigma_max, eps of the weights'
-dtype, is singular: kappa inf, as in :class:`speccond.core.spectral.Spectrum`.
+floats). A matrix whose sigma_min cannot be told from zero in the weights' dtype or the SVD's
+(:func:`speccond.core.spectral.is_numerically_singular`) is singular: kappa inf, as in
+:class:`speccond.core.spectral.Spectrum`.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from speccond.core.spectral import is_numerically_singular
 from speccond.layers import AttentionLayer
 from speccond.monitor.names import spectrum_name
 from speccond.monitor.schedule import Schedule
@@ -51,9 +53,10 @@ def _extremes(matrices: torch.Tensor) -> list[tuple[float, float, float]]:
     """(sigma_max, sigma_min, kappa) of each matrix of a (M, rows, cols) stack, in one batched SVD."""
     compute = matrices if matrices.dtype in (torch.float32, torch.float64) else matrices.float()
     values = torch.linalg.svdvals(compute)  # (M, min(rows, cols)), descending
-    eps = torch.finfo(matrices.dtype).eps * max(matrices.shape[1:])
+    shape = tuple(matrices.shape[1:])
     out = []
-    for sigma_max, sigma_min in zip(values[:, 0].tolist(), values[:, -1].tolist()):  # Python floats: float64
-        singular = sigma_max == 0.0 or sigma_min <= eps * sigma_max
+    for matrix_values in values:  # (min(rows, cols),)
+        sigma_max, sigma_min = float(matrix_values[0]), float(matrix_values[-1])  # Python floats: float64
+        singular = is_numerically_singular(matrix_values, shape, matrices.dtype, compute.dtype)
         out.append((sigma_max, sigma_min, float("inf") if singular else sigma_max / sigma_min))
     return out
