@@ -151,6 +151,35 @@ def test_plain_loop_writes_tensorboard_and_csv(tmp_path):
     assert rows["speccond/kappa/layer1/v/head2"][-1][1] == csv_monitor.last["speccond/kappa/layer1/v/head2"]
 
 
+def test_a_step_begun_again_per_micro_batch_is_measured_once(tmp_path):
+    """Gradient accumulation written as one `monitor.step(optimiser_step)` per micro-batch: one row per step and
+    metric, the first micro-batch's (its entropy equals the diagnostics' on it); it once wrote one per micro-batch."""
+    model = vit({"correction": "svd"})
+    monitor = Monitor(model, writer=tmp_path / "m.csv", every=1)
+    micro = [images(2), torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))]
+    expected = dx.attention_entropy(model, (micro[0],))  # the weights step 0's first micro-batch meets
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    for step in range(2):
+        for batch in micro:
+            with monitor.step(step):
+                (F.cross_entropy(model(batch), torch.zeros(2, dtype=torch.long)) / len(micro)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    rows = read_csv_metrics(tmp_path / "m.csv")
+    assert all([step for step, _ in points] == [0, 1] for points in rows.values())
+    for row in expected:
+        assert close(rows[f"speccond/entropy/layer{row['layer']}/head{row['head']}"][0][1], row["entropy"])
+
+
+def test_writer_none_measures_and_writes_nothing(tmp_path):
+    """What a rank other than 0 may pass (it writes nothing anyway: tests/test_monitor_distributed.py)."""
+    model = vit({"correction": "svd"})
+    monitor = Monitor(model, writer=None, every=2)
+    train_steps(model, monitor, steps=3, batch=images())
+    assert monitor.last["speccond/kappa/mean"] > 0 and "speccond/entropy/mean" in monitor.last
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_schedule_and_writer_say_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="every must be a whole number of steps >= 1, got 0"):
         Schedule(every=0)
@@ -158,7 +187,7 @@ def test_bad_schedule_and_writer_say_what_to_do(tmp_path):
         Schedule(heads=3)
     with pytest.raises(ValueError, match="not a .csv file"):
         Monitor(vit(), writer=tmp_path / "m.txt")
-    with pytest.raises(TypeError, match="add_scalar"):
+    with pytest.raises(TypeError, match=r"add_scalar.*or None \(write nothing\), got object"):
         Monitor(vit(), writer=object())
     assert not (tmp_path / "m.txt").exists()
 

@@ -35,16 +35,13 @@ class SpecCondLightningCallback(pl.Callback):
     ) -> None:
         self.schedule = Schedule(every, layers, heads, spectra, per_head, entropy)
         self._measurement = Measurement(self.schedule)
-        self._measured_step: Optional[int] = None
         self.last: dict[str, float] = {}  # the metrics of the last measured step
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._measurement.check(pl_module)  # refused before the first step
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
-        step = trainer.global_step
-        if step != self._measured_step and self._measurement.begin(pl_module, step):
-            self._measured_step = step
+        self._measurement.begin(pl_module, trainer.global_step)  # a step's later micro-batches: not measured
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         metrics = self._measurement.finish(pl_module)

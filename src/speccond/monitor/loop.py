@@ -10,17 +10,24 @@
 
 On a due step the block's forward is measured through hooks (no forward of the monitor's own) and the
 metrics are written at the end of the block with ``step``; on other steps nothing is hooked or computed.
+
+Under torch.distributed (DDP, FSDP2) make the Monitor, and enter ``step``, on every rank: every rank
+measures (a sharded weight is gathered by a collective, which all ranks must join), and rank 0 alone
+writes, as Lightning's and the Trainer's loggers do, so a CSV path or log folder shared by the ranks gets
+one row per step and metric. The metrics written are rank 0's: its batch's attention entropy (every rank
+keeps its own in ``monitor.last``) and the spectra, which are the same on every rank.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Sequence
 
+import torch.distributed as dist
 from torch import nn
 
 from speccond.monitor.measurement import Measurement
 from speccond.monitor.schedule import DEFAULT_EVERY, Schedule
-from speccond.monitor.writers import sink
+from speccond.monitor.writers import check_writer, sink
 
 
 class Monitor:
@@ -28,8 +35,9 @@ class Monitor:
 
     Args:
         model: the model being trained (conditioned or not).
-        writer: a path ending in .csv, or a ``torch.utils.tensorboard.SummaryWriter`` (anything with
-            ``add_scalar(tag, value, step)``).
+        writer: a path ending in .csv, a ``torch.utils.tensorboard.SummaryWriter`` (anything with
+            ``add_scalar(tag, value, step)``), or None: measure and keep ``monitor.last``, write nothing
+            (a rank other than 0 may pass None: it writes nothing anyway).
         every, layers, heads, spectra, per_head, entropy: the :class:`Schedule`.
 
     Raises ValueError, before anything is written, for a model it would measure only in part or not at all
@@ -54,12 +62,17 @@ class Monitor:
         self.schedule = Schedule(every, layers, heads, spectra, per_head, entropy)
         self._measurement = Measurement(self.schedule)
         self._measurement.check(model)  # before the writer: a model it cannot measure leaves no file
-        self._sink = sink(writer)
+        if writer is not None:
+            check_writer(writer)  # on every rank, so a bad writer stops them all before the first step
+        self._sink = sink(writer) if writer is not None and _writing_rank() else None
         self.last: dict[str, float] = {}  # the metrics of the last measured step
 
     @contextmanager
     def step(self, step: int) -> Iterator[None]:
-        """Wrap one training step (forward, backward, update); measures and writes when ``step`` is due."""
+        """Wrap one training step (forward, backward, update); measures and writes when ``step`` is due.
+
+        A loop that wraps each micro-batch of gradient accumulation with the optimiser's step number gets
+        the first micro-batch's metrics, written once: the same step begun again is not measured again."""
         self._measurement.begin(self.model, step)
         try:
             yield
@@ -68,5 +81,11 @@ class Monitor:
             raise
         metrics = self._measurement.finish(self.model)
         if metrics:
-            self._sink.write(metrics, step)
+            if self._sink is not None:
+                self._sink.write(metrics, step)
             self.last = metrics
+
+
+def _writing_rank() -> bool:
+    """True on the one process that writes: rank 0 of an initialised process group, or a lone process."""
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0

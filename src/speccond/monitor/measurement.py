@@ -6,7 +6,9 @@
     metrics = measurement.finish(model) # {name: value}, {} when the step was not due; hooks removed
 
 Entropy comes from the step's own forward (the weights before the update); the spectra are read in
-``finish`` (the weights after it, those the next step uses). Summaries (names.py) are added here.
+``finish`` (the weights after it, those the next step uses). Summaries (names.py) are added here. A step
+number begun again right after it was measured is not measured again: a loop that begins each micro-batch
+of gradient accumulation with the optimiser's step number gets the first micro-batch's metrics, once.
 
 A model is checked once, before its first measurement (``check``; the plain loop's Monitor checks it when
 made): one the schedule would measure only in part or not at all is refused then, in one line, instead of
@@ -49,6 +51,8 @@ class Measurement:
         self._watch: Optional[tuple[Callable[[], None], Census]] = None  # (end it, its census) in this step
         self.watch_scope = "step"  # "step": from begin to finish; "forward": each forward (ForwardWatch); "off"
         self._layers: list[AttentionLayer] = []  # the attention layers of the step in progress
+        self._step: Optional[int] = None  # the step begun last
+        self._measured_step: Optional[int] = None  # the step whose metrics finish() returned last
 
     def check(self, model: nn.Module) -> None:
         """ValueError, in one line, when the schedule would measure ``model`` only in part or not at all
@@ -76,7 +80,8 @@ class Measurement:
         self._entropy.disarm()
         self._end_watch()
         self.check(model)
-        self._pending = self.schedule.due(step)
+        self._pending = self.schedule.due(step) and step != self._measured_step
+        self._step = step
         if not self._pending:
             return False
         self._layers = attention_layers(model)  # the one scan of the structure a measured step makes
@@ -99,6 +104,7 @@ class Measurement:
         if not self._pending:
             return {}
         self._pending = False
+        self._measured_step = self._step
         if census is not None:
             unfound = census.refusal(model, "speccond.monitor", "monitor a model whose attention speccond finds")
             if unfound:

@@ -46,19 +46,26 @@ class ScalarWriterSink:
 
 
 def sink(writer: Any) -> CsvWriter | ScalarWriterSink:
-    """The sink for ``writer``: a path ending in .csv, or an object with add_scalar (a SummaryWriter)."""
+    """The sink for ``writer``: a path ending in .csv (the file is made now), or an object with add_scalar
+    (a SummaryWriter)."""
+    check_writer(writer)
+    return CsvWriter(writer) if isinstance(writer, (str, Path)) else ScalarWriterSink(writer)
+
+
+def check_writer(writer: Any) -> None:
+    """Refuse a ``writer`` that :func:`sink` cannot write to, making nothing (every rank checks; one writes)."""
     if isinstance(writer, (str, Path)):
         if Path(writer).suffix.lower() != ".csv":
             raise ValueError(
                 f"writer {str(writer)!r} is a path but not a .csv file; pass a path ending in .csv or a "
                 "torch.utils.tensorboard.SummaryWriter"
             )
-        return CsvWriter(writer)
+        return
     if callable(getattr(writer, "add_scalar", None)):
-        return ScalarWriterSink(writer)
+        return
     raise TypeError(
-        f"writer must be a path ending in .csv or an object with add_scalar(tag, value, step) such as "
-        f"torch.utils.tensorboard.SummaryWriter, got {type(writer).__name__}"
+        f"writer must be a path ending in .csv, an object with add_scalar(tag, value, step) such as "
+        f"torch.utils.tensorboard.SummaryWriter, or None (write nothing), got {type(writer).__name__}"
     )
 
 
