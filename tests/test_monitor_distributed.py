@@ -1,6 +1,6 @@
-"""speccond.monitor.Monitor under torchrun (DDP and FSDP2, 2 CPU processes on gloo): every rank measures, rank
-0 alone writes, so a CSV path shared by the ranks holds one row per step and metric, with rank 0's values.
-It once held two rows per step and metric, one per rank, in whatever order the ranks appended them."""
+"""speccond.monitor.Monitor and speccond.diagnostics.Tracker under torchrun (DDP and FSDP2, 2 CPU processes on
+gloo): every rank measures, rank 0 alone writes, so a path shared by the ranks holds one row per step and
+metric, with rank 0's values. It once held two, one per rank, in whatever order the ranks appended them."""
 from __future__ import annotations
 
 import json
@@ -52,3 +52,12 @@ def test_every_rank_measures_its_own_batch_under_the_same_weights(out, case):
         assert kappas and all(rank0[step][name] == pytest.approx(rank1[step][name], rel=1e-6) for name in kappas)
         # the ranks' halves of the batch differ, so their entropies do: the CSV's are rank 0's (above)
         assert rank0[step]["speccond/entropy/mean"] != rank1[step]["speccond/entropy/mean"]
+
+
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp"])
+def test_the_tracker_appends_each_row_once(out, wrapper):
+    rank0, rank1 = (json.loads((out / f"rank{rank}-tracker-{wrapper}.json").read_text()) for rank in (0, 1))
+    written = [json.loads(line) for line in (out / f"tracker-{wrapper}.jsonl").read_text().splitlines()]
+    assert written == [row for rows in rank0 for row in rows]
+    assert {row["step"] for row in written} == {0, 1} and {row["kind"] for row in written} == {"spectra", "entropy"}
+    assert len(rank1) == len(rank0) and all(len(a) == len(b) for a, b in zip(rank0, rank1))  # every rank measured

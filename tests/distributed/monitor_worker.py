@@ -3,7 +3,8 @@
 For each case (wrapper, and whether rank 1 passes the shared CSV path or None) every rank makes a
 speccond.monitor.Monitor with every=1 and trains 3 steps on its own half of each global batch, recording
 ``monitor.last`` after each step in rank{r}-{case}.json; rank 0's CSV is {case}.csv, which rank 1 is given
-too when the case says "shared".
+too when the case says "shared". For each wrapper every rank also makes a speccond.diagnostics.Tracker
+on the path tracker-{wrapper}.jsonl and records the rows its ``step`` returns in rank{r}-tracker-{wrapper}.json.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 import speccond
+from speccond.diagnostics import Tracker
 from speccond.monitor import Monitor
 from tests.distributed.fsdp_worker import batches, shard, vit
 
@@ -42,6 +44,11 @@ def run(case: str, rank: int, out: str) -> None:
         measured.append(monitor.last)
     with open(f"{out}/rank{rank}-{wrapper}-{rank1_writer}.json", "w") as handle:
         json.dump(measured, handle)
+    if rank1_writer == "shared":
+        tracker = Tracker(model, (batches()[0][0][:2],), every=1, path=f"{out}/tracker-{wrapper}.jsonl")
+        returned = [tracker.step(step) for step in range(2)]
+        with open(f"{out}/rank{rank}-tracker-{wrapper}.json", "w") as handle:
+            json.dump(returned, handle)
     dist.barrier()
 
 

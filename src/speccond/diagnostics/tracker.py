@@ -8,6 +8,10 @@
 Each measurement appends one JSON line per row, tagged with ``step`` and ``kind`` ("spectra",
 "entropy", and "jacobian" when asked). Projection spectra are per projection
 (whole q, k, v blocks) to keep it cheap; entropy is per head on the probe batch.
+
+Under torch.distributed (DDP, FSDP2) make it, and call ``step``, on every rank: every rank measures (a
+sharded weight is gathered by a collective all ranks must join) and returns its rows, and rank 0 alone
+appends them (speccond.ranks), so a path all ranks name gets each row once.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from speccond.diagnostics.entropy import attention_entropy
 from speccond.diagnostics.layer_jacobian import jacobian_rows
 from speccond.diagnostics.records import append_rows
 from speccond.diagnostics.spectra import projection_spectra
+from speccond.ranks import writes_files
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +87,8 @@ class Tracker:
             measured = jacobian_rows(self.model, self.probe, max_iter=self.jacobian_iterations)
             rows += [dict(row, kind="jacobian") for row in measured]
         rows = [dict(row, step=step) for row in rows]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        append_rows(self.path, rows)
+        if writes_files():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            append_rows(self.path, rows)
         log.debug("tracked %d rows at step %d", len(rows), step)
         return rows

@@ -22,12 +22,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Sequence
 
-import torch.distributed as dist
 from torch import nn
 
 from speccond.monitor.measurement import Measurement
 from speccond.monitor.schedule import DEFAULT_EVERY, Schedule
 from speccond.monitor.writers import check_writer, sink
+from speccond.ranks import writes_files
 
 
 class Monitor:
@@ -64,7 +64,7 @@ class Monitor:
         self._measurement.check(model)  # before the writer: a model it cannot measure leaves no file
         if writer is not None:
             check_writer(writer)  # on every rank, so a bad writer stops them all before the first step
-        self._sink = sink(writer) if writer is not None and _writing_rank() else None
+        self._sink = sink(writer) if writer is not None and writes_files() else None
         self.last: dict[str, float] = {}  # the metrics of the last measured step
 
     @contextmanager
@@ -84,8 +84,3 @@ class Monitor:
             if self._sink is not None:
                 self._sink.write(metrics, step)
             self.last = metrics
-
-
-def _writing_rank() -> bool:
-    """True on the one process that writes: rank 0 of an initialised process group, or a lone process."""
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
