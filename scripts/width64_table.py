@@ -103,8 +103,10 @@ def page() -> str:
              "the largest kappa(W + C) of the whole q, k or v projection (192 x 192) over the blocks, as the tracker",
              "records it. For SVD per head that is not the figure the correction bounds: each head's 64 x 192",
              "block of W + C has kappa <= 2 at initialisation, the whole projection does not. qk-norm has no",
-             "correction and its attention is not tracked (-). inf: the projection is numerically singular in float32",
-             "(sigma_min <= eps x 192 x sigma_max, speccond.core.spectral.spectrum), so no finite kappa is meaningful.", ""]
+             "correction and its attention is not tracked (-). inf: the tracker of the code these runs ran called the",
+             "projection singular in float32 (sigma_min <= eps x 192 x sigma_max: kappa above about 43,000). Since",
+             "2026-12-06 speccond.core.spectral.spectrum calls singular only what float32's rounding hides (sigma_min",
+             "<= eps ||W||_F / sqrt(192)), so such a projection now reads a finite kappa above 43,000.", ""]
     for archive in sorted(RESULTS.glob("protocol64-*/kept.tar.xz")):
         instance = archive.parent.name
         runs = archive_runs(archive.parent / "kept")
