@@ -74,6 +74,39 @@ def test_verify_catches_an_activation_hook_that_never_runs():
     assert verify(fixed, torch.randn(2, 5, 16))
 
 
+def test_a_one_token_input_is_blamed_not_the_weight_backend():
+    """With one key per query, softmax is 1 whatever q and k are: the message says to verify with a longer input,
+    where it once told a model already on the weight backend to use backend='weight'."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                     vocab_size=64)
+    model = transformers.BertModel(config).eval()
+    speccond.apply(model, speccond.SpectralConfig(lam=1.0))
+    with pytest.raises(VerificationError, match=r"query.weight: .*single key on this input .*verify with a longer input") as caught:
+        verify(model, input_ids=torch.randint(3, 60, (2, 1)))
+    assert "backend='weight'" not in str(caught.value)
+    assert verify(model, input_ids=torch.randint(3, 60, (2, 6)))
+
+
+class ZeroAttention(nn.Module):
+    """Projects q, k, v and returns zeros, as transformers' MRA does on the CPU, where its CUDA kernel is missing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # each (B, N, D)
+        return torch.zeros_like(q)
+
+
+def test_an_attention_output_of_zeros_is_refused_saying_so():
+    model = ZeroAttention()
+    speccond.apply(model, speccond.SpectralConfig(layouts={r"qkv\.weight": speccond.ProjectionLayout("qkv")}))
+    with pytest.raises(VerificationError, match="zero everywhere on the example input.*verify on the device"):
+        verify(model, torch.randn(2, 5, 16))
+
+
 def test_verify_needs_a_conditioned_model():
     with pytest.raises(ValueError, match="not spectrally conditioned"):
         verify(InterleavedAttention(), torch.randn(1, 3, 24))

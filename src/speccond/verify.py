@@ -385,12 +385,22 @@ def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str]
             )
         with _correction_zeroed(item):
             without = run()
+        if not bool(reference.any()):
+            raise VerificationError(
+                f"{result.attention}: the attention output is zero everywhere on the example input, so it reads "
+                "none of its weights here (transformers' MRA gives zeros on the CPU, where its kernel is missing); "
+                "verify on the device and input where this attention runs"
+            )
         if _same(reference, without):
             name = next((n for n in names if n.endswith(item.qualified_name)), item.qualified_name)
-            raise VerificationError(
-                f"{name}: the correction does not change the attention output; the module "
-                f"probably reads the weight directly past the {item.backend} backend: use backend='weight'"
+            why = (
+                "the module probably reads the weight directly past the activation backend: use backend='weight'"
+                if item.backend == "activation"
+                else "either each query sees a single key on this input (one token, or a mask that hides the "
+                "rest), where softmax gives 1 whatever q and k are, so verify with a longer input, or the module "
+                "computes from something other than module.weight"
             )
+            raise VerificationError(f"{name}: the correction does not change the attention output; {why}")
     result.checks.append("correction takes effect")
 
 
