@@ -8,7 +8,9 @@ speccond.harness.protocol.kept_runs) and the pilots' folders (docs/results/proto
 Per run: its validation accuracy (tuning runs and pilots score validation only), the attention entropy as
 a fraction of uniform attention (mean over layers and heads, at step 0 and at the last tracked step), and
 the largest kappa(W + C) of the whole q, k or v projection over the blocks (the tracker's block figure, also for
-SVD per head, whose bound is per head) at step 0 and at the end. tests/test_width64_table.py fails when the committed page is stale.
+SVD per head, whose bound is per head) at step 0 and at the end. Where an instance has final runs, the registered
+statistics at the seeds finished (paired by seed, Holm over the arms: the harness's final_table) follow its runs.
+tests/test_width64_table.py fails when the committed page is stale.
 """
 from __future__ import annotations
 
@@ -95,6 +97,25 @@ def chosen_table(choice: dict) -> list[str]:
     return lines + [""]
 
 
+def finals_table(finals: dict[str, dict]) -> list[str]:
+    """The final runs (test, scored once) as the registered statistics read them at the seeds finished: each
+    arm against the baseline, paired by seed, Holm over the arms (the harness's final_table, as holm.md)."""
+    from speccond.harness.reporting.final_table import final_table
+
+    figures: dict[str, dict[int, float]] = {}  # {arm's display name: {seed: accuracy, a fraction}}
+    lrs: dict[str, float] = {}
+    for run, summary in sorted(finals.items(), key=lambda item: list(ARM_NAMES).index(arm_of(item[0]))):
+        arm = ARM_NAMES.get(arm_of(run), arm_of(run))
+        figures.setdefault(arm, {})[summary["seed"]] = summary["accuracy"] / 100
+        lrs[arm] = summary["lr"]
+    seeds = sorted({summary["seed"] for summary in finals.values()})
+    text, _ = final_table(figures, lrs, ARM_NAMES["baseline"], "accuracy", 5,
+                          "### Final runs: the registered statistics at the seeds finished",
+                          f"Test scored once per run, each arm at its chosen lr; seeds finished so far: {seeds[0]} to "
+                          f"{seeds[-1]} of 100 to 104, so this is an interim reading, not the registered verdict;")
+    return text.splitlines() + [""]
+
+
 def page() -> str:
     lines = ["# Head width 64: every finished run", "",
              "Written by `scripts/width64_table.py --write` from the kept archives and the pilots' folders; the",
@@ -124,6 +145,9 @@ def page() -> str:
         choice_file = archive.parent / "choice.json"
         if choice_file.is_file():
             lines += chosen_table(json.loads(choice_file.read_text()))
+        finals = {run: summary for run, summary in runs.items() if run.startswith("final/")}
+        if finals:
+            lines += finals_table(finals)
     pilots = sorted(path for path in RESULTS.glob("protocol64-*pilot*/baseline/seed-0") if path.is_dir())
     if pilots:
         lines += ["## Plateau pilots (baseline, lr 1e-3, seed 0, on validation)", "",

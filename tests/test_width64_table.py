@@ -35,3 +35,23 @@ def test_the_gpu_instances_tuning_cells_match_its_tuning_table():
         for lr, values in chosen["validation"].items():
             run = runs[f"tune/{arm}-lr={lr}/seed-0"]
             assert round(run["accuracy"], 6) == round(100 * values[0], 6)
+
+
+def test_the_interim_finals_table_pairs_each_arm_with_the_baseline_by_seed():
+    """Each difference in the finals table is the mean over the seeds both runs finished of arm - baseline."""
+    runs = table.archive_runs(table.RESULTS / "protocol64-gpuchoice-fashion-mnist" / "kept")
+    finals = {run: s for run, s in runs.items() if run.startswith("final/")}
+    lines = table.finals_table(finals)
+    by_arm: dict[str, dict[int, float]] = {}
+    for run, s in finals.items():
+        by_arm.setdefault(table.arm_of(run), {})[s["seed"]] = s["accuracy"]
+    baseline = by_arm.pop("baseline")
+    for arm, scores in by_arm.items():
+        seeds = sorted(set(scores) & set(baseline))
+        if len(seeds) < 2:
+            continue
+        mean = sum(scores[s] - baseline[s] for s in seeds) / len(seeds)
+        row = next(line for line in lines if line.startswith(f"| {table.ARM_NAMES[arm]} |"))
+        printed = row.split("|")[5].split("+-")[0].strip()  # "-5.4": as many decimals as its interval allows
+        decimals = len(printed.split(".")[1]) if "." in printed else 0
+        assert abs(float(printed) - mean) <= 0.5 * 10 ** -decimals + 1e-9, (arm, printed, mean)
