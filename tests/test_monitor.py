@@ -171,6 +171,27 @@ def test_a_step_begun_again_per_micro_batch_is_measured_once(tmp_path):
         assert close(rows[f"speccond/entropy/layer{row['layer']}/head{row['head']}"][0][1], row["entropy"])
 
 
+def test_a_resumed_run_is_read_in_place_of_the_steps_it_repeats(tmp_path):
+    """Interrupted after measuring steps 0, 2 and 4, resumed from a checkpoint at step 2 with other weights: the
+    CSV is read as 0 from the first run, then 2 and 4 from the resumed one, as TensorBoard reads its events."""
+    model, batch = vit({"correction": "svd"}), images()
+    first = Monitor(model, writer=tmp_path / "m.csv", every=2)
+    for step in range(5):
+        with first.step(step):
+            model(batch)
+    at_zero = read_csv_metrics(tmp_path / "m.csv")["speccond/kappa/mean"][0]  # (0, its value)
+    resumed_model = vit({"lam": "auto"})
+    resumed = Monitor(resumed_model, writer=tmp_path / "m.csv", every=2)
+    later = {}
+    for step in range(2, 5):
+        with resumed.step(step):
+            resumed_model(batch)
+        later[step] = dict(resumed.last)
+    kappas = read_csv_metrics(tmp_path / "m.csv")["speccond/kappa/mean"]
+    assert kappas == [at_zero, (2, later[2]["speccond/kappa/mean"]), (4, later[4]["speccond/kappa/mean"])]
+    assert kappas[1][1] != at_zero[1]  # the resumed model's figures, not the first run's
+
+
 def test_writer_none_measures_and_writes_nothing(tmp_path):
     """What a rank other than 0 may pass (it writes nothing anyway: tests/test_monitor_distributed.py)."""
     model = vit({"correction": "svd"})

@@ -2,7 +2,8 @@
 
 The CSV is long: one ``step,name,value`` row per metric (the header written once, when the file is
 new), appended and flushed at each measurement, so a killed run keeps what it measured and a column
-set that grows (a layer sampled later) needs no rewrite. Read it back with :func:`read_csv_metrics`.
+set that grows (a layer sampled later) needs no rewrite. Read it back with :func:`read_csv_metrics`, which
+reads a resumed run's rows in place of those the interrupted run wrote past its checkpoint.
 """
 from __future__ import annotations
 
@@ -70,7 +71,11 @@ def check_writer(writer: Any) -> None:
 
 
 def read_csv_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """{name: [(step, value), ...]} from a monitor CSV (this module's long format)."""
+    """{name: [(step, value), ...]} from a monitor CSV (this module's long format), steps increasing.
+
+    A run resumed from a checkpoint appends again from the checkpoint's step, after the rows the interrupted
+    run wrote past it. As TensorBoard does with its event files, a metric's step that goes back drops that
+    metric's earlier rows from that step on: what is read is the run that continued."""
     out: dict[str, list[tuple[int, float]]] = {}
     with Path(path).open(newline="") as handle:
         rows = csv.reader(handle)
@@ -78,5 +83,8 @@ def read_csv_metrics(path: str | Path) -> dict[str, list[tuple[int, float]]]:
         if header != CSV_HEADER:
             raise ValueError(f"{path}: expected the header {','.join(CSV_HEADER)}, got {','.join(header)!r}")
         for step, name, value in rows:
-            out.setdefault(name, []).append((int(step), float(value)))
+            points = out.setdefault(name, [])
+            while points and points[-1][0] >= int(step):  # written by the run that was interrupted
+                points.pop()
+            points.append((int(step), float(value)))
     return out
