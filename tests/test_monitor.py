@@ -171,6 +171,20 @@ def test_a_step_begun_again_per_micro_batch_is_measured_once(tmp_path):
         assert close(rows[f"speccond/entropy/layer{row['layer']}/head{row['head']}"][0][1], row["entropy"])
 
 
+def test_a_loop_that_starts_again_at_step_0_is_measured_again():
+    """Only the step just measured, begun again at once, is passed over: a second loop over the same Monitor
+    (every=3, steps 0 to 1, then 0 again) measures its step 0."""
+    model, batch = vit(), images(2)
+    monitor = Monitor(model, writer=None, every=3)
+    measured = []
+    for step in (0, 1, 0):
+        monitor.last = {}
+        with monitor.step(step):
+            model(batch)
+        measured.append(bool(monitor.last))
+    assert measured == [True, False, True]
+
+
 def test_a_resumed_run_is_read_in_place_of_the_steps_it_repeats(tmp_path):
     """Interrupted after measuring steps 0, 2 and 4, resumed from a checkpoint at step 2 with other weights: the
     CSV is read as 0 from the first run, then 2 and 4 from the resumed one, as TensorBoard reads its events."""
@@ -256,7 +270,9 @@ def test_trainer_callback_reaches_tensorboard_whatever_the_order(tmp_path, place
 
 
 # -- front ends: Lightning ------------------------------------------------------------------------------------------
-def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path):
+@pytest.mark.parametrize("accumulate, logged_at", [(1, [1, 3]), (2, [0, 2])], ids=["each-batch", "accumulating-2"])
+def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path, accumulate, logged_at):
+    """Logged once per due step; accumulating, at the end of its first micro-batch (before the update)."""
     pl = pytest.importorskip("lightning.pytorch")
     pytest.importorskip("tensorboard")
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -278,7 +294,7 @@ def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path):
     data = torch.utils.data.TensorDataset(images(8), torch.arange(8) % 3)
     callback = SpecCondLightningCallback(every=2)
     trainer = pl.Trainer(
-        max_steps=3, accelerator="cpu", callbacks=[callback], enable_checkpointing=False,
+        max_steps=3, accelerator="cpu", callbacks=[callback], enable_checkpointing=False, accumulate_grad_batches=accumulate,
         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=50,
         logger=[CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb")],
     )
@@ -289,10 +305,10 @@ def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path):
         rows = list(csv.DictReader(handle))
     logged = {key for row in rows for key, value in row.items() if key.startswith("speccond/") and value}
     assert logged == set(callback.last)
-    assert [int(r["step"]) for r in rows if r["speccond/kappa/mean"]] == [1, 3]
+    assert [int(r["step"]) for r in rows if r["speccond/kappa/mean"]] == logged_at
     scalars = event_scalars(tmp_path / "tb")
     assert {tag for tag in scalars if tag.startswith("speccond/")} == set(callback.last)
-    assert [step for step, _ in scalars["speccond/entropy/mean"]] == [1, 3]
+    assert [step for step, _ in scalars["speccond/entropy/mean"]] == logged_at
 
 
 # -- a model the schedule cannot measure in full is refused before the first measurement -----------------------

@@ -80,6 +80,8 @@ class Measurement:
         self._entropy.disarm()
         self._end_watch()
         self.check(model)
+        if step != self._step:  # only the step just measured, begun again, is passed over
+            self._measured_step = None
         self._pending = self.schedule.due(step) and step != self._measured_step
         self._step = step
         if not self._pending:
@@ -124,6 +126,7 @@ class Measurement:
         self._entropy.disarm()
         self._pending = False
         self._layers = []
+        self._step = self._measured_step = None  # a fit that starts again measures its first step
         self._end_watch()
 
     def _end_watch(self) -> Optional[Census]:
