@@ -26,7 +26,7 @@ def out(tmp_path_factory) -> Path:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
                "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     assert done.returncode == 0, done.stderr[-4000:]
     return out
 
