@@ -100,7 +100,7 @@ def chosen_table(choice: dict) -> list[str]:
 def finals_table(finals: dict[str, dict]) -> list[str]:
     """The final runs (test, scored once) as the registered statistics read them at the seeds finished: each
     arm against the baseline, paired by seed, Holm over the arms (the harness's final_table, as holm.md)."""
-    from speccond.harness.reporting.final_table import final_table
+    from speccond.harness import final_table
 
     figures: dict[str, dict[int, float]] = {}  # {arm's display name: {seed: accuracy, a fraction}}
     lrs: dict[str, float] = {}
