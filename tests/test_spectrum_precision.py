@@ -86,3 +86,24 @@ def test_a_half_precision_model_reports_and_logs_the_kappa_of_its_corrected_weig
     for row in rows:
         logged = monitor.last[f"speccond/kappa/layer{row['layer']}/{row['projection']}/head{row['head']}"]
         assert logged == pytest.approx(row["kappa"], rel=1e-4)  # the monitor's float32 SVD against float64
+
+
+def test_describe_says_what_kappa_inf_means_when_it_shows_it():
+    """A bfloat16 ViT-Ti at initialisation: its q and k blocks' stored kappas (about 610 and 460) are more than
+    bfloat16's rounding resolves, v's (194) is not, so describe() shows inf for q and k, 194 for v, and says what
+    inf means; in float32 it shows all three, with no note."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1)
+    half = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=1)
+    half.load_state_dict(model.state_dict())
+    half = half.to(torch.bfloat16)
+    with pytest.warns(UserWarning):  # lam = 10 collapses attention: apply says so
+        speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+        speccond.apply(half, speccond.SpectralConfig(lam=10.0))
+    weight = half.blocks[0].attn.qkv.parametrizations.weight.original.detach()  # (3 * 192, 192), bfloat16
+    stored = [stored_kappa(block) for block in weight.split(192)]  # q, k, v: about 610, 460 and 194
+    shown = str(speccond.describe(half))
+    assert [math.isinf(row.kappa_w) for row in speccond.describe(half).rows] == [k > 300 for k in stored] == [True, True, False]
+    assert "note: kappa inf: sigma_min cannot be told from zero within the rounding" in shown
+    assert "kappa inf" not in str(speccond.describe(model))
+    assert all(math.isfinite(row.kappa_w) for row in speccond.describe(model).rows)

@@ -119,6 +119,8 @@ class SpectralReport:
         out = [render(header), render(["-" * w for w in widths]), *map(render, lines)]
         if any(r.per_head for r in self.rows):
             out.append(PER_HEAD_NOTE)
+        if any(math.isinf(k) for r in self.rows for k in (r.kappa_w, r.kappa_eff, r.head_kappa_eff_max)):
+            out.append(INF_NOTE)
         notes = sorted({n for r in self.rows for n in r.notes})
         out += [f"note: {n}" for n in notes]
         return "\n".join(out)
@@ -128,6 +130,13 @@ PER_HEAD_NOTE = (
     "note: the correction is sized per head here, so it bounds each head's kappa (kappa per head (max)), "
     "not the block's: kappa W+C (block) is that of the q, k or v block with all its heads' rows together, "
     "which the per-head correction does not condition; read the per-head figure"
+)
+
+
+INF_NOTE = (
+    "note: kappa inf: sigma_min cannot be told from zero within the rounding of the weights' dtype "
+    "(speccond.core.spectral.is_numerically_singular): the matrix is singular, or its kappa is beyond what "
+    "that dtype resolves (a few hundred for a bfloat16 weight such as ViT-Ti's at initialisation)"
 )
 
 
