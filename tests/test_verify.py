@@ -88,6 +88,28 @@ def test_a_one_token_input_is_blamed_not_the_weight_backend():
     assert verify(model, input_ids=torch.randint(3, 60, (2, 6)))
 
 
+def test_a_fused_qkv_seeing_one_key_is_blamed_on_the_input_not_the_layout():
+    """A fused qkv's correction takes effect through v even with one key per query (MobileViT's last stage at 64 px),
+    so the q rows are where the probe finds no effect: it says so, where it once said they "act as values" and sent
+    the user to a layout that is right."""
+    timm = pytest.importorskip("timm")
+
+    def one_token_vit(image: int):
+        torch.manual_seed(0)
+        return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=image, patch_size=8, depth=1,
+                                 embed_dim=32, num_heads=2, class_token=False, global_pool="avg", num_classes=3).eval()
+
+    model = one_token_vit(8)  # one 8 px patch, no class token: one token
+    speccond.apply(model, speccond.SpectralConfig(lam=3.0))
+    with pytest.raises(VerificationError, match=r"qkv.weight .* as q: the output does not change with them on this "
+                       r"input; either each query sees a single key here .*verify with a longer input") as caught:
+        verify(model, torch.randn(2, 3, 8, 8))
+    assert "act as values" not in str(caught.value)
+    wider = one_token_vit(16)  # four tokens: the same layout verifies
+    speccond.apply(wider, speccond.SpectralConfig(lam=3.0))
+    assert verify(wider, torch.randn(2, 3, 16, 16))
+
+
 class ZeroAttention(nn.Module):
     """Projects q, k, v and returns zeros, as transformers' MRA does on the CPU, where its CUDA kernel is missing."""
 

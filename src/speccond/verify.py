@@ -11,7 +11,8 @@ when the module adds a residual and a LayerNorm, as ALBERT does), else the modul
 
 1. the correction takes effect: zeroing C changes the output;
 2. values: the output is affine in a scaling of the rows declared as v, and not in those declared as
-   q or k (the softmax);
+   q or k (the softmax), which must move it: q or k rows the output does not change with are reported
+   as such (one key per query on this input, or rows the module does not read), not as values;
 3. query-key pairing: with q and k biases zeroed, restoring the q rows of head h and the k rows of its
    key head h // g (g = q heads / k heads: 1 for multi-head, more for grouped-query attention) moves the
    output away from the all-zero q/k output, and restoring q of head h with a k head of another group
@@ -424,6 +425,12 @@ def _check_values_are_linear(blocks: dict[str, _Block], run, result: VerifiedAtt
             raise VerificationError(
                 f"{where}: the output is not linear in them, so they are not the values; check the layout's "
                 "roles and arrangement ('blocked', 'per_head' or 'grouped')"
+            )
+        if role in "qk" and change <= 1e-9:
+            raise VerificationError(
+                f"{where}: the output does not change with them on this input; either each query sees a single "
+                f"key here (one token, or a mask that hides the rest), where softmax gives 1 whatever q and k are, "
+                "so verify with a longer input, or the module does not read these rows"
             )
         if role in "qk" and affine:
             raise VerificationError(
