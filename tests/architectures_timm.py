@@ -266,6 +266,17 @@ CASES += [
           reason="factorized attention q (softmax_N(k)^T v): no softmax(q k^T) to condition"),
 ]
 
+def volo() -> nn.Module:
+    """A tiny VOLO: one Outlooker stage (outlook attention), three plain-attention stages, two class-attention
+    blocks (timm's variants fix their sizes, so the class is built directly)."""
+    from timm.models.volo import VOLO
+
+    return VOLO(layers=(1, 1, 1, 1), img_size=IMAGE, embed_dims=(16, 32, 32, 32), num_heads=(1, 2, 2, 2),
+                num_classes=5).eval()
+
+
+VOLO_OUTLOOKERS = r"^network\.0\."
+
 # -- no adapter names these: the layout is inferred by probing (speccond.adapters.inferred); each ``params``
 # entry is read from the family's forward. The head diagnostics refuse them.
 INFERRED = "its layout was inferred by probing"
@@ -298,4 +309,15 @@ CASES += [
     Arch("timm-mobilevitv2", timm_model("mobilevitv2_050"), images(64),
          refused=r"LinearSelfAttention.*separable self-attention.*no softmax over query-key scores",
          reason="separable self-attention: a softmax over one score per token, no q k^T"),
+    Arch("timm-swiftformer", timm_model("swiftformer_xs"), images(64),
+         refused=r"EfficientAdditiveAttention.*additive attention.*no softmax over query-key scores",
+         reason="additive attention: normalised keys times one global query, no softmax(q k^T)"),
+    # VOLO: its outlook attention is refused, and the rest is conditioned once it is excluded (the refusal says so)
+    Arch("timm-volo", volo, images(),
+         {**{f"network.{i}.0.attn.qkv.weight": L(QKV, 2) for i in (2, 3, 4)}, **{f"post_network.{i}.attn.q.weight": L("q", 2) for i in range(2)},
+          **{f"post_network.{i}.attn.kv.weight": L("kv", 2) for i in range(2)}},
+         diagnostics_refused=INFERRED, config={"exclude": [VOLO_OUTLOOKERS]},
+         call=f"speccond.apply(model, SpectralConfig(exclude=[r'{VOLO_OUTLOOKERS}']))",
+         reason="outlook attention (stage 0) refused: its weights are a Linear of the token, no q k^T; exclude it and "
+                "the later stages' attention and class attention are conditioned (layouts inferred)"),
 ]

@@ -123,7 +123,7 @@ def _condition(model: nn.Module, config: Optional[SpectralConfig], verify_with: 
             attach(site.module, site.param_name, correction, config.backend, config.init, *_placement(model, site))
         if example is not None:
             verify(model, *example[0], **example[1])
-            risks = _measured_collapse(model, verify_with, risks)
+            risks = _measured_collapse(model, verify_with, risks, config)
         for risk in risks:
             if risk.collapses:
                 warnings.warn(risk.message(advice), UserWarning, stacklevel=4)
@@ -223,13 +223,14 @@ def _collapse_advice(model: nn.Module, sites: list[ProjectionSite], config: Spec
     return advice(config, predict_for)
 
 
-def _measured_collapse(model: nn.Module, inputs: object, predicted: list) -> list:
-    """The collapse risk measured on ``inputs`` where the head diagnostics rebuild a family, else predicted."""
+def _measured_collapse(model: nn.Module, inputs: object, predicted: list, config: SpectralConfig) -> list:
+    """The collapse risk measured on ``inputs`` where the head diagnostics rebuild a family, else predicted;
+    over the attention ``config`` selects (a module it excludes, one speccond refuses included, is not read)."""
     from collections.abc import Mapping
 
     from speccond.collapse import measure
 
-    measured = measure(model, dict(inputs) if isinstance(inputs, Mapping) else inputs)
+    measured = measure(model, dict(inputs) if isinstance(inputs, Mapping) else inputs, config)
     families = {risk.family for risk in measured}
     return measured + [risk for risk in predicted if risk.family not in families]
 

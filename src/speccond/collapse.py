@@ -19,12 +19,15 @@ position biases add to the logits, all of which are bounded independently of lam
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
+from speccond.core.config import SpectralConfig
 from speccond.core.sharded import gathered
 
 COLLAPSE_NATS = 0.5  # mean attention entropy below this: nearly one-hot (over 0.9 of the weight on one key)
@@ -89,27 +92,34 @@ def predict(groups: dict[str, list[tuple[Any, Any]]], modules: dict[str, nn.Modu
     return [CollapseRisk(f, n, e, u, p, measured=False) for f, (e, p, u, n) in worst.items()]
 
 
-def measure(model: nn.Module, inputs: Any) -> list[CollapseRisk]:
+def measure(model: nn.Module, inputs: Any, config: Optional[SpectralConfig] = None) -> list[CollapseRisk]:
     """Measured risk per family: the head diagnostics' entropy on ``inputs``, for every attention layer whose
-    adapter rebuilds its heads and that no adapter exempts (others are skipped)."""
+    adapter rebuilds its heads and that no adapter exempts (others are skipped); ``config``: which attention
+    to read (its targets and exclude, as :func:`speccond.layers.attention_layers`)."""
     from speccond.diagnostics.entropy import row_entropy
     from speccond.diagnostics.heads import head_cases
-    from speccond.layers import attention_layers
+    from speccond.layers import LEFT_OUT, attention_layers
 
+    selected = None if config is None else {layer.name for layer in attention_layers(model, config)}
     worst: dict[str, tuple[float, float, int]] = {}
-    for layer in attention_layers(model):
-        sites = [p.attachment for p in layer.projections]
-        if any(getattr(a.correction, "collapse_exempt", "") for a in sites if a is not None):
-            continue
-        try:
-            heads = head_cases(model, inputs, layer.index)
-        except ValueError:
-            continue  # not rebuildable: predicted instead
-        with torch.no_grad():
-            entropies = [float(row_entropy(h.double().probabilities()).mean()) for h in heads]
-            uniform = float(heads[0].visible_keys().double().log().mean())
-        entropy, reference, count = worst.get(layer.adapter_name, (math.inf, uniform, 0))
-        worst[layer.adapter_name] = (min(entropy, min(entropies)), reference, count + 1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=f".*{re.escape(LEFT_OUT)}")  # what speccond refuses is left out by apply too
+        layers = attention_layers(model)  # numbered as head_cases numbers them
+        for layer in layers:
+            sites = [p.attachment for p in layer.projections]
+            if selected is not None and layer.name not in selected:
+                continue
+            if any(getattr(a.correction, "collapse_exempt", "") for a in sites if a is not None):
+                continue
+            try:
+                heads = head_cases(model, inputs, layer.index)
+            except ValueError:
+                continue  # not rebuildable: predicted instead
+            with torch.no_grad():
+                entropies = [float(row_entropy(h.double().probabilities()).mean()) for h in heads]
+                uniform = float(heads[0].visible_keys().double().log().mean())
+            entropy, reference, count = worst.get(layer.adapter_name, (math.inf, uniform, 0))
+            worst[layer.adapter_name] = (min(entropy, min(entropies)), reference, count + 1)
     return [CollapseRisk(f, n, e, u, math.nan, measured=True) for f, (e, u, n) in worst.items()]
 
 

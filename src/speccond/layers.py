@@ -6,6 +6,7 @@ as (out, in) matrices, and the rows of each role and head.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -13,6 +14,7 @@ import torch
 from torch import nn
 
 from speccond.adapters import attention_modules, find_projections
+from speccond.adapters.unrecognised import projection_roles
 from speccond.core.backends import AddCorrectionHook, Attachment, attachments
 from speccond.core.config import SpectralConfig
 from speccond.core.layout import ProjectionLayout
@@ -99,17 +101,29 @@ class AttentionLayer:
         raise ValueError(f"attention layer {self.index} ({self.name}) has no {role} projection")
 
 
+LEFT_OUT = "is left out (attention that speccond refuses to condition has no layer)"  # the warning's words
+
+
 def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) -> list[AttentionLayer]:
     """Every attention layer with its projections; attached corrections are used when present.
 
     ``config`` supplies declared layouts for modules no adapter knows (only its ``layouts``,
     ``targets`` and ``exclude`` matter here).
+
+    An attention module speccond refuses to condition (timm_refused.py: VOLO's outlook attention, CoaT's
+    factorised attention, ...) has no layer here, with a warning naming it and why: apply conditions the
+    rest of such a model once these are excluded, and the diagnostics and the monitor then describe the rest
+    (a model with nothing else is refused by :func:`coverage_refusal`, naming them).
     """
     config = config or SpectralConfig(lam=0.0)
     found = {(a.module_name, a.param_name): a for a in attachments(model)}
     layers = [AttentionLayer(i, name, module, adapter.name, adapter=adapter) for i, (name, module, adapter) in enumerate(attention_modules(model))]
     by_name = {layer.name: layer for layer in layers}
-    for site in find_projections(model, config):
+    refused: list[tuple[str, nn.Module, ValueError]] = []
+    sites = find_projections(model, config, refused=refused)
+    for name, _, error in refused:
+        warnings.warn(f"{name or '<root>'} {LEFT_OUT}: {error}", UserWarning, stacklevel=3)
+    for site in sites:
         attachment = found.get((site.module_name, site.param_name))
         acts_as = attachment.correction.acts_as if attachment else (site.acts_as or site.layout.roles)
         owner = by_name.get(site.attention_name) or _declared_layer(layers, by_name, site.module_name, model)
@@ -126,6 +140,15 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
     return kept
 
 
+def refused_modules(model: nn.Module) -> list[nn.Module]:
+    """The attention modules of ``model`` that speccond refuses to condition: :func:`attention_layers` leaves them
+    out with a warning, so a watch of the forward (the census) counts the attention they run as known. Runs
+    nothing."""
+    refused: list[tuple[str, nn.Module, ValueError]] = []
+    find_projections(model, SpectralConfig(lam=0.0), refused=refused)
+    return [module for _, module, _ in refused]
+
+
 def unrecognised_refusal(model: nn.Module, what: str, config: Optional[SpectralConfig] = None) -> str:
     """Why ``what`` (a diagnostic) refuses ``model`` because attention-like modules in it are covered by no
     adapter, declared layout or attached correction ('' when none is): a table that quietly left them out
@@ -134,7 +157,7 @@ def unrecognised_refusal(model: nn.Module, what: str, config: Optional[SpectralC
     from speccond.adapters import unrecognised_attention
 
     config = config or SpectralConfig(lam=0.0)
-    covered = [*find_projections(model, config), *attachments(model)]  # each has .module and .param_name
+    covered = [*find_projections(model, config, refused=[]), *attachments(model)]  # each has .module and .param_name
     found = unrecognised_attention(model, config, covered)
     if not found:
         return ""
@@ -162,6 +185,14 @@ def coverage_refusal(
         return unrecognised
     if layers if layers is not None else attention_layers(model, config):
         return ""
+    refused: list[tuple[str, nn.Module, ValueError]] = []
+    find_projections(model, config or SpectralConfig(lam=0.0), refused=refused)
+    if refused:
+        name, _, error = refused[0]
+        return (
+            f"{what}: every attention module of {type(model).__name__} that speccond recognises is one it refuses "
+            f"({len(refused)}, e.g. {name or '<root>'}: {error}), so what it reports would be empty"
+        )
     return (
         f"{what}: found no attention layer in {type(model).__name__} (no module a speccond adapter recognises, "
         "no declared layout, no attached correction), so what it reports would be empty; pass the model or "
@@ -170,9 +201,19 @@ def coverage_refusal(
     )
 
 
-def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: str, model: nn.Module) -> AttentionLayer:
-    """A declared projection belongs to its parent module (the user's attention)."""
+def declared_attention(module_name: str) -> str:
+    """The name of the attention module that a declared projection, the module ``module_name``, belongs to: its
+    parent, or, where the parent is itself a q/k/v-named wrapper (Gemma 4's ``q_proj`` around ``.linear``), the
+    first module above it that is not one."""
     parent = module_name.rpartition(".")[0]
+    while parent and projection_roles(parent.rpartition(".")[2]):
+        parent = parent.rpartition(".")[0]
+    return parent
+
+
+def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: str, model: nn.Module) -> AttentionLayer:
+    """A declared projection belongs to the user's attention (:func:`declared_attention`)."""
+    parent = declared_attention(module_name)
     if parent not in by_name:
         layer = AttentionLayer(len(layers), parent, model.get_submodule(parent), "declared")
         layers.append(layer)

@@ -45,7 +45,7 @@ from speccond.adapters import attention_modules
 from speccond.checks import check_example_input, require_module
 from speccond.core.backends import Attachment, attachments
 from speccond.core.sharded import is_sharded
-from speccond.layers import projection_bias
+from speccond.layers import declared_attention, projection_bias
 
 
 # Names of an attention module's output projection (a direct Linear or Conv1D child): the probe observes
@@ -136,7 +136,7 @@ def _group_by_attention(model: nn.Module, found: list[Attachment]) -> dict[str, 
         if inside:
             path = max(inside, key=len)
         elif _is_leaf(item.module):
-            path = item.module_name.rpartition(".")[0]  # a declared projection: its parent is the attention
+            path = declared_attention(item.module_name)  # a declared projection: its parent is the attention
         else:
             path = item.module_name
         groups.setdefault(path, []).append(item)
@@ -423,8 +423,10 @@ def _check_values_are_linear(blocks: dict[str, _Block], run, result: VerifiedAtt
                 )
         if role == "v" and (not affine or change <= 1e-9):
             raise VerificationError(
-                f"{where}: the output is not linear in them, so they are not the values; check the layout's "
-                "roles and arrangement ('blocked', 'per_head' or 'grouped')"
+                f"{where}: the output is not linear in them, so either they are not the values (check the layout's "
+                "roles and arrangement: 'blocked', 'per_head' or 'grouped') or the module transforms v after "
+                "projecting it (a norm on v, as Gemma 4's vision attention has), where verify cannot confirm a layout: "
+                "read the forward, and apply without verify_with if the layout is right"
             )
         if role in "qk" and change <= 1e-9:
             raise VerificationError(

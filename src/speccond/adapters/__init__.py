@@ -8,7 +8,7 @@ that nothing claims is reported by :func:`unrecognised_attention`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from torch import nn
 from torch.nn.utils import parametrize
@@ -140,7 +140,10 @@ def attention_modules(model: nn.Module, adapters: Sequence[Adapter] = ADAPTERS) 
 
 
 def find_projections(
-    model: nn.Module, config: SpectralConfig, adapters: Sequence[Adapter] = ADAPTERS
+    model: nn.Module,
+    config: SpectralConfig,
+    adapters: Sequence[Adapter] = ADAPTERS,
+    refused: Optional[list[tuple[str, nn.Module, ValueError]]] = None,
 ) -> list[ProjectionSite]:
     """The projection parameters ``config`` selects, declared layouts first, then adapter-found ones.
 
@@ -149,6 +152,10 @@ def find_projections(
 
     ``targets`` and ``exclude`` are matched against the attention module's name and the name of the
     module that holds the parameter; a site is kept when neither is excluded and either is targeted.
+
+    An attention module whose adapter refuses it (timm_refused.py, a layout that cannot be inferred) raises
+    its ValueError; with ``refused`` (a list), it is appended there as (name, module, error) instead, and the
+    module has no sites (the diagnostics describe the others and say which they left out).
     """
     sites: list[ProjectionSite] = []
     claimed: set[tuple[int, str]] = set()
@@ -171,7 +178,14 @@ def find_projections(
     for attention_name, attention, adapter in attention_modules(model, adapters):
         if _excluded(config, attention_name):
             continue  # before projections(): a refusing adapter (timm_refused.py) raises there
-        for spec in adapter.projections(attention):
+        try:
+            specs = adapter.projections(attention)
+        except ValueError as error:
+            if refused is None:
+                raise
+            refused.append((attention_name, attention, error))
+            continue
+        for spec in specs:
             owner = attention.get_submodule(spec.owner) if spec.owner else attention
             owner, below = tuned_layer(owner)  # a PEFT tuner layer: the layer it wraps carries C
             owner_name = ".".join(p for p in (attention_name, spec.owner, below) if p)
@@ -206,7 +220,11 @@ def unrecognised_attention(
         recognised.add(id(attention))
         if _excluded(config, name):
             continue
-        for spec in adapter.projections(attention):
+        try:
+            specs = adapter.projections(attention)
+        except ValueError:
+            continue  # refused: recognised, and find_projections raises (or reports) its reason
+        for spec in specs:
             owner = attention.get_submodule(spec.owner) if spec.owner else attention
             claimed.add((id(tuned_layer(owner)[0]), spec.param_name))
     logical = _logical_names(model)

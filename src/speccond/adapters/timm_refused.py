@@ -22,6 +22,13 @@ is attached instead of leaving them plain or guessing a layout.
 - MobileViTv2 ``LinearSelfAttention`` (timm mobilevit.py, and transformers'
   ``MobileViTV2LinearSelfAttention``, claimed here by class path too): separable self-attention, a softmax
   over one context score per token from a 1-channel slice of a 1x1-conv projection: no q k^T.
+- SwiftFormer ``EfficientAdditiveAttention`` (swiftformer.py): additive attention. Its ``to_query`` and
+  ``to_key`` are L2-normalised; one global query, a weighted sum of the queries with weights from a
+  learned vector ``w_g``, multiplies every key elementwise: no q k^T, no softmax.
+- VOLO ``OutlookAttention`` (volo.py): each token's weights over its k x k window come from a Linear of the
+  (pooled) token itself, ``attn``, not from q k^T; only ``v`` is a projection of the kind the paper
+  conditions. VOLO's later stages (timm ``Attention``, ``ClassAttention``) are conditioned once these are
+  excluded.
 """
 from __future__ import annotations
 
@@ -99,5 +106,15 @@ TIMM_REFUSED = (
          "transformers.models.mobilevitv2.modeling_mobilevitv2.MobileViTV2LinearSelfAttention"),
         "separable self-attention takes a softmax over one context score per token (a 1-channel slice of a "
         f"1x1-convolution projection) and weights the keys' sum with it: {_NO_QK_SOFTMAX}",
+    ),
+    TimmRefusedAdapter(
+        "SwiftFormer additive attention", ("timm.models.swiftformer.EfficientAdditiveAttention",),
+        "additive attention multiplies each L2-normalised key elementwise by one global query (the queries summed "
+        f"with weights from the learned vector w_g), with no softmax: {_NO_QK_SOFTMAX}",
+    ),
+    TimmRefusedAdapter(
+        "VOLO outlook attention", ("timm.models.volo.OutlookAttention",),
+        "outlook attention's weights over each k x k window come from a Linear of the token itself (attn), not "
+        f"from queries and keys: {_NO_QK_SOFTMAX}",
     ),
 )

@@ -119,6 +119,12 @@ _LATENT_KV = ("kv_a_proj_with_mqa", "kv_b_proj")
 
 def _undeclarable(module: nn.Module, projections: tuple[Projection, ...]) -> str:
     """Why no ProjectionLayout can declare this module's projections ('' when one can)."""
+    kernel = next((p for p in projections if len(p.shape) != 2), None)
+    if kernel is not None:
+        return (
+            f"{kernel.qualified_name} is a convolution kernel {kernel.shape}, not a matrix; speccond's layouts and "
+            "backends take 2-D weights (a 1x1 convolution is a linear map, but is not read as one here)"
+        )
     if any(isinstance(getattr(module, n, None), nn.Module) for n in _LATENT_KV):
         return (
             "multi-head latent attention: k and v come from a shared low-rank projection (kv_a_proj_with_mqa "
@@ -215,12 +221,15 @@ def _projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Pr
     prefix = f"{name}." if name else ""
     out = []
     for child_name, child in module.named_children():
-        weight = getattr(child, "weight", None)
         roles = projection_roles(child_name)
-        if roles and isinstance(weight, torch.Tensor) and weight.dim() == 2:
-            storage = "in_out" if is_conv1d(child) else "out_in"
-            projection = Projection(f"{prefix}{child_name}.weight", tuple(weight.shape), roles, storage)
-            out.append(((id(tuned_layer(child)[0]), "weight"), projection))  # a PEFT tuner layer: the wrapped one
+        found = _weight_owner(child) if roles else None
+        if found is None:
+            continue
+        path, owner = found
+        weight = owner.weight
+        storage = "in_out" if is_conv1d(owner) else "out_in"
+        projection = Projection(f"{prefix}{child_name}{path}.weight", tuple(weight.shape), roles, storage)
+        out.append(((id(tuned_layer(owner)[0]), "weight"), projection))  # a PEFT tuner layer: the wrapped one
     tensors = dict(module.named_parameters(recurse=False))
     parametrizations = getattr(module, "parametrizations", None)
     if parametrizations is not None:
@@ -231,6 +240,21 @@ def _projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Pr
             projection = Projection(f"{prefix}{param_name}", tuple(tensor.shape), roles, "out_in")
             out.append(((id(module), param_name), projection))
     return out
+
+
+def _weight_owner(child: nn.Module) -> Optional[tuple[str, nn.Module]]:
+    """(path below ``child``, module) of the weight a q/k/v-named child projects with: the child's own 2-D
+    weight; else the one matrix or convolution kernel inside it (a wrapper such as Gemma 4's ClippableLinear
+    around ``.linear``, a conv + norm such as timm's ConvNorm); else None (none, or several)."""
+    weight = getattr(child, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        return ("", child) if weight.dim() == 2 or isinstance(child, nn.modules.conv._ConvNd) else None
+    inside = [
+        (f".{path}", module) for path, module in child.named_modules()
+        if path and isinstance(module._parameters.get("weight"), torch.Tensor)
+        and (module._parameters["weight"].dim() == 2 or isinstance(module, nn.modules.conv._ConvNd))
+    ]
+    return inside[0] if len(inside) == 1 else None
 
 
 def _num_heads(module: nn.Module) -> Optional[int]:

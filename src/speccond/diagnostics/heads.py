@@ -30,7 +30,7 @@ from speccond.checks import check_example_input, require_module
 from speccond.core.sharded import unsharded
 from speccond.diagnostics.attention_head import AttentionHead
 from speccond.diagnostics.census import watched
-from speccond.layers import AttentionLayer, Projection, attention_layers, coverage_refusal, projection_bias
+from speccond.layers import AttentionLayer, Projection, attention_layers, coverage_refusal, projection_bias, refused_modules
 
 Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one tensor
 
@@ -51,7 +51,8 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     layer = int(layer)
     target = layers[layer]
     check_rebuildable(target)
-    args, kwargs = capture_input(model, target.module, inputs, found=[found.module for found in layers])
+    found = [found.module for found in layers] + refused_modules(model)  # refused ones: left out, warned
+    args, kwargs = capture_input(model, target.module, inputs, found=found)
     with unsharded(model, target.module) as gathered:  # FSDP2: the module's own tensors, as in its forward
         return _rebuilt(target, layer, args, kwargs, heads, gathered)
 

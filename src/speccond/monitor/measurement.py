@@ -30,7 +30,7 @@ from typing import Callable, Optional
 from torch import nn
 
 from speccond.diagnostics.census import Census, ForwardWatch, watched
-from speccond.layers import AttentionLayer, attention_layers, coverage_refusal
+from speccond.layers import AttentionLayer, attention_layers, coverage_refusal, refused_modules
 from speccond.monitor.entropy import EntropyHooks, check_entropy_measurable
 from speccond.monitor.names import PREFIX, summary_name
 from speccond.monitor.schedule import Schedule
@@ -90,7 +90,7 @@ class Measurement:
         if self.schedule.entropy:
             self._entropy.arm(self._layers)
         if self.watch_scope != "off" and not (self._watched is not None and self._watched() is model):
-            found = [layer.module for layer in self._layers]
+            found = [layer.module for layer in self._layers] + refused_modules(model)  # those: left out, warned
             if self.watch_scope == "forward":
                 forwards = ForwardWatch(model, found)
                 self._watch = (forwards.remove, forwards.census)
