@@ -8,6 +8,7 @@ must find and their layouts. Equivalences are checked in float64 (see the ``floa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import warnings
 from typing import Optional
@@ -385,6 +386,55 @@ def test_unrecognised_attention_is_named_and_the_declaration_shown_conditions_it
     report = speccond.apply(model, config)
     assert {row.module for row in report} == {"0.attn.to_qkv", "1.attn.to_qkv"}
     assert_close(_run(model, (x,)), _run(reference, (x,)))
+
+
+def _pvt_v2():
+    """transformers' PvtV2: stage 0 (1 head, spatially reduced keys) is not inferred, stage 1 (2 heads) is."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.PvtV2Config(image_size=32, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                                      hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
+                                      num_attention_heads=[1, 2], mlp_ratios=[2, 2])
+    return transformers.PvtV2Model(config).eval()
+
+
+def test_a_declaration_pasted_from_the_message_reaches_no_module_beyond_those_it_lists():
+    """Generalising every index, the pattern for stage 0's query also matched stage 1's, which the inferred adapter
+    conditions with 2 heads; declared layouts come first, so the pasted line re-declared it with 1 head (lam="auto":
+    one lam for the block where there is one per head). So did the exclude it offers."""
+    model = _pvt_v2()
+    with pytest.raises(ValueError) as error:
+        speccond.apply(model, speccond.SpectralConfig(lam="auto"))
+    message = str(error.value)
+    assert r'r"^encoder\.layers\.0\.blocks\.0\.attention\.query\.weight$": ProjectionLayout(roles="q", num_heads=1),' in message
+    assert r'exclude=[r"^encoder\.layers\.0\.blocks\.0\.attention$"]' in message
+    inferred = _pvt_v2()
+    speccond.apply(inferred, speccond.SpectralConfig(lam="auto", exclude=[r"^encoder\.layers\.0\."]))
+    pasted = _pvt_v2()
+    images = torch.randn(2, 3, 32, 32)
+    speccond.apply(pasted, dataclasses.replace(_declaration(message), lam="auto"), verify_with={"pixel_values": images})
+
+    def stage_1(model):
+        return {(row.module, row.role): (row.heads, row.head_lams) for row in speccond.describe(model).rows
+                if row.module.startswith("encoder.layers.1.")}
+
+    assert stage_1(pasted) == stage_1(inferred) and stage_1(pasted)[("encoder.layers.1.blocks.0.attention.query", "q")][0] == 2
+
+
+def test_a_model_conditioned_through_declared_layouts_is_described_without_passing_them_again():
+    """The spectra (and the monitor) found no attention layer in a model whose every correction came from a
+    declared layout unless that config was passed again, and said there was "no attached correction"."""
+    torch.manual_seed(0)
+    model = nn.Sequential(Layer(HandWrittenAttention()), Layer(HandWrittenAttention()))
+    layouts = {r"^\d+\.attn\.to_qkv\.weight$": speccond.ProjectionLayout("qkv", 4)}
+    speccond.apply(model, speccond.SpectralConfig(lam=3.0, layouts=layouts))
+    rows = speccond.diagnostics.projection_spectra(model, per_head=False)
+    again = speccond.diagnostics.projection_spectra(model, speccond.SpectralConfig(layouts=layouts), per_head=False)
+    assert [(row["module"], row["projection"], row["kappa"]) for row in rows] == [
+        (row["module"], row["projection"], row["kappa"]) for row in again]
+    assert {(row["module"], row["projection"]) for row in rows} == {(f"{i}.attn", role) for i in range(2) for role in "qkv"}
+    left = speccond.diagnostics.projection_spectra(model, speccond.SpectralConfig(exclude=[r"^1\.attn$"]), per_head=False)
+    assert {row["module"] for row in left} == {"0.attn"}  # an anchored exclude of the attention leaves its projections out
 
 
 def test_unrecognised_separate_projections_without_attention_in_the_class_name():

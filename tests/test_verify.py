@@ -211,3 +211,49 @@ def test_apply_verify_with_a_mapping_needs_str_keys_and_undoes_itself():
         speccond.apply(model, right, verify_with={0: torch.randn(2, 7, 24)})
     assert not speccond.is_conditioned(model)
     assert len(speccond.apply(model, right, verify_with={"x": torch.randn(2, 7, 24)})) == 3
+
+
+def _detr():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    backbone = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"],
+                                         layer_type="basic")
+    config = transformers.DetrConfig(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone,
+                                     num_queries=4, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+                                     decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, d_model=32)
+    return transformers.DetrModel(config).eval()
+
+
+def test_attention_whose_input_is_the_same_at_every_token_is_named_with_the_exclude_that_leaves_it_plain():
+    """DETR's first decoder self-attention reads its zero queries on every input, so no correction changes its
+    output: verify blamed a single key, the weight backend, or the device."""
+    images = {"pixel_values": torch.randn(2, 3, 64, 64)}
+    model = _detr()
+    with pytest.raises(VerificationError, match=r"decoder\.layers\.0\.self_attn: its input on the example holds the "
+                       r"same vector at every token .*exclude=\[r\"\^decoder\\\.layers\\\.0\\\.self_attn\$\"\]") as caught:
+        speccond.apply(model, speccond.SpectralConfig(lam=3.0), verify_with=images)
+    assert "single key" not in str(caught.value) and not speccond.is_conditioned(model)
+    speccond.apply(model, speccond.SpectralConfig(lam=3.0, exclude=[r"^decoder\.layers\.0\.self_attn$"]),
+                   verify_with=images)
+    assert any(row.module.startswith("decoder.layers.1.self_attn") for row in speccond.describe(model).rows)
+
+
+class OneOfTwoRuns(nn.Module):
+    """Two attention modules; the forward runs one (a head that skips a predictor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used, self.skipped = nn.MultiheadAttention(16, 2, batch_first=True), nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x, x, x, need_weights=False)[0]
+
+
+def test_attention_the_input_never_reaches_is_named_with_the_exclude_that_leaves_it_plain():
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(VerificationError, match=r"'skipped' was not called by the example input; .*or, where the model "
+                       r"never runs it .*exclude=\[r\"\^skipped\$\"\]"):
+        speccond.apply(OneOfTwoRuns(), speccond.SpectralConfig(lam=3.0), verify_with=x)
+    model = OneOfTwoRuns()
+    speccond.apply(model, speccond.SpectralConfig(lam=3.0, exclude=[r"^skipped$"]), verify_with=x)
+    assert {row.module for row in speccond.describe(model).rows} == {"used"}

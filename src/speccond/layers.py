@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from speccond.adapters import attention_modules, find_projections
-from speccond.adapters.unrecognised import projection_roles
+from speccond.adapters.unrecognised import declared_attention
 from speccond.core.backends import AddCorrectionHook, Attachment, attachments
 from speccond.core.config import SpectralConfig
 from speccond.core.layout import ProjectionLayout
@@ -124,20 +124,39 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
     for name, _, error in refused:
         warnings.warn(f"{name or '<root>'} {LEFT_OUT}: {error}", UserWarning, stacklevel=3)
     for site in sites:
-        attachment = found.get((site.module_name, site.param_name))
+        attachment = found.pop((site.module_name, site.param_name), None)
         acts_as = attachment.correction.acts_as if attachment else (site.acts_as or site.layout.roles)
         owner = by_name.get(site.attention_name) or _declared_layer(layers, by_name, site.module_name, model)
-        parent = model.get_submodule(site.module_name.rpartition(".")[0])  # the model itself for a top-level name
-        projection = Projection(
-            site.qualified_name, site.module, site.param_name, site.layout, acts_as, attachment, owner.module,
-            tuner=parent if is_tuner_layer(parent) and parent._modules["base_layer"] is site.module else None,
-        )
-        owner.projections.append(projection)
+        owner.projections.append(_projection(
+            model, site.qualified_name, site.module_name, site.param_name, site.layout, acts_as, attachment, owner,
+        ))
+    recognised = [name for name, _, _ in attention_modules(model)]
+    for (module_name, param_name), attachment in found.items():  # attached through a layout ``config`` does not declare
+        attention = declared_attention(module_name)
+        inside = any(module_name.startswith(f"{name}.") or not name for name in recognised)
+        if inside or not config.selects(attention, module_name):
+            continue  # an adapter's module: its sites follow ``config``
+        owner = _declared_layer(layers, by_name, module_name, model)
+        correction = attachment.correction
+        owner.projections.append(_projection(
+            model, attachment.qualified_name, module_name, param_name, correction.layout, correction.acts_as,
+            attachment, owner,
+        ))
     order = {name: position for position, (name, _) in enumerate(model.named_modules())}
     kept = sorted((layer for layer in layers if layer.projections), key=lambda layer: order[layer.name])
     for index, layer in enumerate(kept):
         layer.index = index
     return kept
+
+
+def _projection(
+    model: nn.Module, qualified_name: str, module_name: str, param_name: str, layout: ProjectionLayout, acts_as: str,
+    attachment: Optional[Attachment], owner: AttentionLayer,
+) -> Projection:
+    module = model.get_submodule(module_name)
+    parent = model.get_submodule(module_name.rpartition(".")[0])  # the model itself for a top-level name
+    tuner = parent if is_tuner_layer(parent) and parent._modules["base_layer"] is module else None
+    return Projection(qualified_name, module, param_name, layout, acts_as, attachment, owner.module, tuner=tuner)
 
 
 def refused_modules(model: nn.Module) -> list[nn.Module]:
@@ -199,16 +218,6 @@ def coverage_refusal(
         "submodule that holds the attention, or, where its q, k, v projection has a name speccond does not know, "
         "declare its layout (SpectralConfig(layouts=...); speccond.apply(model) says how)"
     )
-
-
-def declared_attention(module_name: str) -> str:
-    """The name of the attention module that a declared projection, the module ``module_name``, belongs to: its
-    parent, or, where the parent is itself a q/k/v-named wrapper (Gemma 4's ``q_proj`` around ``.linear``), the
-    first module above it that is not one."""
-    parent = module_name.rpartition(".")[0]
-    while parent and projection_roles(parent.rpartition(".")[2]):
-        parent = parent.rpartition(".")[0]
-    return parent
 
 
 def _declared_layer(layers: list[AttentionLayer], by_name: dict, module_name: str, model: nn.Module) -> AttentionLayer:

@@ -34,7 +34,8 @@ when lam_q != lam_k.
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
+import re
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -45,7 +46,8 @@ from speccond.adapters import attention_modules
 from speccond.checks import check_example_input, require_module
 from speccond.core.backends import Attachment, attachments
 from speccond.core.sharded import is_sharded
-from speccond.layers import declared_attention, projection_bias
+from speccond.adapters.unrecognised import declared_attention
+from speccond.layers import projection_bias
 
 
 # Names of an attention module's output projection (a direct Linear or Conv1D child): the probe observes
@@ -120,8 +122,9 @@ def verify(model: nn.Module, *example_args: Any, **example_kwargs: Any) -> list[
     for path, members in groups.items():
         if path not in captured:
             raise VerificationError(
-                f"speccond.verify: attention module '{path}' was not called by the example input; "
-                "pass an input that runs every conditioned layer"
+                f"speccond.verify: attention module '{path}' was not called by the example input; pass an input "
+                "that runs every conditioned layer, or, where the model never runs it (a head that skips a "
+                f"predictor), leave it plain: SpectralConfig(exclude=[r\"^{re.escape(path)}$\"])"
             )
         results.append(_probe(model.get_submodule(path), path, members, *captured[path]))
     return results
@@ -279,7 +282,7 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
     with torch.no_grad():
         run()
         result.observed = context.describe()
-        _check_correction_takes_effect(probe_found.values(), names, run, result)
+        _check_correction_takes_effect(probe_found.values(), names, run, result, _same_for_every_token(args, kwargs))
         skip = next((b.attachment.correction.probe_skip for b in blocks.values() if b.attachment.correction.probe_skip), "")
         if skip:
             result.skipped.append(f"role and head signatures: {skip}")
@@ -376,7 +379,24 @@ def _count(module: nn.Module, names: tuple[str, ...]) -> int | None:
     return None
 
 
-def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str], run, result: VerifiedAttention) -> None:
+def _same_for_every_token(args: tuple, kwargs: dict) -> bool:
+    """Whether the module's first input of tokens (B, N, D), N > 1, holds the same vector at every token (all zeros:
+    DETR's first decoder self-attention, whose queries start at zero): then so do its values, and its output
+    cannot change with q, k or any correction, on this input."""
+    tokens = next((t for t in (*args, *kwargs.values()) if torch.is_tensor(t) and t.is_floating_point() and t.dim() == 3), None)
+    return tokens is not None and tokens.shape[1] > 1 and bool((tokens == tokens[:, :1]).all())
+
+
+def _check_correction_takes_effect(
+    found: Iterator[Attachment], names: list[str], run, result: VerifiedAttention, same_tokens: bool = False
+) -> None:
+    if same_tokens and _same(run(), _zeroed_all_run(found, run)):
+        raise VerificationError(
+            f"{result.attention}: its input on the example holds the same vector at every token (all zeros where "
+            "the queries of DETR's first decoder layer start), so its values do too and its output cannot change "
+            "with q, k or the correction here; if the model always feeds it such an input, the correction does "
+            f"nothing there: leave it plain, SpectralConfig(exclude=[r\"^{re.escape(result.attention)}$\"])"
+        )
     for item in found:
         reference = run()
         if not bool(torch.isfinite(reference).any()):
@@ -403,6 +423,14 @@ def _check_correction_takes_effect(found: Iterator[Attachment], names: list[str]
             )
             raise VerificationError(f"{name}: the correction does not change the attention output; {why}")
     result.checks.append("correction takes effect")
+
+
+def _zeroed_all_run(found: Iterator[Attachment], run) -> torch.Tensor:
+    """The output with every correction of the module zeroed."""
+    with ExitStack() as stack:
+        for item in found:
+            stack.enter_context(_correction_zeroed(item))
+        return run()
 
 
 def _check_values_are_linear(blocks: dict[str, _Block], run, result: VerifiedAttention) -> None:

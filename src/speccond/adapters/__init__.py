@@ -35,7 +35,7 @@ from speccond.adapters.timm_swin import TIMM_SWIN
 from speccond.adapters.timm_windowed import TIMM_GCVIT, TIMM_MAXVIT, TIMM_NEST, TIMM_TWINS_LOCAL
 from speccond.adapters.timm_xcit import TIMM_XCA, TimmClassAttnAdapter
 from speccond.adapters.torch_mha import TorchMultiheadAttentionAdapter
-from speccond.adapters.unrecognised import UnrecognisedAttention, find_unrecognised, unrecognised_message
+from speccond.adapters.unrecognised import UnrecognisedAttention, declared_attention, find_unrecognised, unrecognised_message
 from speccond.core.config import SpectralConfig
 from speccond.core.layout import ProjectionLayout
 
@@ -165,7 +165,7 @@ def find_projections(
             name = logical.get(id(module), module_name)
             qualified = f"{name}.{param_name}" if name else param_name
             layout = config.declared_layout(qualified)
-            if layout is None or not config.selects(module_name, qualified):
+            if layout is None or not config.selects(declared_attention(module_name), module_name, qualified):
                 continue
             if getattr(module, param_name).dim() == 1:
                 continue  # a bias the pattern also matched: biases are never corrected

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Collection, Optional
 
 import torch
 from torch import nn
@@ -58,6 +58,22 @@ class UnrecognisedAttention:
     projections: tuple[Projection, ...]
     head_dim: Optional[int] = None
     undeclarable: str = ""  # why no ProjectionLayout can declare its projections ('' when one can)
+
+
+def model_names(model: nn.Module) -> tuple[list[str], list[str]]:
+    """(every parameter's name, every module's name) of ``model``: what a pattern in
+    :func:`unrecognised_message` must not reach beyond the modules it lists."""
+    return [name for name, _ in model.named_parameters()], [name for name, _ in model.named_modules()]
+
+
+def declared_attention(module_name: str) -> str:
+    """The name of the attention module that a declared projection, the module ``module_name``, belongs to: its
+    parent, or, where the parent is itself a q/k/v-named wrapper (Gemma 4's ``q_proj`` around ``.linear``), the
+    first module above it that is not one."""
+    parent = module_name.rpartition(".")[0]
+    while parent and projection_roles(parent.rpartition(".")[2]):
+        parent = parent.rpartition(".")[0]
+    return parent
 
 
 def projection_roles(name: str) -> Optional[str]:
@@ -154,8 +170,15 @@ def _heads_from_groups(module: nn.Module, projections: tuple[Projection, ...]) -
     return groups * (_out_features(k) // dh) if _out_features(k) % dh == 0 else None
 
 
-def unrecognised_message(found: list[UnrecognisedAttention]) -> str:
+def unrecognised_message(
+    found: list[UnrecognisedAttention], weight_names: Collection[str] = (), module_names: Collection[str] = ()
+) -> str:
     """The error: which modules, and the SpectralConfig declaration that would condition them.
+
+    A pattern generalises the layer indices (one line per layer type) only where it then matches exactly the
+    listed weights (modules, for ``exclude``) that get the same line: a pattern that would also match a weight
+    an adapter already conditions (``weight_names``: every weight of the model), or weights needing another
+    head count, lists the names one by one, so that pasting it re-declares nothing else.
 
     A declaration is printed complete only where every field follows from what the module shows (a
     separate q, k or v Linear: its role, and its head count from the module's head count and head width).
@@ -173,18 +196,20 @@ def unrecognised_message(found: list[UnrecognisedAttention]) -> str:
     lines.append("They would be left unconditioned.")
     declarations: dict[str, str] = {}
     missing: dict[str, list[str]] = {}
-    excludes = {}
     refusals: dict[str, str] = {}
+    module_pattern = _narrowest({item.name: "" for item in found}, module_names)
+    excludes = dict.fromkeys(module_pattern[item.name] if item.name else "^$" for item in found)
     for item in found:
-        excludes.setdefault(_pattern(item.name) if item.name else "^$", None)
         if item.undeclarable:
-            refusals.setdefault(_pattern(item.name) if item.name else "^$", f"{item.class_path}: {item.undeclarable}")
-            continue
+            refusals.setdefault(module_pattern[item.name] if item.name else "^$", f"{item.class_path}: {item.undeclarable}")
+    texts: dict[str, tuple[str, list[str]]] = {}  # qualified weight name -> (its declaration, its missing facts)
+    for item in (item for item in found if not item.undeclarable):
         q_width = next((_out_features(p) for p in item.projections if p.roles == "q"), None)
-        for p in item.projections:
-            pattern = _pattern(p.qualified_name)
-            if pattern not in declarations:
-                declarations[pattern], missing[pattern] = _declaration(p, item, q_width)
+        texts.update({p.qualified_name: _declaration(p, item, q_width) for p in item.projections})
+    weight_pattern = _narrowest({name: text for name, (text, _) in texts.items()}, weight_names)
+    for name, (text, facts) in texts.items():
+        declarations.setdefault(weight_pattern[name], text)
+        missing.setdefault(weight_pattern[name], facts)
     for pattern, reason in refusals.items():
         lines.append(f'  r"{pattern}" cannot be declared: {reason}.')
     if not declarations:
@@ -276,6 +301,21 @@ def _head_dim(module: nn.Module) -> Optional[int]:
 def _pattern(qualified_name: str) -> str:
     """An anchored regex for ``qualified_name`` with every numeric index generalised (one line per layer type)."""
     return "^" + r"\.".join(r"\d+" if part.isdigit() else re.escape(part) for part in qualified_name.split(".")) + "$"
+
+
+def _narrowest(lines: dict[str, str], universe: Collection[str]) -> dict[str, str]:
+    """{name: its pattern} for the names of ``lines`` ({name: the line it gets}): the generalised pattern where
+    it matches only names that get the same line (among ``lines`` and ``universe``), else the name itself."""
+    groups: dict[str, list[str]] = {}
+    for name in lines:
+        groups.setdefault(_pattern(name), []).append(name)
+    chosen = {}
+    for pattern, names in groups.items():
+        same = len({lines[name] for name in names}) == 1
+        reaches = {other for other in (*universe, *lines) if re.match(pattern, other)}
+        general = same and reaches <= set(names)
+        chosen.update({name: pattern if general else f"^{re.escape(name)}$" for name in names})
+    return chosen
 
 
 def _out_features(p: Projection) -> int:
