@@ -624,3 +624,25 @@ def test_unrecognised_separate_grouped_query_projections_get_a_complete_declarat
     found = {a.qualified_name: a.correction.layout for a in speccond.core.backends.attachments(model)}
     assert found == layouts
     assert_close(_run(model, (x,)), _run(reference, (x,)))
+
+
+def test_attention_whose_q_and_k_are_formed_from_unreadable_projections_is_offered_no_values_only_declaration():
+    """Conditional DETR's decoder forms q from q_content_proj + q_pos_proj and k likewise: the message offered a
+    declaration of v_proj alone, which apply and verify accepted, conditioning W_V and leaving W_Q, W_K plain."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    backbone = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"],
+                                         layer_type="basic")
+    config = transformers.ConditionalDetrConfig(
+        use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, num_queries=4,
+        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, d_model=32,
+    )
+    model = transformers.ConditionalDetrModel(config).eval()
+    with pytest.raises(ValueError) as error:
+        speccond.apply(model, speccond.SpectralConfig(lam=3.0))
+    message = str(error.value)
+    assert 'self_attn$" cannot be declared' in message and "q_content_proj, q_pos_proj, k_content_proj" in message
+    assert "W_V alone is not the paper's correction" in message
+    assert "layouts={" not in message and 'roles="v"' not in message
+    assert r'exclude=[r"^decoder\.layers\.\d+\.self_attn$", r"^decoder\.layers\.\d+\.encoder_attn$"]' in message

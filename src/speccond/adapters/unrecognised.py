@@ -33,6 +33,7 @@ _NAME = re.compile(
 _CORE_ROLES = {"query_key_value": "qkv", "query": "q", "key": "k", "value": "v"}
 _SPECIAL_ROLES = {"in_proj": "qkv", "in_proj_weight": "qkv", "c_attn": "qkv", "q_attn": "q"}
 _ATTENTION_CLASS = re.compile(r"attention|attn", re.IGNORECASE)
+_QK_PREFIX = re.compile(r"^(?:q|k|query|key)_", re.IGNORECASE)  # q_content_proj, k_pos_proj, ...: a q or k in parts
 _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head", "heads", "groups")
 _HEAD_DIM_ATTRS = ("head_dim", "head_size", "attention_head_size", "dim_head", "d_head")
 
@@ -147,6 +148,14 @@ def _undeclarable(module: nn.Module, projections: tuple[Projection, ...]) -> str
             "compresses the input to kv_lora_rank features and a rotary key shared by every head, kv_b_proj expands "
             "them to each head's k and v), so there is no per-head W_K or W_V for lam I to be added to, and "
             "conditioning q alone is not the paper's correction"
+        )
+    found_roles = {role for p in projections for role in p.roles}
+    unread = [name for name, child in module.named_children() if _QK_PREFIX.match(name) and _weight_owner(child)]
+    if not found_roles & {"q", "k"} and unread:
+        return (
+            f"its queries and keys come from projections whose names speccond cannot read as W_Q and W_K "
+            f"({', '.join(unread)}; Conditional DETR sums two for each), so only its values could be declared, and "
+            "W_V alone is not the paper's correction; declare q and k yourself where each is one projection"
         )
     heads, dh = _num_heads(module) or _heads_from_groups(module, projections), _head_dim(module)
     q = next((p for p in projections if p.roles == "q"), None)
