@@ -22,7 +22,7 @@ from speccond.adapters import (
     unrecognised_message,
 )
 from speccond.adapters.base import is_conv1d
-from speccond.adapters.unrecognised import model_names, state_space_mixers
+from speccond.adapters.unrecognised import state_space_mixers
 from speccond.checkpoint_files import refuse_partly_loaded
 from speccond.checks import check_example_input, received, require_bool, require_module
 from speccond.core.backends import Undo, attach, attachments, detach, merged_weight, restore
@@ -101,7 +101,7 @@ def _condition(model: nn.Module, config: Optional[SpectralConfig], verify_with: 
     sites = find_projections(model, config)
     unknown = unrecognised_attention(model, config, sites)
     if unknown:
-        raise ValueError(unrecognised_message(unknown, *model_names(model)))
+        raise ValueError(unrecognised_message(unknown, model))
     if not sites:
         raise ValueError(_nothing_selected_message(model, config))
     _check_sites(model, sites, config)

@@ -104,7 +104,9 @@ class AttentionLayer:
 LEFT_OUT = "is left out (attention that speccond refuses to condition has no layer)"  # the warning's words
 
 
-def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) -> list[AttentionLayer]:
+def attention_layers(
+    model: nn.Module, config: Optional[SpectralConfig] = None, refused: Optional[list[nn.Module]] = None
+) -> list[AttentionLayer]:
     """Every attention layer with its projections; attached corrections are used when present.
 
     ``config`` supplies declared layouts for modules no adapter knows (only its ``layouts``,
@@ -113,16 +115,20 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
     An attention module speccond refuses to condition (timm_refused.py: VOLO's outlook attention, CoaT's
     factorised attention, ...) has no layer here, with a warning naming it and why: apply conditions the
     rest of such a model once these are excluded, and the diagnostics and the monitor then describe the rest
-    (a model with nothing else is refused by :func:`coverage_refusal`, naming them).
+    (a model with nothing else is refused by :func:`coverage_refusal`, naming them). ``refused``, a list,
+    receives those modules, so that a watch of the forward (the census) counts the attention they run as known.
     """
     config = config or SpectralConfig(lam=0.0)
     found = {(a.module_name, a.param_name): a for a in attachments(model)}
     layers = [AttentionLayer(i, name, module, adapter.name, adapter=adapter) for i, (name, module, adapter) in enumerate(attention_modules(model))]
     by_name = {layer.name: layer for layer in layers}
-    refused: list[tuple[str, nn.Module, ValueError]] = []
-    sites = find_projections(model, config, refused=refused)
-    for name, _, error in refused:
+    recognised = list(by_name)  # the adapters' attention modules (declared ones join by_name below)
+    left_out: list[tuple[str, nn.Module, ValueError]] = []
+    sites = find_projections(model, config, refused=left_out)
+    for name, module, error in left_out:
         warnings.warn(f"{name or '<root>'} {LEFT_OUT}: {error}", UserWarning, stacklevel=3)
+        if refused is not None:
+            refused.append(module)
     for site in sites:
         attachment = found.pop((site.module_name, site.param_name), None)
         acts_as = attachment.correction.acts_as if attachment else (site.acts_as or site.layout.roles)
@@ -130,7 +136,6 @@ def attention_layers(model: nn.Module, config: Optional[SpectralConfig] = None) 
         owner.projections.append(_projection(
             model, site.qualified_name, site.module_name, site.param_name, site.layout, acts_as, attachment, owner,
         ))
-    recognised = [name for name, _, _ in attention_modules(model)]
     for (module_name, param_name), attachment in found.items():  # attached through a layout ``config`` does not declare
         attention = declared_attention(module_name)
         inside = any(module_name.startswith(f"{name}.") or not name for name in recognised)
@@ -157,15 +162,6 @@ def _projection(
     parent = model.get_submodule(module_name.rpartition(".")[0])  # the model itself for a top-level name
     tuner = parent if is_tuner_layer(parent) and parent._modules["base_layer"] is module else None
     return Projection(qualified_name, module, param_name, layout, acts_as, attachment, owner.module, tuner=tuner)
-
-
-def refused_modules(model: nn.Module) -> list[nn.Module]:
-    """The attention modules of ``model`` that speccond refuses to condition: :func:`attention_layers` leaves them
-    out with a warning, so a watch of the forward (the census) counts the attention they run as known. Runs
-    nothing."""
-    refused: list[tuple[str, nn.Module, ValueError]] = []
-    find_projections(model, SpectralConfig(lam=0.0), refused=refused)
-    return [module for _, module, _ in refused]
 
 
 def unrecognised_refusal(model: nn.Module, what: str, config: Optional[SpectralConfig] = None) -> str:

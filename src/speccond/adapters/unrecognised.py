@@ -61,12 +61,6 @@ class UnrecognisedAttention:
     undeclarable: str = ""  # why no ProjectionLayout can declare its projections ('' when one can)
 
 
-def model_names(model: nn.Module) -> tuple[list[str], list[str]]:
-    """(every parameter's name, every module's name) of ``model``: what a pattern in
-    :func:`unrecognised_message` must not reach beyond the modules it lists."""
-    return [name for name, _ in model.named_parameters()], [name for name, _ in model.named_modules()]
-
-
 def declared_attention(module_name: str) -> str:
     """The name of the attention module that a declared projection, the module ``module_name``, belongs to: its
     parent, or, where the parent is itself a q/k/v-named wrapper (Gemma 4's ``q_proj`` around ``.linear``), the
@@ -179,15 +173,13 @@ def _heads_from_groups(module: nn.Module, projections: tuple[Projection, ...]) -
     return groups * (_out_features(k) // dh) if _out_features(k) % dh == 0 else None
 
 
-def unrecognised_message(
-    found: list[UnrecognisedAttention], weight_names: Collection[str] = (), module_names: Collection[str] = ()
-) -> str:
+def unrecognised_message(found: list[UnrecognisedAttention], model: nn.Module) -> str:
     """The error: which modules, and the SpectralConfig declaration that would condition them.
 
     A pattern generalises the layer indices (one line per layer type) only where it then matches exactly the
-    listed weights (modules, for ``exclude``) that get the same line: a pattern that would also match a weight
-    an adapter already conditions (``weight_names``: every weight of the model), or weights needing another
-    head count, lists the names one by one, so that pasting it re-declares nothing else.
+    listed weights (modules, for ``exclude``) that get the same line: a pattern that would also match another
+    weight of ``model`` (one an adapter already conditions), or weights needing another head count, lists the
+    names one by one, so that pasting it re-declares nothing else.
 
     A declaration is printed complete only where every field follows from what the module shows (a
     separate q, k or v Linear: its role, and its head count from the module's head count and head width).
@@ -206,15 +198,16 @@ def unrecognised_message(
     declarations: dict[str, str] = {}
     missing: dict[str, list[str]] = {}
     refusals: dict[str, str] = {}
-    module_pattern = _narrowest({item.name: "" for item in found}, module_names)
-    excludes = dict.fromkeys(module_pattern[item.name] if item.name else "^$" for item in found)
+    module_pattern = _narrowest({item.name: "" for item in found}, [name for name, _ in model.named_modules()])
+    excludes = dict.fromkeys(module_pattern[item.name] for item in found)  # the root module's pattern: "^$"
     for item in found:
         if item.undeclarable:
-            refusals.setdefault(module_pattern[item.name] if item.name else "^$", f"{item.class_path}: {item.undeclarable}")
+            refusals.setdefault(module_pattern[item.name], f"{item.class_path}: {item.undeclarable}")
     texts: dict[str, tuple[str, list[str]]] = {}  # qualified weight name -> (its declaration, its missing facts)
     for item in (item for item in found if not item.undeclarable):
         q_width = next((_out_features(p) for p in item.projections if p.roles == "q"), None)
         texts.update({p.qualified_name: _declaration(p, item, q_width) for p in item.projections})
+    weight_names = [name for name, _ in model.named_parameters()]
     weight_pattern = _narrowest({name: text for name, (text, _) in texts.items()}, weight_names)
     for name, (text, facts) in texts.items():
         declarations.setdefault(weight_pattern[name], text)

@@ -30,7 +30,7 @@ from speccond.checks import check_example_input, require_module
 from speccond.core.sharded import unsharded
 from speccond.diagnostics.attention_head import AttentionHead
 from speccond.diagnostics.census import watched
-from speccond.layers import AttentionLayer, Projection, attention_layers, coverage_refusal, projection_bias, refused_modules
+from speccond.layers import AttentionLayer, Projection, attention_layers, coverage_refusal, projection_bias
 
 Inputs = Any  # a tuple of positional inputs, a dict of keyword inputs, or one tensor
 
@@ -40,7 +40,8 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     """AttentionHeads of ``layer`` for query ``heads`` (default all) on the probe batch ``inputs``."""
     require_module(model, "speccond.diagnostics")
     check_example_input(*_split(inputs), where="speccond.diagnostics: the probe input")
-    layers = attention_layers(model)
+    refused: list[nn.Module] = []  # left out with a warning; the census counts their attention as known
+    layers = attention_layers(model, refused=refused)
     uncovered = coverage_refusal(model, "the head diagnostics", layers=layers)
     if uncovered:  # the layers would be numbered without them, or there are none
         raise ValueError(uncovered)
@@ -51,7 +52,7 @@ def head_cases(model: nn.Module, inputs: Inputs, layer: int, heads: Optional[lis
     layer = int(layer)
     target = layers[layer]
     check_rebuildable(target)
-    found = [found.module for found in layers] + refused_modules(model)  # refused ones: left out, warned
+    found = [found.module for found in layers] + refused
     args, kwargs = capture_input(model, target.module, inputs, found=found)
     with unsharded(model, target.module) as gathered:  # FSDP2: the module's own tensors, as in its forward
         return _rebuilt(target, layer, args, kwargs, heads, gathered)

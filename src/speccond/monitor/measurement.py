@@ -30,7 +30,7 @@ from typing import Callable, Optional
 from torch import nn
 
 from speccond.diagnostics.census import Census, ForwardWatch, watched
-from speccond.layers import AttentionLayer, attention_layers, coverage_refusal, refused_modules
+from speccond.layers import AttentionLayer, attention_layers, coverage_refusal
 from speccond.monitor.entropy import EntropyHooks, check_entropy_measurable
 from speccond.monitor.names import PREFIX, summary_name
 from speccond.monitor.schedule import Schedule
@@ -86,11 +86,12 @@ class Measurement:
         self._step = step
         if not self._pending:
             return False
-        self._layers = attention_layers(model)  # the one scan of the structure a measured step makes
+        refused: list[nn.Module] = []  # left out with a warning; the watch counts their attention as known
+        self._layers = attention_layers(model, refused=refused)  # the one scan of the structure a measured step makes
         if self.schedule.entropy:
             self._entropy.arm(self._layers)
         if self.watch_scope != "off" and not (self._watched is not None and self._watched() is model):
-            found = [layer.module for layer in self._layers] + refused_modules(model)  # those: left out, warned
+            found = [layer.module for layer in self._layers] + refused
             if self.watch_scope == "forward":
                 forwards = ForwardWatch(model, found)
                 self._watch = (forwards.remove, forwards.census)

@@ -7,7 +7,6 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from speccond.adapters import ProjectionSite, find_projections, unrecognised_attention, unrecognised_message
-from speccond.adapters.unrecognised import model_names
 from speccond.core.config import SpectralConfig
 
 
@@ -20,7 +19,7 @@ def projection_sites(
     sites = find_projections(model, config)
     unknown = unrecognised_attention(model, config, sites)
     if unknown:
-        raise ValueError(unrecognised_message(unknown, *model_names(model)))
+        raise ValueError(unrecognised_message(unknown, model))
     if not sites:
         raise ValueError(
             f"{method} found no q, k, v projections in {type(model).__name__} (targets={targets}, exclude={exclude}): "
