@@ -248,6 +248,13 @@ CASES = [
          {**separate("encoder.layers.0.blocks.0.attention.", QKV_PROJ, (2,) * 3, layers=1),
           **separate("encoder.layers.1.blocks.0.attention.", QKV_PROJ, (4,) * 3, layers=1)},
          diagnostics_refused="Swin attends inside \\(shifted\\) windows"),
+    # Swin V2: cosine attention (each head's q and k L2-normalised, times a learned logit scale), query/key/value
+    Arch("hf-swinv2", hf("Swinv2Config", base={}, image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                         num_heads=[2, 4], window_size=4), swin_images,
+         {**separate("encoder.layers.0.blocks.0.attention.self.", BERT_QKV, (2,) * 3, layers=1),
+          **separate("encoder.layers.1.blocks.0.attention.self.", BERT_QKV, (4,) * 3, layers=1)},
+         diagnostics_refused="Swinv2SelfAttention is not among the families",
+         reason="cosine attention (found by probing): note, the Q/K correction keeps only its direction"),
     Arch("hf-bert", hf("BertConfig"), tokens, separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),
          attention=hf_attentions),
     Arch("hf-roberta", hf("RobertaConfig"), tokens, separate("encoder.layer.{}.attention.self.", BERT_QKV, MHA),

@@ -1,6 +1,7 @@
 """The collapse warning (docs/GUIDE.md, "A warning where the correction collapses attention"): apply warns, per
 module family, when the correction will make the initial token attention nearly one-hot, predicted from the
-effective weights (or measured on verify_with inputs), and exempts attention whose logits do not grow with lam."""
+effective weights (or measured on verify_with inputs), through the module's own normalisation of q and k, and
+exempts channel attention."""
 from __future__ import annotations
 
 import dataclasses
@@ -131,17 +132,76 @@ def test_the_quick_start_and_the_demo_use_the_recommended_setting():
     assert build_parser().parse_args(["demo"]).correction == "svd"
 
 
-def test_cosine_and_normalised_logits_are_exempt():
-    """XCiT's XCA (cosine logits, channel attention) and timm's qk_norm=True keep their logits bounded."""
+def test_channel_attention_is_exempt():
+    """XCiT's XCA mixes channels, not tokens: no token attention to collapse."""
     import timm
 
     torch.manual_seed(0)
     xcit = timm.create_model("xcit_nano_12_p8_224", pretrained=False, img_size=32, depth=2, cls_attn_layers=0,
                              num_classes=5)
     assert _collapse_warnings(xcit, speccond.SpectralConfig(lam=10.0)) == []
-    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
-                            qk_norm=True, num_classes=5)
-    assert _collapse_warnings(vit, speccond.SpectralConfig(lam=10.0)) == []
+
+
+def _qk_norm_vit(embed_dim: int, num_heads: int):
+    import timm
+
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                             embed_dim=embed_dim, num_heads=num_heads, qk_norm=True, num_classes=5)
+
+
+@pytest.mark.parametrize("embed_dim, num_heads, collapses", [(192, 3, True), (64, 4, False)], ids=["dh64", "dh16"])
+def test_normalised_logits_are_predicted_through_the_norm(embed_dim, num_heads, collapses):
+    """timm qk_norm=True bounds the logits, not the collapse: q and k both become the token's own direction, so
+    its logit with itself is about sqrt(dh). At head width 64 lam = 10 still makes attention nearly one-hot
+    (it was exempt, and apply said nothing); at 16 it does not. The prediction and the head diagnostics'
+    measurement on verify_with inputs agree on both."""
+    predicted = _collapse_warnings(_qk_norm_vit(embed_dim, num_heads), speccond.SpectralConfig(lam=10.0))
+    model = _qk_norm_vit(embed_dim, num_heads)
+    images = torch.randn(4, 3, 32, 32)
+    measured = _collapse_warnings(model, speccond.SpectralConfig(lam=10.0), verify_with=images)
+    lowest = min(r["entropy"] for r in speccond.diagnostics.attention_entropy(model, (images,)))
+    assert (lowest < COLLAPSE_NATS) == collapses
+    assert len(predicted) == len(measured) == int(collapses)
+    if collapses:
+        assert "predicted for 64 unit-variance tokens" in predicted[0] and _entropy(predicted[0]) < COLLAPSE_NATS
+        assert "measured on the verify_with inputs" in measured[0]
+        assert _entropy(measured[0]) == pytest.approx(lowest, abs=0.005)
+        (advice,) = RECOMMENDED.findall(predicted[0])  # and what it recommends does not collapse this model
+        assert _collapse_warnings(_qk_norm_vit(embed_dim, num_heads), eval(f"speccond.SpectralConfig({advice[0]})")) == []
+
+
+def _swinv2_window_attention_entropy(config) -> tuple[list[str], float]:
+    """(apply's collapse warnings, the lowest head entropy its first window attention's own softmax computes on
+    64 unit-variance tokens, one 8 x 8 window): the prediction's input, read off the module, biases included."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("swinv2_tiny_window8_256", pretrained=False, img_size=64, window_size=8, embed_dim=96,
+                              num_heads=(3,) * 4, depths=(1,) * 4, num_classes=5).eval()
+    warned = _collapse_warnings(model, config) if config is not None else []
+    attention, probabilities = model.layers[0].blocks[0].attn, []
+    attention.softmax.register_forward_hook(lambda module, args, output: probabilities.append(output.double()))
+    with torch.no_grad():
+        attention(torch.randn(8, 64, 96))  # (windows, tokens, channels)
+    p = probabilities[0]  # (windows, heads, N, N)
+    return warned, float(-(p * p.clamp_min(1e-300).log()).sum(-1).mean((0, 2)).min())
+
+
+@pytest.mark.parametrize("lam", [10.0, 1.0])
+def test_cosine_attention_is_predicted_through_its_logit_scale(lam):
+    """Swin V2's cosine logits are at most its logit scale (10 at initialisation), but lam = 10, and even 1,
+    turns q and k into the token's own direction: its own softmax goes nearly one-hot, and apply now says so
+    (it was exempt). SVD per head keeps it spread, and the warning stays silent."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lam = 1 warns about Theorem 3.8's lam >= 2
+        warned, entropy = _swinv2_window_attention_entropy(speccond.SpectralConfig(lam=lam))
+    assert entropy < COLLAPSE_NATS
+    (message,) = warned
+    assert message.startswith("timm SwinV2 WindowAttention:") and _entropy(message) < COLLAPSE_NATS
+    warned, entropy = _swinv2_window_attention_entropy(speccond.SpectralConfig(correction="svd"))
+    assert entropy > 1.0 and warned == []
+    assert _swinv2_window_attention_entropy(None)[1] > 1.0
 
 
 def test_xcit_class_attention_is_not_exempt():

@@ -11,27 +11,37 @@ docs/RESULTS.md measured this collapse at initialisation and the accuracy it cos
 against uniform attention's log N. A family (the adapter that claimed the modules) is at risk when its
 lowest head entropy falls below ``COLLAPSE_NATS``. With example inputs (``apply(..., verify_with=...)``)
 ``measure`` reads the entropy of the attention the modules compute on them instead (the head
-diagnostics), where they can rebuild it. Modules whose logits do not grow with lam (cosine logits,
-q/k normalised per head, channel attention) are exempt; their adapters say why
-(``ProjectionSpec.collapse_exempt``). The prediction ignores what rotary embeddings, masks and
+diagnostics), where they can rebuild it. Where the module normalises q and k itself
+(``ProjectionSpec.qk_normalised``) the prediction goes through the normalisation: the logits no longer
+grow with lam, but q and k both become about the token's own direction, so a token's logit with itself
+is about scale * dh (a norm per head: sqrt(dh) at the usual scale) or the logit scale (cosine attention)
+against about sqrt(dh) times less for the others; at head width 64 that is still nearly one-hot.
+Channel attention and attention whose q and k are pooled to other tokens are exempt; their adapters say
+why (``ProjectionSpec.collapse_exempt``). The prediction ignores what rotary embeddings, masks and
 position biases add to the logits, all of which are bounded independently of lam.
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from speccond.adapters.base import QK_COSINE, QK_LAYER_NORM, QK_NORM_PAIRS
 from speccond.core.config import SpectralConfig
 from speccond.core.sharded import gathered
 
 COLLAPSE_NATS = 0.5  # mean attention entropy below this: nearly one-hot (over 0.9 of the weight on one key)
 PROBE_TOKENS = 64
+MAX_LOGIT_SCALE = 100.0  # Swin V2's clamp of its cosine attention's logit scale (timm, transformers)
+
+Logits = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]  # (q (N, dh), k (N, dh), head) -> (N, N)
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,8 @@ def predict(groups: dict[str, list[tuple[Any, Any]]], modules: dict[str, nn.Modu
     groups: attention module name -> [(site, its SpectralCorrection or None)], the sites of one attention
     module (``speccond.adapters.ProjectionSite``), not yet attached; W + C is formed for one module's q and
     k at a time, so no copy of every weight is held at once; modules: attention module name -> the module (for its
-    logit scale). Modules with a ``collapse_exempt`` site, or whose q and k cannot be paired, are skipped.
+    logit scale and its q/k norms). Modules with a ``collapse_exempt`` site, whose q and k cannot be paired,
+    or whose normalisation of q and k the prediction cannot follow, are skipped.
     """
     worst: dict[str, tuple[float, float, float, int]] = {}
     for name, members in groups.items():
@@ -168,6 +179,10 @@ def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) 
     x = torch.randn(PROBE_TOKENS, in_features, generator=generator, dtype=torch.float64)  # (N, D)
     q_heads, k_heads = q_site.layout.heads(q_role), k_site.layout.heads(k_role)
     group = max(q_heads // k_heads, 1)
+    head_dim = q_site.layout.head_rows(q_role, 0, q_eff.shape[0]).numel()
+    logits = _logit_form(q_site.qk_normalised, module, head_dim)
+    if logits is None:
+        return math.inf, math.inf
     q_w, k_w = _effective(q_site, None), _effective(k_site, None)  # (out, in) W, whole (a collective under FSDP2)
     lowest, plain_at_lowest = math.inf, math.inf
     for head in range(q_heads):
@@ -175,22 +190,58 @@ def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) 
         k_rows = k_site.layout.head_rows(k_role, head // group, k_eff.shape[0])
         if q_rows.numel() != k_rows.numel():  # a declaration this module's verify would refuse: no prediction
             return math.inf, math.inf
-        scale = _scale(module, q_rows.numel())
-        with_c = _entropy(x, q_eff, k_eff, q_bias, k_bias, q_rows, k_rows, scale)
+        with_c = _entropy(x, q_eff, k_eff, q_bias, k_bias, q_rows, k_rows, logits, head)
         if with_c < lowest:
-            lowest, plain_at_lowest = with_c, _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, scale)
+            lowest, plain_at_lowest = with_c, _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, logits, head)
     return lowest, plain_at_lowest
 
 
-def _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, scale) -> float:
+def _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, logits: Logits, head: int) -> float:
     q = x @ q_w[q_rows].double().t()  # (N, dh)
     k = x @ k_w[k_rows].double().t()  # (N, dh)
     if q_bias is not None:
         q = q + q_bias[q_rows].double()
     if k_bias is not None:
         k = k + k_bias[k_rows].double()
-    p = torch.softmax(scale * q @ k.t(), dim=-1)  # (N, N)
+    p = torch.softmax(logits(q, k, head), dim=-1)  # (N, N)
     return float(-(p * p.clamp_min(1e-300).log()).sum(-1).mean())
+
+
+def _logit_form(normalised: str, module: Optional[nn.Module], head_dim: int) -> Optional[Logits]:
+    """How ``module`` turns one head's q and k into logits, by how it normalises them (``qk_normalised``):
+    none, scale q k^T; a norm per head, the same after its q and k norms; cosine, the logit scale of the
+    head times cos(q, k). None where the prediction cannot follow (no logit scale to read, a norm over the
+    tokens)."""
+    scale = _scale(module, head_dim)
+    if not normalised:
+        return lambda q, k, head: scale * q @ k.t()
+    if normalised == QK_LAYER_NORM:
+        q_norm, k_norm = _head_norms(module, head_dim)
+        return lambda q, k, head: scale * q_norm(q) @ k_norm(k).t()
+    log_scale = getattr(module, "logit_scale", None)
+    if normalised == QK_COSINE and isinstance(log_scale, torch.Tensor):
+        per_head = log_scale.detach().double().clamp(max=math.log(MAX_LOGIT_SCALE)).exp().flatten()  # (H,) or (1,)
+        return lambda q, k, head: per_head[head % per_head.numel()] * F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).t()
+    return None
+
+
+def _head_norms(module: Optional[nn.Module], head_dim: int) -> tuple[Callable, Callable]:
+    """The module's own q and k norms, in float64, where they act per head on a local (not sharded) weight;
+    else a LayerNorm over each head without affine, what such norms are at initialisation (a norm over
+    the whole width, as OLMo 2's, is about the same on unit-variance tokens)."""
+    for q_name, k_name in QK_NORM_PAIRS:
+        pair = [getattr(module, name, None) for name in (q_name, k_name)]
+        if all(isinstance(norm, nn.Module) and _acts_per_head(norm, head_dim) for norm in pair):
+            q_norm, k_norm = (copy.deepcopy(norm).double() for norm in pair)
+            return q_norm, k_norm
+    standardise = lambda t: F.layer_norm(t, (head_dim,))  # noqa: E731
+    return standardise, standardise
+
+
+def _acts_per_head(norm: nn.Module, head_dim: int) -> bool:
+    parameters = list(norm.parameters())
+    local = all(type(p.data) is torch.Tensor for p in parameters)  # a DTensor (FSDP2) shard: not copied
+    return local and bool(parameters) and all(p.numel() == head_dim for p in parameters)
 
 
 def _scale(module: Optional[nn.Module], head_dim: int) -> float:

@@ -12,16 +12,23 @@ from torch import nn
 from speccond.core.layout import ProjectionLayout
 from speccond.core.peft_layers import tuned_layer
 
-# Why apply's collapse warning (speccond.collapse) does not apply to a module: its logits do not grow with lam.
-NORMALISED_QK_EXEMPT = (
-    "q and k are normalised per head after the projection, so the logits do not grow with lam"
-)
+# Why apply's collapse warning (speccond.collapse) does not apply to a module: its softmax is not over tokens.
 CHANNEL_EXEMPT = "channel attention: the softmax mixes channels, not tokens"
 
 # How an attention module already normalises q and k after the projection (ProjectionSpec.qk_normalised).
+# Normalised logits are bounded, not safe: at head width 64 a large correction still makes the initial
+# attention nearly one-hot (speccond.collapse predicts through the normalisation).
 QK_LAYER_NORM = "layer_norm"  # a norm per head over head_dim (timm qk_norm=True, OLMo, Qwen3, ...)
+QK_COSINE = "cosine"  # each head's q and k L2-normalised, the logits times a learned logit scale (Swin V2)
 QK_L2_OVER_TOKENS = "l2_over_tokens"  # every q and k channel L2-normalised over the tokens (timm XCiT's XCA)
+# The (q, k) norm children's names, where a family has them (timm, OLMo, Qwen3: q_norm; Phi: q_layernorm).
+QK_NORM_PAIRS = (("q_norm", "k_norm"), ("query_norm", "key_norm"), ("q_layernorm", "k_layernorm"))
 
+COSINE_NOTE = (
+    "cosine attention L2-normalises every head's q and k and multiplies the logits by a learned, clamped "
+    "logit scale, so the magnitude of the Q/K correction is cancelled (only its direction survives); V is "
+    "unaffected"
+)
 QK_NORM_NOTE = (
     "q/k normalisation after the projection (qk_norm) rescales each head's q and k, so part of the "
     "Q/K correction is cancelled; V is unaffected"
@@ -43,10 +50,11 @@ class ProjectionSpec:
         acts_as: the paper's role (q, k or v) each block plays in the attention, in block order, when it
             differs from the module's own names ("" = same as ``layout.roles``). Used by ``verify``.
         probe_skip: why ``verify`` cannot read attention signatures off this module's output ("" = it can).
-        collapse_exempt: why a large correction cannot make this module's token attention one-hot (cosine or
-            normalised logits, channel attention), so apply's collapse warning skips it ("" = it may).
+        collapse_exempt: why apply's collapse warning skips this module (channel attention; q and k pooled
+            to other tokens before the logits) ("" = it predicts it).
         qk_normalised: how the module normalises q and k itself after the projection: QK_LAYER_NORM,
-            QK_L2_OVER_TOKENS, or "" (it does not). Read by the peers (qk-norm leaves or refuses such modules).
+            QK_COSINE, QK_L2_OVER_TOKENS, or "" (it does not). Read by the collapse prediction (through the
+            normalisation) and the peers (qk-norm leaves or refuses such modules).
     """
 
     owner: str

@@ -28,14 +28,14 @@ import torch
 from torch import nn
 
 from speccond.adapters.base import (
-    NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
+    COSINE_NOTE, QK_COSINE, QK_LAYER_NORM, QK_NORM_NOTE, QK_NORM_PAIRS, ProjectionSpec, class_path, is_linear,
 )
 from speccond.adapters.head_inputs import HeadInputs, Rotary, additive_mask, bound_arguments, has_module, hidden_states
+from speccond.adapters.inferred import normalisation
 from speccond.core.layout import ProjectionLayout
 
 _HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads")
-_NORM_ATTRS = ("q_norm", "k_norm", "query_norm", "key_norm", "q_layernorm", "k_layernorm")
-_NORM_PAIRS = (("q_norm", "k_norm"), ("query_norm", "key_norm"), ("q_layernorm", "k_layernorm"))  # Phi: *_layernorm
+_NORM_ATTRS = tuple(name for pair in QK_NORM_PAIRS for name in pair)
 
 
 @dataclass(frozen=True)
@@ -96,12 +96,12 @@ class HFSeparateQkvAdapter:
     def projections(self, module: nn.Module) -> list[ProjectionSpec]:
         heads = self._head_counts(module)
         assert heads is not None, "projections() called on a module matches() rejected"
-        normalised = _has_qk_norm(module)
-        notes, exempt = ((QK_NORM_NOTE,), NORMALISED_QK_EXEMPT) if normalised else ((), "")
+        layouts = [(name, ProjectionLayout(roles=role, num_heads=h)) for name, role, h in zip(self.names, "qkv", heads)]
+        normalised = QK_LAYER_NORM if _has_qk_norm(module) else normalisation(module, tuple(layouts))
+        notes = {QK_COSINE: (COSINE_NOTE,), QK_LAYER_NORM: (QK_NORM_NOTE,)}.get(normalised, ())
         return [
-            ProjectionSpec(name, "weight", ProjectionLayout(roles=role, num_heads=h), activation_ok=True, notes=notes,
-                           collapse_exempt=exempt, qk_normalised=QK_LAYER_NORM if normalised else "")
-            for name, role, h in zip(self.names, "qkv", heads)
+            ProjectionSpec(name, "weight", layout, activation_ok=True, notes=notes, qk_normalised=normalised)
+            for name, layout in layouts
         ]
 
     def _head_counts(self, module: nn.Module) -> Optional[tuple[int, int, int]]:
@@ -181,7 +181,7 @@ def hf_head_inputs(module: nn.Module, args: tuple, kwargs: dict, head_dim: Optio
     scale = float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) else head_dim**-0.5
     q_norm = k_norm = None
     if any(has_module(module, n) for n in _NORM_ATTRS):
-        pair = next((p for p in _NORM_PAIRS if any(has_module(module, n) for n in p)), _NORM_PAIRS[0])
+        pair = next((p for p in QK_NORM_PAIRS if any(has_module(module, n) for n in p)), QK_NORM_PAIRS[0])
         q_norm, k_norm = (getattr(module, n, None) for n in pair)
         widths = {tuple(getattr(n, "weight", torch.empty(head_dim)).shape) for n in (q_norm, k_norm)}
         if not (isinstance(q_norm, nn.Module) and isinstance(k_norm, nn.Module)) or widths != {(head_dim,)}:

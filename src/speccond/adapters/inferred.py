@@ -25,6 +25,9 @@ speccond.adapters.unrecognised) covering each role once, and has a head-count at
    claimed and apply refuses, listing them. None passing, or no call that runs: it is left to the
    unrecognised-attention error (its forward is not softmax attention over these rows, or needs inputs
    the probe cannot make).
+4. How it normalises q and k (``normalisation``, also asked by the named transformers adapter): a module
+   with a ``logit_scale`` or a q/k norm pair whose output does not move when its q and k rows are scaled
+   is cosine or normed attention; the collapse warning predicts through it and qk-norm refuses it.
 
 Where it stops: q and k enter the logits symmetrically, so which of two blocks is q is taken from the
 names (a fused weight's q block comes before its k block, as in every implementation in timm and
@@ -45,7 +48,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from speccond.adapters.base import ProjectionSpec, class_path, is_conv1d, is_linear
+from speccond.adapters.base import (
+    COSINE_NOTE, QK_COSINE, QK_LAYER_NORM, QK_NORM_NOTE, QK_NORM_PAIRS, ProjectionSpec, class_path, is_conv1d, is_linear,
+)
 from speccond.adapters.unrecognised import projection_roles
 from speccond.core.layout import ProjectionLayout
 
@@ -104,8 +109,11 @@ class InferredAttentionAdapter:
                 "computes. Read how the forward splits the projection and declare that one: "
                 "SpectralConfig(layouts={...}), or exclude the module"
             )
+        normalised = normalisation(module, found.passed[0])
+        notes = {QK_COSINE: (COSINE_NOTE,), QK_LAYER_NORM: (QK_NORM_NOTE,)}.get(normalised, ())
         return [
-            ProjectionSpec(child, "weight", layout, activation_ok=found.activation_ok)
+            ProjectionSpec(child, "weight", layout, activation_ok=found.activation_ok, notes=notes,
+                           qk_normalised=normalised)
             for child, layout in found.passed[0]
         ]
 
@@ -413,6 +421,49 @@ def _acts_alone(blocks: dict[str, _Rows], saved: dict[str, torch.Tensor], run) -
         if moved:
             return True
     return False
+
+
+def normalisation(module: nn.Module, candidate: Candidate) -> str:
+    """How ``module`` normalises its q and k after the projection, confirmed by probing (a ProjectionSpec's
+    ``qk_normalised``): QK_COSINE where it has a ``logit_scale`` and QK_LAYER_NORM where it has a pair of q/k
+    norm children (``QK_NORM_PAIRS``), each only when its output does not change as every q and k row is
+    scaled by 10 (a redrawn float64 copy, the synthetic call): it moves less than 1 % of what zeroing them does;
+    "" otherwise, and when no call runs."""
+    cosine = isinstance(getattr(module, "logit_scale", None), nn.Parameter)
+    normed = any(all(isinstance(getattr(module, n, None), nn.Module) for n in pair) for pair in QK_NORM_PAIRS)
+    if not (cosine or normed):
+        return ""
+    found = _NORMALISATIONS.setdefault(module, {})
+    if candidate not in found:
+        found[candidate] = _probed_normalisation(module, candidate, cosine)
+    return found[candidate]
+
+
+# module -> {candidate: normalisation()}: the probe runs once per module and layout (find_projections runs often)
+_NORMALISATIONS: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _probed_normalisation(module: nn.Module, candidate: Candidate, cosine: bool) -> str:
+    probe = _redrawn_copy(module, candidate)
+    call = _synthetic_call(probe, candidate)
+    if call is None:
+        return ""
+    blocks = {role: block for role, block in _blocks(probe, candidate).items() if role in "qk"}
+    saved = {role: block.weight[block.rows].clone() for role, block in blocks.items()}
+    run = lambda: _first_tensor(probe(*call[0], **call[1]))  # noqa: E731
+    outputs = []
+    try:
+        with torch.no_grad():
+            for scale in (1.0, 10.0, 0.0):  # the norms' eps moves the first two apart by ~1e-4 of the third's move
+                for role, block in blocks.items():
+                    block.weight[block.rows] = scale * saved[role]
+                outputs.append(run())
+    except (RuntimeError, ValueError, TypeError, IndexError):
+        return ""
+    scaled, zeroed = ((outputs[i] - outputs[0]).abs().max() for i in (1, 2))
+    if not (zeroed > 0 and scaled <= 1e-2 * zeroed):
+        return ""
+    return QK_COSINE if cosine else QK_LAYER_NORM
 
 
 def _first_tensor(output) -> torch.Tensor:

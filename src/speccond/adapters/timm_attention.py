@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from torch import nn
 
 from speccond.adapters.base import (
-    NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
+    QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
 )
 from speccond.adapters.head_inputs import HeadInputs, RebuiltByForm, has_module, hidden_states
 from speccond.core.layout import ProjectionLayout
@@ -61,7 +61,7 @@ class TimmFusedQkvAdapter(RebuiltByForm):
         layout = ProjectionLayout(roles="qkv", num_heads=getattr(module, self.heads_attr))
         notes, exempt, normalised = self.notes, self.collapse_exempt, self.qk_normalised
         if not isinstance(getattr(module, "q_norm", nn.Identity()), nn.Identity):
-            notes, exempt, normalised = notes + (QK_NORM_NOTE,), exempt or NORMALISED_QK_EXEMPT, QK_LAYER_NORM
+            notes, normalised = notes + (QK_NORM_NOTE,), QK_LAYER_NORM
         return [
             ProjectionSpec("qkv", "weight", layout, activation_ok=True, notes=notes, acts_as=self.acts_as,
                            collapse_exempt=exempt, qk_normalised=normalised)

@@ -27,17 +27,12 @@ import torch
 from torch import nn
 
 from speccond.adapters.base import (
-    NORMALISED_QK_EXEMPT, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
+    COSINE_NOTE, QK_COSINE, QK_LAYER_NORM, QK_NORM_NOTE, ProjectionSpec, class_path, is_linear,
 )
 from speccond.adapters.head_inputs import HeadInputs, Rotary, bound_arguments, has_module, hidden_states
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 from speccond.core.layout import ProjectionLayout
 
-SWINV2_COSINE_NOTE = (
-    "SwinV2 cosine attention L2-normalises every head's q and k and multiplies the logits by a learned, "
-    "clamped logit scale, so the magnitude of the Q/K correction is cancelled (only its direction "
-    "survives); V is unaffected"
-)
 
 
 def calls_qkv_as_module(module: nn.Module) -> bool:
@@ -63,10 +58,9 @@ class TimmQvBiasAdapter(TimmFusedQkvAdapter):
             heads = getattr(module, self.heads_attr)
             normed = has_module(module, "q_norm")
             notes = self.notes + ((QK_NORM_NOTE,) if normed else ())
-            exempt = self.collapse_exempt or (NORMALISED_QK_EXEMPT if normed else "")
             return [
                 ProjectionSpec(f"{role}_proj", "weight", ProjectionLayout(role, heads), activation_ok=True, notes=notes,
-                               collapse_exempt=exempt, qk_normalised=QK_LAYER_NORM if normed else "")
+                               collapse_exempt=self.collapse_exempt, qk_normalised=QK_LAYER_NORM if normed else "")
                 for role in "qkv"
             ]
         [spec] = super().projections(module)
@@ -115,8 +109,8 @@ TIMM_BEIT = TimmQvBiasAdapter(
 )
 TIMM_SWINV2 = TimmQvBiasAdapter(
     "timm SwinV2 WindowAttention", ("timm.models.swin_transformer_v2.WindowAttention",),
-    notes=(SWINV2_COSINE_NOTE,),
-    collapse_exempt="cosine attention: |logit| <= the learned, clamped logit scale whatever lam",
+    notes=(COSINE_NOTE,),
+    qk_normalised=QK_COSINE,
     head_reason="SwinV2 attends inside (shifted) windows with cosine logits; the head diagnostics rebuild "
     "scaled dot-product attention over whole token sequences only",
 )

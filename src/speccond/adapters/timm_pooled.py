@@ -20,12 +20,15 @@ from dataclasses import replace
 
 from torch import nn
 
-from speccond.adapters.base import NORMALISED_QK_EXEMPT
 from speccond.adapters.timm_attention import TimmFusedQkvAdapter
 
 MVIT_NORM_NOTE = (
     "MViTv2 layer-normalises every head's pooled q, k and v after the projection, so the magnitude of the "
     "correction is partly cancelled on all three"
+)
+MVIT_COLLAPSE_EXEMPT = (
+    "MViTv2 pools q and k over the tokens before the logits, so a query and a key of the same position are "
+    "not one token's; the prediction, which pairs them, does not describe it"
 )
 MVIT_PROBE_SKIP = "the pooled queries are added to the output (residual pooling) and q, k, v are normalised after pooling"
 
@@ -36,7 +39,8 @@ class TimmMultiScaleAdapter(TimmFusedQkvAdapter):
     def projections(self, module: nn.Module):
         norms = any(getattr(module, f"norm_{r}", None) is not None for r in "qkv")
         notes = self.notes + ((MVIT_NORM_NOTE,) if norms else ())
-        exempt = NORMALISED_QK_EXEMPT if module.norm_q is not None and module.norm_k is not None else ""
+        pooled = getattr(module, "pool_q", None) is not None or getattr(module, "pool_k", None) is not None
+        exempt = MVIT_COLLAPSE_EXEMPT if pooled else ""
         return [
             replace(spec, notes=notes, probe_skip=MVIT_PROBE_SKIP, collapse_exempt=spec.collapse_exempt or exempt)
             for spec in super().projections(module)
