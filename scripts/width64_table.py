@@ -125,7 +125,7 @@ def finals_table(finals: dict[str, dict]) -> list[str]:
 def secondary_reading(comparisons: list[dict]) -> list[str]:
     """The registered secondary reading: Holm over every comparison of the protocol (REGISTERED_COMPARISONS), the
     ones that did not run counted as p = 1 (the most conservative reading)."""
-    from speccond.harness.reporting.stats import holm
+    from speccond.harness import holm
 
     unrun = REGISTERED_COMPARISONS - len(comparisons)
     adjusted = holm([c["p"] for c in comparisons] + [1.0] * unrun)
