@@ -12,6 +12,7 @@ Only rank 0 writes files.
 """
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -54,6 +55,7 @@ class Context:
             return cls(device=chosen)
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+            atexit.register(_leave_group)  # a group left to the interpreter's teardown can abort a rank at exit
         return cls(rank=dist.get_rank(), world=dist.get_world_size(), device=chosen)
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -91,3 +93,11 @@ class Context:
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier()
+
+
+def _leave_group() -> None:
+    """Destroy the process group this process joined, before the interpreter tears down its threads (torch
+    asks for it; without it a gloo rank has been seen to abort at exit, "terminate called without an active
+    exception", after its work was done)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
