@@ -10,9 +10,11 @@ import warnings
 
 import pytest
 import torch
+import transformers
 
 import speccond
 from speccond.collapse import COLLAPSE_NATS
+from speccond.diagnostics.entropy import row_entropy
 from speccond.harness.models.timm_family import build_backbone
 
 ONE_HOT = "nearly one-hot"
@@ -185,7 +187,7 @@ def _swinv2_window_attention_entropy(config) -> tuple[list[str], float]:
     with torch.no_grad():
         attention(torch.randn(8, 64, 96))  # (windows, tokens, channels)
     p = probabilities[0]  # (windows, heads, N, N)
-    return warned, float(-(p * p.clamp_min(1e-300).log()).sum(-1).mean((0, 2)).min())
+    return warned, float(row_entropy(p).mean((0, 2)).min())  # the lowest head's
 
 
 @pytest.mark.parametrize("lam", [10.0, 1.0])
@@ -230,3 +232,39 @@ def test_the_advices_float32_candidates_predict_what_float64_ones_do():
         fast = api._predicted_collapse(model, sites, api._build(sites, dataclasses.replace(candidate, lam_v=0.0),
                                                                 torch.float32))
         assert [r.entropy for r in fast] == pytest.approx([r.entropy for r in exact], abs=0.01)
+
+
+def _olmo2(first_head_gain: float):
+    """One OLMo 2 layer (4 heads of 64, q and k RMS-normalised over the whole width) whose first head's norm
+    gains are ``first_head_gain``, as a trained norm's may be."""
+    torch.manual_seed(0)
+    config = transformers.Olmo2Config(hidden_size=256, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                                      intermediate_size=512, vocab_size=100, eos_token_id=0, pad_token_id=0,
+                                      attn_implementation="eager")
+    model = transformers.Olmo2ForCausalLM(config).eval()
+    attention = model.model.layers[0].self_attn
+    with torch.no_grad():
+        for norm in (attention.q_norm, attention.k_norm):
+            norm.weight[:64] = first_head_gain
+    return model
+
+
+@pytest.mark.parametrize("gain, collapses", [(1.0, False), (4.0, True)])
+def test_norms_over_the_whole_width_are_predicted_with_their_own_gains(gain, collapses):
+    """OLMo 2 normalises q and k over all heads together, with learned gains. The prediction applies the module's
+    own norms (a LayerNorm per head without gains said 3.67 nats for SVD per head at gain 4, and nothing was
+    warned while the module's own attention went to 0.24): it agrees with the probabilities the module returns
+    for 64 unit-variance tokens, without rotation or mask."""
+    model = _olmo2(gain)
+    warned = _collapse_warnings(model, speccond.SpectralConfig(correction="svd"))
+    attention = model.model.layers[0].self_attn
+    tokens = torch.randn(1, 64, 256, generator=torch.Generator().manual_seed(1))
+    no_rotation = (torch.ones(1, 64, 64), torch.zeros(1, 64, 64))
+    with torch.no_grad():
+        _, p = attention(tokens, no_rotation, None)  # p: (1, heads, N, N)
+    p = p.double()
+    lowest = float(row_entropy(p).mean((0, 2)).min())  # the lowest head's
+    assert (lowest < COLLAPSE_NATS) == collapses
+    assert len(warned) == int(collapses)
+    if collapses:
+        assert _entropy(warned[0]) == pytest.approx(lowest, abs=0.1)

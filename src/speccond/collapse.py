@@ -15,7 +15,9 @@ diagnostics), where they can rebuild it. Where the module normalises q and k its
 (``ProjectionSpec.qk_normalised``) the prediction goes through the normalisation: the logits no longer
 grow with lam, but q and k both become about the token's own direction, so a token's logit with itself
 is about scale * dh (a norm per head: sqrt(dh) at the usual scale) or the logit scale (cosine attention)
-against about sqrt(dh) times less for the others; at head width 64 that is still nearly one-hot.
+against about sqrt(dh) times less for the others; at head width 64 that is still nearly one-hot. The
+module's own norms are used, learned gains included, whether they act per head or over the projection's
+whole width (OLMo 2, InternVL); a LayerNorm per head where the module has none the prediction can read.
 Channel attention and attention whose q and k are pooled to other tokens are exempt; their adapters say
 why (``ProjectionSpec.collapse_exempt``). The prediction ignores what rotary embeddings, masks and
 position biases add to the logits, all of which are bounded independently of lam.
@@ -180,68 +182,94 @@ def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) 
     q_heads, k_heads = q_site.layout.heads(q_role), k_site.layout.heads(k_role)
     group = max(q_heads // k_heads, 1)
     head_dim = q_site.layout.head_rows(q_role, 0, q_eff.shape[0]).numel()
-    logits = _logit_form(q_site.qk_normalised, module, head_dim)
-    if logits is None:
+    form = _logit_form(q_site.qk_normalised, module, head_dim, (q_eff.shape[0], k_eff.shape[0]))
+    if form is None:
         return math.inf, math.inf
-    q_w, k_w = _effective(q_site, None), _effective(k_site, None)  # (out, in) W, whole (a collective under FSDP2)
-    lowest, plain_at_lowest = math.inf, math.inf
+    rows = []  # (q rows, k rows) of each query head
     for head in range(q_heads):
         q_rows = q_site.layout.head_rows(q_role, head, q_eff.shape[0])
         k_rows = k_site.layout.head_rows(k_role, head // group, k_eff.shape[0])
         if q_rows.numel() != k_rows.numel():  # a declaration this module's verify would refuse: no prediction
             return math.inf, math.inf
-        with_c = _entropy(x, q_eff, k_eff, q_bias, k_bias, q_rows, k_rows, logits, head)
-        if with_c < lowest:
-            lowest, plain_at_lowest = with_c, _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, logits, head)
-    return lowest, plain_at_lowest
+        rows.append((q_rows, k_rows))
+    with_c = form.queries_and_keys(x, q_eff, k_eff, q_bias, k_bias)  # (N, q out), (N, k out)
+    entropies = [_entropy(*with_c, q_rows, k_rows, form.logits, head) for head, (q_rows, k_rows) in enumerate(rows)]
+    lowest = min(range(q_heads), key=entropies.__getitem__)
+    q_w, k_w = _effective(q_site, None), _effective(k_site, None)  # (out, in) W, whole (a collective under FSDP2)
+    plain = form.queries_and_keys(x, q_w, k_w, q_bias, k_bias)
+    return entropies[lowest], _entropy(*plain, *rows[lowest], form.logits, lowest)
 
 
-def _entropy(x, q_w, k_w, q_bias, k_bias, q_rows, k_rows, logits: Logits, head: int) -> float:
-    q = x @ q_w[q_rows].double().t()  # (N, dh)
-    k = x @ k_w[k_rows].double().t()  # (N, dh)
-    if q_bias is not None:
-        q = q + q_bias[q_rows].double()
-    if k_bias is not None:
-        k = k + k_bias[k_rows].double()
-    p = torch.softmax(logits(q, k, head), dim=-1)  # (N, N)
+def _entropy(q, k, q_rows, k_rows, logits: Logits, head: int) -> float:
+    """Mean entropy of one head's attention; q (N, q out), k (N, k out): every head's, as projected."""
+    p = torch.softmax(logits(q[:, q_rows], k[:, k_rows], head), dim=-1)  # (N, N)
     return float(-(p * p.clamp_min(1e-300).log()).sum(-1).mean())
 
 
-def _logit_form(normalised: str, module: Optional[nn.Module], head_dim: int) -> Optional[Logits]:
-    """How ``module`` turns one head's q and k into logits, by how it normalises them (``qk_normalised``):
-    none, scale q k^T; a norm per head, the same after its q and k norms; cosine, the logit scale of the
-    head times cos(q, k). None where the prediction cannot follow (no logit scale to read, a norm over the
-    tokens)."""
+@dataclass(frozen=True)
+class _LogitForm:
+    """How a module turns its input into one head's logits: q and k projected and, where its norms act over
+    the whole projection width (OLMo 2, InternVL), normalised there (``whole_q``, ``whole_k``); then per head,
+    ``logits``: (q (N, dh), k (N, dh), head) -> (N, N), with any per-head normalisation."""
+
+    logits: Logits
+    whole_q: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+    whole_k: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+
+    def queries_and_keys(self, x, q_w, k_w, q_bias, k_bias) -> tuple[torch.Tensor, torch.Tensor]:
+        q = x @ q_w.double().t()  # (N, q out)
+        k = x @ k_w.double().t()  # (N, k out)
+        if q_bias is not None:
+            q = q + q_bias.double()
+        if k_bias is not None:
+            k = k + k_bias.double()
+        with torch.no_grad():
+            return self.whole_q(q), self.whole_k(k)
+
+
+def _logit_form(
+    normalised: str, module: Optional[nn.Module], head_dim: int, widths: tuple[int, int]
+) -> Optional[_LogitForm]:
+    """How ``module`` turns q and k into logits, by how it normalises them (``qk_normalised``): none, scale
+    q k^T; norms, the same after its q and k norms (per head or over the projection's whole ``widths``,
+    (q out, k out)); cosine, the logit scale of the head times cos(q, k). None where the prediction cannot
+    follow (no logit scale to read)."""
     scale = _scale(module, head_dim)
     if not normalised:
-        return lambda q, k, head: scale * q @ k.t()
+        return _LogitForm(lambda q, k, head: scale * q @ k.t())
     if normalised == QK_LAYER_NORM:
-        q_norm, k_norm = _head_norms(module, head_dim)
-        return lambda q, k, head: scale * q_norm(q) @ k_norm(k).t()
+        q_norm, k_norm = _module_norms(module, (head_dim, head_dim))
+        if q_norm is not None:  # per head
+            return _LogitForm(lambda q, k, head: scale * q_norm(q) @ k_norm(k).t())
+        q_norm, k_norm = _module_norms(module, widths)
+        if q_norm is not None:  # over the whole width
+            return _LogitForm(lambda q, k, head: scale * q @ k.t(), whole_q=q_norm, whole_k=k_norm)
+        standardise = lambda t: F.layer_norm(t, (head_dim,))  # noqa: E731  what such norms are at initialisation
+        return _LogitForm(lambda q, k, head: scale * standardise(q) @ standardise(k).t())
     log_scale = getattr(module, "logit_scale", None)
     if normalised == QK_COSINE and isinstance(log_scale, torch.Tensor):
         per_head = log_scale.detach().double().clamp(max=math.log(MAX_LOGIT_SCALE)).exp().flatten()  # (H,) or (1,)
-        return lambda q, k, head: per_head[head % per_head.numel()] * F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).t()
+        return _LogitForm(
+            lambda q, k, head: per_head[head % per_head.numel()] * F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).t()
+        )
     return None
 
 
-def _head_norms(module: Optional[nn.Module], head_dim: int) -> tuple[Callable, Callable]:
-    """The module's own q and k norms, in float64, where they act per head on a local (not sharded) weight;
-    else a LayerNorm over each head without affine, what such norms are at initialisation (a norm over
-    the whole width, as OLMo 2's, is about the same on unit-variance tokens)."""
+def _module_norms(module: Optional[nn.Module], widths: tuple[int, int]) -> tuple[Optional[Callable], Optional[Callable]]:
+    """Float64 copies of the module's own q and k norms where their parameters are local (not an FSDP2 shard)
+    and as wide as ``widths`` (q, k); (None, None) where it has no such pair."""
     for q_name, k_name in QK_NORM_PAIRS:
         pair = [getattr(module, name, None) for name in (q_name, k_name)]
-        if all(isinstance(norm, nn.Module) and _acts_per_head(norm, head_dim) for norm in pair):
+        if all(isinstance(norm, nn.Module) and _acts_over(norm, width) for norm, width in zip(pair, widths)):
             q_norm, k_norm = (copy.deepcopy(norm).double() for norm in pair)
             return q_norm, k_norm
-    standardise = lambda t: F.layer_norm(t, (head_dim,))  # noqa: E731
-    return standardise, standardise
+    return None, None
 
 
-def _acts_per_head(norm: nn.Module, head_dim: int) -> bool:
+def _acts_over(norm: nn.Module, width: int) -> bool:
     parameters = list(norm.parameters())
     local = all(type(p.data) is torch.Tensor for p in parameters)  # a DTensor (FSDP2) shard: not copied
-    return local and bool(parameters) and all(p.numel() == head_dim for p in parameters)
+    return local and bool(parameters) and all(p.numel() == width for p in parameters)
 
 
 def _scale(module: Optional[nn.Module], head_dim: int) -> float:
