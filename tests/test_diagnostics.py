@@ -11,6 +11,7 @@ from torch import nn
 
 from speccond import diagnostics as dx
 import speccond
+from speccond.diagnostics.entropy import row_entropy
 from speccond.diagnostics.heads import head_cases
 from tests.models import timm_vit, transformer_encoder
 
@@ -303,3 +304,40 @@ def test_lam_ten_lowers_kappa_j_by_making_attention_the_identity():
     torch.testing.assert_close(case.probabilities()[0], torch.eye(17), rtol=0, atol=1e-12)
     jac = dx.attention_jacobian(model, image, layer=0, head=0, method="exact")[0]
     assert jac["kappa_nonzero"] == pytest.approx(spectrum(case.x[0]).kappa, rel=1e-6)
+
+
+# a layer the head diagnostics refuse ----------------------------------------------------------------------
+def _vit_pooled_by_attention() -> nn.Module:
+    """Two token-attention blocks and a timm AttentionPoolLatent head (learned latent queries: not rebuilt)."""
+    import timm
+
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
+                             depth=2, num_heads=2, global_pool="map", num_classes=5)
+
+
+def test_a_refused_layer_is_named_with_the_layers_that_measure_the_others(tmp_path):
+    """Every layer asked for and one refused: an error naming the refusal and the layers= that measures the rest,
+    never a table short of a layer; with that layers=, exactly those layers, as head_cases rebuilds them. The
+    Tracker refuses when it is built, before any step."""
+    model, images = _vit_pooled_by_attention(), _images()
+    for call, name in [(lambda **kw: dx.attention_entropy(model, (images,), **kw), "attention_entropy"),
+                       (lambda **kw: dx.jacobian_rows(model, (images,), max_iter=5, **kw), "jacobian_rows"),
+                       (lambda **kw: dx.Tracker(model, (images,), path=tmp_path / "m.jsonl", jacobian=True, **kw), "Tracker")]:
+        with pytest.raises(ValueError, match=rf"layer 2 \(attn_pool.*attention pooling.*; {name}\(\.\.\., layers=\[0, 1\]\) measures the 2 it can rebuild$"):
+            call()
+    rows = dx.attention_entropy(model, (images,), layers=[0, 1])
+    assert [(r["layer"], r["head"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for row in rows:
+        (case,) = head_cases(model, (images,), row["layer"], [row["head"]])
+        with torch.no_grad():
+            expected = row_entropy(case.double().probabilities()).mean()
+        assert row["entropy"] == pytest.approx(float(expected), abs=1e-12)
+    with pytest.raises(ValueError, match="attention pooling has learned latent queries"):
+        dx.attention_entropy(model, (images,), layers=[2])
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 3\)"):
+        dx.attention_entropy(model, (images,), layers=[3])
+    tracked = dx.Tracker(model, (images,), every=1, path=tmp_path / "m.jsonl", layers=[1], jacobian=True,
+                         jacobian_iterations=5).step(0)
+    assert {(r["kind"], r["layer"]) for r in tracked if r["kind"] != "spectra"} == {("entropy", 1), ("jacobian", 1)}
+    assert [json.loads(line)["layer"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == [r["layer"] for r in tracked]

@@ -376,3 +376,18 @@ def test_flush_denormal_holds_for_the_run_and_is_undone_after_it(prepared, tmp_p
     assert float(torch.tensor(1e-40)) > 0  # restored
     with pytest.raises(ValueError, match="flush_denormal must be 0 or 1"):
         TINY.with_overrides(["flush_denormal=2"])
+
+
+def test_entropy_is_tracked_on_every_layer_the_head_diagnostics_rebuild(digits_data, tmp_path, caplog):
+    """A timm ViT pooled by attention (global_pool="map"): its blocks' entropy is tracked, and the pooling head,
+    which the head diagnostics refuse, is named in the log instead of turning entropy off for the whole run."""
+    from speccond.diagnostics import read_metrics
+
+    config = TrainConfig().with_overrides([
+        "task=digits", "model=timm:vit_tiny_patch16_224", "model_args=depth=2,patch_size=4,embed_dim=32,num_heads=2,global_pool=map",
+        "epochs=1", "train_size=64", "test_size=32", "batch_size=32", "warmup_steps=1", "track_every=1"])
+    with caplog.at_level("INFO", logger="speccond"):
+        train(config, tmp_path / "run", progress=False)
+    entropy = read_metrics(tmp_path / "run" / "metrics.jsonl", kind="entropy")
+    assert {(r["step"], r["layer"]) for r in entropy} == {(step, layer) for step in (0, 1, 2) for layer in (0, 1)}
+    assert "attention entropy not tracked: layer 2 (attn_pool, timm AttentionPoolLatent)" in caplog.text

@@ -7,12 +7,13 @@ against and the risk of lam = 10 at initialisation (docs/THEORY.md section 3).
 from __future__ import annotations
 
 import math
+from typing import Optional, Sequence
 
 import torch
 from torch import nn
 
 from speccond.checks import require_module
-from speccond.diagnostics.heads import Inputs, head_cases, layer_count
+from speccond.diagnostics.heads import Inputs, head_cases, measured_layers
 from speccond.diagnostics.records import Records
 
 
@@ -29,14 +30,17 @@ def uniform_reference(rows: list[dict]) -> float | None:
     return max(values) if values else None
 
 
-def attention_entropy(model: nn.Module, inputs: Inputs) -> Records:
+def attention_entropy(model: nn.Module, inputs: Inputs, layers: Optional[Sequence[int]] = None) -> Records:
     """Rows: layer, head, entropy (mean nats over queries and batch), min_entropy, log_n, and uniform_entropy:
     the entropy of attention spread evenly over the keys each query may see (mean of log visible keys),
-    which is log_n unless a padding mask or causality hides some (AttentionHead.visible_keys)."""
+    which is log_n unless a padding mask or causality hides some (AttentionHead.visible_keys).
+
+    layers: the attention layers to measure (default every one; where the head diagnostics refuse one, say
+    an attention pooling head, the error names the ``layers=`` that measures the others)."""
     require_module(model, "speccond.diagnostics.attention_entropy")
     inputs = inputs if isinstance(inputs, (tuple, dict)) else (inputs,)  # a dict: keyword inputs
     rows = []
-    for layer in range(layer_count(model)):
+    for layer in measured_layers(model, layers, "attention_entropy"):
         for head, case in enumerate(head_cases(model, inputs, layer)):
             with torch.no_grad():
                 probs = case.double().probabilities()  # (B, N, N)

@@ -20,7 +20,7 @@ import copy
 import numbers
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
@@ -111,16 +111,24 @@ def rebuild_refusal(model: nn.Module) -> str:
     call: the adapter's reason, PEFT tuner layers, hooks on a projection ('' when none does; a call can
     still be refused for its inputs, e.g. a mask), attention-like modules no adapter recognises, or no attention
     layer at all. Runs nothing."""
-    layers = attention_layers(model)
-    uncovered = coverage_refusal(model, "the head diagnostics", layers=layers)
-    if uncovered:
-        return uncovered
-    for layer in layers:
+    try:
+        refused = refused_layers(model)
+    except ValueError as uncovered:
+        return str(uncovered)
+    return next(iter(refused.values()), "")
+
+
+def refused_layers(model: nn.Module) -> dict[int, str]:
+    """Layer -> why the head diagnostics refuse it (:func:`check_rebuildable`'s message), for each attention layer
+    of ``model`` they refuse; raises ValueError as :func:`layer_count` does. Runs nothing."""
+    layer_count(model)
+    refused = {}
+    for layer in attention_layers(model):
         try:
             check_rebuildable(layer)
         except ValueError as error:
-            return str(error)
-    return ""
+            refused[layer.index] = str(error)
+    return refused
 
 
 def layer_count(model: nn.Module) -> int:
@@ -132,6 +140,24 @@ def layer_count(model: nn.Module) -> int:
     if uncovered:
         raise ValueError(uncovered)
     return len(layers)
+
+
+def measured_layers(model: nn.Module, layers: Optional[Sequence[int]], diagnostic: str) -> list[int]:
+    """The layers a whole-model diagnostic measures: ``layers`` as given (each is checked when its heads are
+    built), or every attention layer. When every layer was asked for and the head diagnostics refuse some,
+    ValueError with the first refusal and the ``layers=`` that measures the others, so the table is never
+    silently short of a layer."""
+    count = layer_count(model)
+    if layers is not None:
+        return list(layers)
+    refused = refused_layers(model)
+    if not refused:
+        return list(range(count))
+    others = [index for index in range(count) if index not in refused]
+    first = next(iter(refused.values()))
+    if not others:
+        raise ValueError(first)
+    raise ValueError(f"{first.rstrip('.')}; {diagnostic}(..., layers={others}) measures the {len(others)} it can rebuild")
 
 
 def check_rebuildable(layer: AttentionLayer) -> None:

@@ -17,7 +17,7 @@ from torch import nn
 
 from speccond.diagnostics import bound as head_bound
 from speccond.diagnostics.attention_head import one_sample
-from speccond.diagnostics.heads import Inputs, head_cases, layer_count
+from speccond.diagnostics.heads import Inputs, head_cases, measured_layers
 from speccond.diagnostics.jacobian import jacobian_spectrum
 from speccond.diagnostics.records import Records
 
@@ -52,13 +52,14 @@ def jacobian_rows(
     method: str = "matrix-free",
     **options,
 ) -> Records:
-    """attention_jacobian's rows for several layers and heads (default: every layer, head 0), for trackers.
+    """attention_jacobian's rows for several layers and heads (default: every layer, head 0), for trackers;
+    where the head diagnostics refuse a layer, the error names the ``layers=`` that measures the others.
 
     Matrix-free by default: a head whose budget (max_iter) does not exhaust the Krylov space gets kappa =
     nan, converged = False and the bracket; read kappa_lower / kappa_nonzero_lower for a proven floor."""
     inputs = inputs if isinstance(inputs, (tuple, dict)) else (inputs,)  # a dict: keyword inputs
     rows = []
-    for layer in range(layer_count(model)) if layers is None else layers:
+    for layer in measured_layers(model, layers, "jacobian_rows"):
         for case_head, case in zip(heads, head_cases(model, inputs, layer, list(heads))):
             summary = jacobian_spectrum(case, wrt=wrt, method=method, **options)
             rows.append({"layer": layer, "head": case_head, **asdict(summary)})

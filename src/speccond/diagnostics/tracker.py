@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import numbers
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from torch import nn
 
 from speccond.checks import received, require_module
 from speccond.diagnostics.entropy import attention_entropy
+from speccond.diagnostics.heads import measured_layers
 from speccond.diagnostics.layer_jacobian import jacobian_rows
 from speccond.diagnostics.records import append_rows
 from speccond.diagnostics.spectra import projection_spectra
@@ -45,6 +46,9 @@ class Tracker:
         entropy: also measure attention entropy (needs a model the head diagnostics support).
         jacobian: also estimate kappa(J) w.r.t. the weights of head 0 of every layer, matrix-free with
             ``jacobian_iterations`` Lanczos steps (about 1 s per ViT-tiny head here).
+        layers: the attention layers entropy and kappa(J) are measured on (default every one). Checked here,
+            before any step: where the head diagnostics refuse a layer (an attention pooling head, say), the
+            error names the ``layers=`` that measures the others.
     """
 
     def __init__(
@@ -57,11 +61,13 @@ class Tracker:
         jacobian: bool = False,
         jacobian_iterations: int = 50,
         spectra: bool = True,
+        layers: Optional[Sequence[int]] = None,
     ) -> None:
         require_module(model, "speccond.diagnostics.Tracker")
         if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
             raise ValueError(f"Tracker.every must be >= 1, an int (measure every that many steps), got {received(every)}")
         every = int(every)  # a numpy integer too
+        self.layers = measured_layers(model, layers, "Tracker") if entropy or jacobian else None
         self.model = model
         self.probe = probe if isinstance(probe, tuple) else (probe,)
         self.every = every
@@ -82,9 +88,9 @@ class Tracker:
         if self.spectra:
             rows += [dict(row, kind="spectra") for row in projection_spectra(self.model, per_head=False)]
         if self.entropy:
-            rows += [dict(row, kind="entropy") for row in attention_entropy(self.model, self.probe)]
+            rows += [dict(row, kind="entropy") for row in attention_entropy(self.model, self.probe, self.layers)]
         if self.jacobian:
-            measured = jacobian_rows(self.model, self.probe, max_iter=self.jacobian_iterations)
+            measured = jacobian_rows(self.model, self.probe, self.layers, max_iter=self.jacobian_iterations)
             rows += [dict(row, kind="jacobian") for row in measured]
         rows = [dict(row, step=step) for row in rows]
         if writes_files():

@@ -200,19 +200,23 @@ def _tracker(config: TrainConfig, model: nn.Module, task: TrainingTask, metrics:
     if not config.run.track_every:
         return None
     from speccond.diagnostics import Tracker
-    from speccond.diagnostics.heads import rebuild_refusal
+    from speccond.diagnostics.heads import layer_count, refused_layers
     from speccond.diagnostics.spectra import spectra_refusal
 
     # Spectra need q, k, v that the weights tell: not qk-norm's, whose LayerNorms act after the weights.
     weights = spectra_refusal(model)
     if weights:
         log.info("projection spectra not tracked: %s", weights)
-    # Entropy needs the head diagnostics to rebuild every attention layer: softmax over tokens rebuilt from
-    # the weights (timm ViT and DeiT, BERT; not windowed, channel or landmark attention, nor q and k changed
-    # by a hook such as qk-norm's). Asked of the model, not of its family's name.
-    refusal = rebuild_refusal(model)
-    if refusal:
-        log.info("attention entropy not tracked: %s", refusal)
-    entropy = not refusal
+    # Entropy is read on the layers whose heads the head diagnostics rebuild: softmax over tokens rebuilt from
+    # the weights (timm ViT and DeiT, BERT; not windowed, channel or landmark attention, an attention pooling
+    # head, nor q and k changed by a hook such as qk-norm's). Asked of the model, not of its family's name.
+    try:
+        refused = refused_layers(model)
+        layers, reasons = [index for index in range(layer_count(model)) if index not in refused], list(refused.values())
+    except ValueError as uncovered:  # attention no adapter recognises, or none found
+        layers, reasons = [], [str(uncovered)]
+    for reason in reasons:
+        log.info("attention entropy not tracked: %s", reason)
     probe = task.probe().to(next(model.parameters()).device)  # (8, C, H, W) images, (8, L) or (8, 2, L) tokens
-    return Tracker(model, (probe,), every=config.run.track_every, path=metrics, entropy=entropy, spectra=not weights)
+    return Tracker(model, (probe,), every=config.run.track_every, path=metrics, entropy=bool(layers),
+                   spectra=not weights, layers=layers or None)
