@@ -69,3 +69,37 @@ def test_attention_with_convolution_kernels_is_refused_by_name_not_left_plain_be
     assert not speccond.is_conditioned(model)
     speccond.apply(model, SpectralConfig(lam=3.0, exclude=[r"^grid$"]))  # left plain on purpose: the rest conditioned
     assert {row.module for row in speccond.describe(model).rows} == {"tokens.qkv"}
+
+
+def _conformer_attention() -> nn.Module:
+    import transformers
+    from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import Wav2Vec2ConformerSelfAttention
+
+    return Wav2Vec2ConformerSelfAttention(transformers.Wav2Vec2ConformerConfig(
+        hidden_size=16, num_attention_heads=2, position_embeddings_type="rotary"))
+
+
+def _latent_attention() -> nn.Module:
+    import transformers
+    from transformers.models.minicpm3.modeling_minicpm3 import MiniCPM3Attention
+
+    return MiniCPM3Attention(transformers.AutoConfig.for_model(
+        "minicpm3", hidden_size=16, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=8, kv_lora_rank=8,
+        qk_rope_head_dim=4, qk_nope_head_dim=8, v_head_dim=8), layer_idx=0)
+
+
+@pytest.mark.parametrize("make, names, says", [
+    (_conformer_attention, r"extra\.linear_q\.weight \(16, 16\), extra\.linear_k\.weight", r"ProjectionLayout\(roles=\"q\", num_heads=2\)"),
+    (_latent_attention, r"extra\.q_a_proj\.weight \(8, 16\), extra\.q_b_proj\.weight", r"multi-head latent attention"),
+], ids=["conformer linear_q/k/v", "latent attention q_a_proj"])
+def test_attention_whose_projections_are_named_otherwise_is_refused_not_left_plain_beside_known_attention(make, names, says):
+    """Wav2Vec2-Conformer's linear_q/k/v and multi-head latent attention whose query is low-rank (q_a_proj, q_b_proj,
+    kv_a_proj_with_mqa: MiniCPM3, GLM-4 MoE Lite, Mistral 4) were not read as projections, so beside attention
+    speccond knows they were left plain without a word."""
+    model = nn.Module()
+    model.tokens, model.extra = timm.layers.Attention(16, num_heads=2), make()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(ValueError, match=rf"no speccond adapter recognises(.|\n)*{names}(.|\n)*{says}"):
+        speccond.apply(model, SpectralConfig(correction="svd"))
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
+    assert not speccond.is_conditioned(model)

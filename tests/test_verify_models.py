@@ -305,3 +305,22 @@ def test_a_wrong_gqa_declaration_is_caught(kv_of_query, layout):
         _apply(model, _declared(layout), verify_with=torch.randn(2, 7, 32))
     assert not speccond.is_conditioned(model)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_a_module_whose_own_code_fails_in_float64_is_refused_in_one_line_and_left_plain():
+    """verify probes a float64 copy; XGLM's attention builds float64's minimum into a float32 tensor there, which
+    raised transformers' RuntimeError out of apply with no word of what to do."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.XGLMModel(transformers.XGLMConfig(
+        d_model=32, num_layers=2, attention_heads=2, ffn_dim=64, max_position_embeddings=64, vocab_size=100,
+        attn_implementation="eager")).eval()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(VerificationError, match=r"^layers\.0\.self_attn \(XGLMAttention\): verify runs a float64 copy.*"
+                       r"RuntimeError: value cannot be converted.*exclude=\[r\"\^layers\\\.\\d\+\\\.self_attn\$\"\]\)$"):
+        speccond.apply(model, speccond.SpectralConfig(correction="svd"), verify_with={"input_ids": torch.randint(3, 60, (2, 8))})
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())
+    assert not speccond.is_conditioned(model)
+    speccond.apply(model, speccond.SpectralConfig(correction="svd"))  # without verify_with: the adapter's layout
+    assert speccond.is_conditioned(model)

@@ -46,7 +46,7 @@ from speccond.adapters import attention_modules
 from speccond.checks import check_example_input, require_module
 from speccond.core.backends import Attachment, attachments
 from speccond.core.sharded import is_sharded
-from speccond.adapters.unrecognised import declared_attention
+from speccond.adapters.unrecognised import declared_attention, every_layer_pattern
 from speccond.layers import projection_bias
 
 
@@ -280,7 +280,7 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
 
     _check_head_counts(attention, path, blocks)
     with torch.no_grad():
-        run()
+        _first_float64_run(run, attention, path)
         result.observed = context.describe()
         _check_correction_takes_effect(probe_found.values(), names, run, result, _same_for_every_token(args, kwargs))
         skip = next((b.attachment.correction.probe_skip for b in blocks.values() if b.attachment.correction.probe_skip), "")
@@ -291,6 +291,21 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
         _check_values_are_linear(blocks, run, result)
         _check_head_pairing(blocks, run, result)
     return result
+
+
+def _first_float64_run(run, attention: nn.Module, path: str) -> None:
+    """The probe's first call, on the float64 copy; a module whose own code fails in float64 (XGLM builds its
+    mask's minimum, a float64 number, into a float32 tensor) is refused in one line instead of its traceback."""
+    try:
+        run()
+    except (RuntimeError, TypeError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise VerificationError(
+            f"{path} ({type(attention).__name__}): verify runs a float64 copy of the module on the example input, and "
+            f"the module's own code fails in float64 ({type(error).__name__}: {first_line}), so its layout cannot be "
+            "checked here; apply without verify_with (the layout then rests on the adapter alone), or leave it plain: "
+            f"SpectralConfig(exclude=[r\"{every_layer_pattern(path)}\"])"
+        ) from None
 
 
 class _Context:

@@ -3,7 +3,8 @@
 Conditioning only what the adapters know would silently leave such a module plain, so ``apply`` stops
 and shows the declaration that would condition it. A module is flagged when it directly owns q/k/v-like
 projections (a child with a 2-D ``weight``, or a 2-D parameter, with a name such as ``qkv``, ``to_qkv``,
-``query``/``key``/``value``, ``q_proj``, ``in_proj_weight``, ``c_attn``), none of them claimed, and either
+``query``/``key``/``value``, ``q_proj``, ``in_proj_weight``, ``c_attn``, ``linear_q``, ``project_q``, ``q_a_proj``),
+none of them claimed, and either
 its class name says attention ("Attention", "Attn") or those projections cover two roles or more.
 Containers that merely hold an attention module (HF ``BertAttention``, timm ``Block``) and output
 projections own no such projection and are never flagged, and neither are state-space mixers
@@ -25,9 +26,9 @@ from torch import nn
 from speccond.adapters.base import class_path, is_conv1d
 from speccond.core.peft_layers import tuned_layer
 
-_NAME = re.compile(
-    r"^(?:to_|w_?|c_)?(?P<core>query_key_value|qkv|qk|kv|query|key|value|q|k|v)"
-    r"(?:_?(?:proj|lin|linear|layer))?(?:_weight)?$",
+_NAME = re.compile(  # to_qkv, Wqkv, c_attn's kin, q_proj, query, linear_q (Conformer), project_q (CPM-Ant), q_a_proj (latent)
+    r"^(?:to_|w_?|c_|linear_|project_)?(?P<core>query_key_value|qkv|qk|kv|query|key|value|q|k|v)"
+    r"(?:_?(?:[ab]_)?(?:proj|lin|linear|layer))?(?:_with_mqa)?(?:_weight)?$",
     re.IGNORECASE,
 )
 _CORE_ROLES = {"query_key_value": "qkv", "query": "q", "key": "k", "value": "v"}
@@ -300,7 +301,7 @@ def _head_dim(module: nn.Module) -> Optional[int]:
     return None
 
 
-def _pattern(qualified_name: str) -> str:
+def every_layer_pattern(qualified_name: str) -> str:
     """An anchored regex for ``qualified_name`` with every numeric index generalised (one line per layer type)."""
     return "^" + r"\.".join(r"\d+" if part.isdigit() else re.escape(part) for part in qualified_name.split(".")) + "$"
 
@@ -310,7 +311,7 @@ def _narrowest(lines: dict[str, str], universe: Collection[str]) -> dict[str, st
     it matches only names that get the same line (among ``lines`` and ``universe``), else the name itself."""
     groups: dict[str, list[str]] = {}
     for name in lines:
-        groups.setdefault(_pattern(name), []).append(name)
+        groups.setdefault(every_layer_pattern(name), []).append(name)
     chosen = {}
     for pattern, names in groups.items():
         same = len({lines[name] for name in names}) == 1
