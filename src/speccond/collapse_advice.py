@@ -15,7 +15,7 @@ import dataclasses
 import warnings
 from typing import Callable, Iterator, Optional, Sequence
 
-from speccond.collapse import COLLAPSE_NATS, CollapseRisk
+from speccond.collapse import COLLAPSE_NATS, PROBE_TOKENS, CollapseRisk
 from speccond.core.config import AUTO, SpectralConfig
 
 Predictor = Callable[[SpectralConfig], Optional[Sequence[CollapseRisk]]]
@@ -38,7 +38,8 @@ def advice(config: SpectralConfig, predict_for: Predictor) -> str:
             continue
         before = f"it predicts collapse for {', '.join(collapsing)} too; " if collapsing else ""
         return (f"{before}SpectralConfig({setting}) keeps attention spread: {lowest.entropy:.2f} nats "
-                f"predicted ({lowest.plain:.2f} without the correction)")
+                f"predicted for {PROBE_TOKENS} unit-variance tokens, against {lowest.uniform:.2f} for uniform "
+                f"attention ({lowest.plain:.2f} without the correction)")
     tried = f"it predicts collapse for {', '.join(collapsing)} too; " if collapsing else ""
     return (f"{tried}no setting tried keeps attention spread: check the module's logit scale, or condition v "
             "alone (lam_q=0, lam_k=0), which leaves the logits as they are")
