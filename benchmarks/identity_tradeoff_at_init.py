@@ -30,6 +30,7 @@ data (``speccond data prepare fashion-mnist``). About a minute on one core.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 import warnings
@@ -95,8 +96,6 @@ def corrected(model: torch.nn.Module, lam: float, setting: str) -> torch.nn.Modu
     """A copy of ``model`` with W + C on every fused qkv weight (3D, D): per head h, C_Q (and C_V) = lam times
     the head's rows of I, and C_K = lam times those rows or, for the orthogonal setting, lam R_h times them
     (R_h a fixed random dh x dh orthogonal matrix: the same singular values, all lam)."""
-    import copy
-
     model = copy.deepcopy(model)
     generator = _seeded(7)
     for attention in _qkv_modules(model):
@@ -153,8 +152,6 @@ def mean_entropy(model: torch.nn.Module, probe: torch.Tensor) -> float:
 
 def check_hand_built_identity(model: torch.nn.Module, probe: torch.Tensor) -> None:
     """The hand-built identity on q, k, v computes what speccond.apply(SpectralConfig(lam=lam)) does."""
-    import copy
-
     conditioned = copy.deepcopy(model)
     speccond.apply(conditioned, speccond.SpectralConfig(lam=3.0))
     with torch.no_grad():

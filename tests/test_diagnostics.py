@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -337,6 +338,9 @@ def test_a_refused_layer_is_named_with_the_layers_that_measure_the_others(tmp_pa
         dx.attention_entropy(model, (images,), layers=[2])
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 3\)"):
         dx.attention_entropy(model, (images,), layers=[3])
+    for wrong in ([], 1, "01"):  # no layer at all, one int, a string: never an empty or guessed table
+        with pytest.raises(ValueError, match=rf"^attention_entropy: layers must be a non-empty list of attention layer indices, got {re.escape(repr(wrong))}$"):
+            dx.attention_entropy(model, (images,), layers=wrong)
     tracked = dx.Tracker(model, (images,), every=1, path=tmp_path / "m.jsonl", layers=[1], jacobian=True,
                          jacobian_iterations=5).step(0)
     assert {(r["kind"], r["layer"]) for r in tracked if r["kind"] != "spectra"} == {("entropy", 1), ("jacobian", 1)}

@@ -170,6 +170,7 @@ def _bias(site: Any) -> Optional[torch.Tensor]:
     return None if bias is None else gathered(bias)
 
 
+@torch.no_grad()  # the module's own norms are run on copies; no graph is wanted
 def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) -> tuple[float, float]:
     """(lowest mean head entropy with the correction, that head's entropy without it), in nats."""
     q_site, q_role, q_eff, q_bias = blocks["q"]
@@ -223,8 +224,7 @@ class _LogitForm:
             q = q + q_bias.double()
         if k_bias is not None:
             k = k + k_bias.double()
-        with torch.no_grad():
-            return self.whole_q(q), self.whole_k(k)
+        return self.whole_q(q), self.whole_k(k)
 
 
 def _logit_form(

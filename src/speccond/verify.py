@@ -299,7 +299,8 @@ def _first_float64_run(run, attention: nn.Module, path: str) -> None:
     try:
         run()
     except (RuntimeError, TypeError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        message = str(error).strip()
+        first_line = message.splitlines()[0] if message else type(error).__name__
         raise VerificationError(
             f"{path} ({type(attention).__name__}): verify runs a float64 copy of the module on the example input, and "
             f"the module's own code fails in float64 ({type(error).__name__}: {first_line}), so its layout cannot be "

@@ -20,7 +20,7 @@ import copy
 import numbers
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional
 
 import torch
 from torch import nn
@@ -121,9 +121,12 @@ def rebuild_refusal(model: nn.Module) -> str:
 def refused_layers(model: nn.Module) -> dict[int, str]:
     """Layer -> why the head diagnostics refuse it (:func:`check_rebuildable`'s message), for each attention layer
     of ``model`` they refuse; raises ValueError as :func:`layer_count` does. Runs nothing."""
-    layer_count(model)
+    return _refusals(_covered_layers(model))
+
+
+def _refusals(layers: list[AttentionLayer]) -> dict[int, str]:
     refused = {}
-    for layer in attention_layers(model):
+    for layer in layers:
         try:
             check_rebuildable(layer)
         except ValueError as error:
@@ -135,25 +138,32 @@ def layer_count(model: nn.Module) -> int:
     """The number of attention layers the head diagnostics number; raises ValueError naming attention-like
     modules that no adapter recognises (the layers would be numbered and tabled without them), and when there is
     no attention layer (layers.coverage_refusal)."""
+    return len(_covered_layers(model))
+
+
+def _covered_layers(model: nn.Module) -> list[AttentionLayer]:
     layers = attention_layers(model)
     uncovered = coverage_refusal(model, "the head diagnostics", layers=layers)
     if uncovered:
         raise ValueError(uncovered)
-    return len(layers)
+    return layers
 
 
-def measured_layers(model: nn.Module, layers: Optional[Sequence[int]], diagnostic: str) -> list[int]:
-    """The layers a whole-model diagnostic measures: ``layers`` as given (each is checked when its heads are
-    built), or every attention layer. When every layer was asked for and the head diagnostics refuse some,
-    ValueError with the first refusal and the ``layers=`` that measures the others, so the table is never
-    silently short of a layer."""
-    count = layer_count(model)
+def measured_layers(model: nn.Module, layers: Optional[Iterable[int]], diagnostic: str) -> list[int]:
+    """The layers a whole-model diagnostic measures: ``layers`` as given (a non-empty list; each is checked when
+    its heads are built), or every attention layer. When every layer was asked for and the head diagnostics
+    refuse some, ValueError with the first refusal and the ``layers=`` that measures the others, so the table is
+    never silently short of a layer."""
+    covered = _covered_layers(model)
     if layers is not None:
-        return list(layers)
-    refused = refused_layers(model)
+        chosen = list(layers) if isinstance(layers, Iterable) and not isinstance(layers, (str, bytes)) else []
+        if not chosen:
+            raise ValueError(f"{diagnostic}: layers must be a non-empty list of attention layer indices, got {layers!r}")
+        return chosen
+    refused = _refusals(covered)
     if not refused:
-        return list(range(count))
-    others = [index for index in range(count) if index not in refused]
+        return list(range(len(covered)))
+    others = [index for index in range(len(covered)) if index not in refused]
     first = next(iter(refused.values()))
     if not others:
         raise ValueError(first)
