@@ -63,7 +63,7 @@ from pathlib import Path
 
 import torch
 
-from speccond.data import cifar10
+from speccond.data import bigbench_archive as cifar10
 from speccond.data.split import stratified_split
 from speccond.data.store import DatasetSpec
 

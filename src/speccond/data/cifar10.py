@@ -1,106 +1,111 @@
-"""CIFAR-10 (Krizhevsky 2009): its 10,000-image test set, split 8,000 train / 2,000 test, 3 x 32 x 32.
+"""CIFAR-10 (Krizhevsky 2009), the full standard split: 50,000 training and 10,000 test images, 3 x 32 x 32.
 
-The one offline copy is inside the PyPI source archive of ``bigbench==1.0.0`` (358 MB; never install
-it), member ``bigbench/benchmark_tasks/cifar10_classification/base64/task.json``: a JSON object whose
-``examples`` are ``{"input": <base64 PNG>, "target_scores": {<class name>: 1 or 0, ...}}``, 1000 per
-class, sorted by class. The label is the class with score 1; names map to the standard indices:
+    speccond data prepare cifar10
+
+Sources, tried in order (each file checked against its SHA-256 before it is read; a file that differs is
+refused, named, and the next source tried):
+
+1. the folder named by ``$SPECCOND_CIFAR10``, holding ``cifar10-jpeg.tar.gz``;
+2. the shared data folder (``$SPECCOND_SHARED_DATA``, else the checkout's ``../shared/data``:
+   ``speccond.data.shared``), holding the same archive;
+3. with none of them, ``torchvision.datasets.CIFAR10(download=True)`` into the cache's ``raw/torchvision``
+   (internet needed): the original binary batches, whose pixels are the published ones.
+
+The archive (``cifar10/{train,test}/<class>/NNNN.jpg``, 5,000 and 1,000 per class, torchvision's ImageFolder
+layout) holds the images re-encoded as JPEG (quality about 75) by the public copy they come from, so its
+pixels differ slightly from the original batches: results made from it say "CIFAR-10 (JPEG)". The cache
+records which source it was made from (``source`` in its metadata: "jpeg" or "torchvision").
+
+Each split is ordered by SHA-256("cifar10:<split>/<class>/<file>") (torchvision's: "cifar10:<split>:<i>"), so
+classes are mixed and any prefix (``test_size``) is close to balanced; the harness carves its validation
+split out of train (``val_size``). Stored: images uint8 (N, 3, 32, 32), RGB, channels first; labels int64 (N,).
 
     classes: 0 airplane, 1 automobile, 2 bird, 3 cat, 4 deer, 5 dog, 6 frog, 7 horse, 8 ship, 9 truck
-
-No CIFAR-10 training set exists offline, so this set is split, fixed and stratified
-(``speccond.data.split`` with salt ``SPLIT_SALT`` = "cifar10:0" and test fraction 0.2): per class,
-the 200 images whose SHA-256("cifar10:0:<i>") is lowest (``i`` = position in task.json) are the test
-split and the other 800 the training split; each split is ordered by that hash, so classes are mixed.
-
-Sources, tried in order: the folder named by ``$SPECCOND_BIGBENCH`` (holding bigbench-1.0.0.tar.gz),
-then PyPI's file host. The archive is checked against its SHA-256 before it is read. Note that
-``pip download bigbench==1.0.0`` fails (the package declares a direct-URL dependency); fetch the file
-itself, as the hint says.
-
-Stored: images uint8 (N, 3, 32, 32), RGB, channels first; labels int64 (N,).
 """
 from __future__ import annotations
 
-import base64
-import binascii
+import hashlib
 import io
-import json
 import logging
 import tarfile
 from pathlib import Path
 
 import torch
 
-from speccond.data.split import split_images
+from speccond.data.shared import checkout_shared_dir
 from speccond.data.store import DatasetSpec, Source
 
 log = logging.getLogger(__name__)
 
-ARCHIVE = "bigbench-1.0.0.tar.gz"
-SHA256 = "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2"
-URL_PREFIX = "https://files.pythonhosted.org/packages/95/f8/c019b3579df548a04cac12342cfcb878e50ddf6cfcd7fddba8cfc721c157"
-MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/cifar10_classification/base64/task.json"
+ARCHIVE = "cifar10-jpeg.tar.gz"
+SHA256 = "cb6c50520509605d4bd1856cb7eaba797dabcec3c19d93ce945b0ec1aee34a5f"
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-PER_CLASS = 1000
-SPLIT_SALT = "cifar10:0"
-TEST_FRACTION = 0.2
+SPLITS = {"train": 5000, "test": 1000}  # images per class
+SOURCE_KEY = "source"  # the cache metadata's record of where the arrays came from
 
 
-def read_member(archive: Path, member: str) -> dict:
-    """The JSON file ``member`` of the bigbench archive, streamed out of it (it need not be unpacked)."""
-    return read_members(archive, (member,))[member]
-
-
-def read_members(archive: Path, members: tuple[str, ...]) -> dict[str, dict]:
-    """The JSON files ``members`` of the bigbench archive, by name, in one pass over the stream."""
-    found: dict[str, dict] = {}
-    with tarfile.open(archive, "r|gz") as tar:
-        for entry in tar:
-            if entry.name in members and entry.name not in found:
-                handle = tar.extractfile(entry)
-                assert handle is not None, entry
-                found[entry.name] = json.loads(handle.read())
-                if len(found) == len(set(members)):
-                    return found
-    missing = sorted(set(members) - set(found))
-    raise ValueError(f"{archive} has no member {', '.join(missing)}; expected the bigbench 1.0.0 source archive")
-
-
-def read_task(archive: Path) -> dict:
-    """The task.json of the CIFAR-10 task."""
-    return read_member(archive, MEMBER)
-
-
-def decode(example: dict, position: int) -> tuple[torch.Tensor, int]:
-    """One example as (image uint8 (3, 32, 32), label index)."""
+def decode_jpeg(data: bytes, name: str) -> torch.Tensor:
+    """One archive member as uint8 (3, 32, 32); a ValueError naming the member when it is not a 32 x 32 RGB JPEG."""
     from PIL import Image
 
-    scores = example["target_scores"]
-    if set(scores) != set(CLASSES) or sorted(scores.values()) != [0] * 9 + [1]:
-        raise ValueError(f"example {position}: expected one score of 1 over the classes {CLASSES}, found {scores}")
     try:
-        png = base64.b64decode(example["input"], validate=True)
-    except binascii.Error as error:
-        raise ValueError(f"example {position}: the input is not base64 ({error})") from None
-    with Image.open(io.BytesIO(png)) as image:
-        if image.format != "PNG" or image.mode != "RGB" or image.size != (32, 32):
-            found = f"{image.format} {image.mode} {image.size}"
-            raise ValueError(f"example {position}: expected a 32 x 32 RGB PNG, found {found}")
-        pixels = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).reshape(32, 32, 3)
-    return pixels.permute(2, 0, 1), CLASSES.index(max(scores, key=scores.get))  # (3, 32, 32)
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            if image.format != "JPEG" or image.mode != "RGB" or image.size != (32, 32):
+                raise ValueError(f"{name}: expected a 32 x 32 RGB JPEG, found {image.format} {image.mode} {image.size}")
+            pixels = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8).reshape(32, 32, 3)
+    except OSError as error:
+        raise ValueError(f"{name}: not a readable image ({error}); the archive is damaged") from None
+    return pixels.permute(2, 0, 1)  # (3, 32, 32)
+
+
+def _ordered(split: str, keyed: list[tuple[str, torch.Tensor, int]]) -> dict[str, torch.Tensor]:
+    """{split}_images (N, 3, 32, 32) and {split}_labels (N,) ordered by the SHA-256 of each example's key."""
+    keyed.sort(key=lambda item: hashlib.sha256(f"cifar10:{split}{item[0]}".encode()).digest())
+    return {f"{split}_images": torch.stack([image for _, image, _ in keyed]),
+            f"{split}_labels": torch.tensor([label for _, _, label in keyed], dtype=torch.long)}
+
+
+def _check_counts(arrays: dict[str, torch.Tensor], origin: str) -> None:
+    for split, per_class in SPLITS.items():
+        counts = torch.bincount(arrays[f"{split}_labels"], minlength=len(CLASSES))
+        if not torch.equal(counts, torch.full((len(CLASSES),), per_class)):
+            raise ValueError(f"{origin}: expected {per_class} {split} images per class, found "
+                             f"{dict(zip(CLASSES, counts.tolist()))}")
 
 
 def parse(files: dict[str, Path]) -> dict[str, torch.Tensor]:
-    """images uint8 (N, 3, 32, 32), labels int64 (N,): 8000 train / 2000 test, 800 / 200 per class."""
-    examples = read_task(files["archive"])["examples"]
-    decoded = [decode(example, i) for i, example in enumerate(examples)]
-    images = torch.stack([image for image, _ in decoded])  # (10000, 3, 32, 32)
-    labels = torch.tensor([label for _, label in decoded], dtype=torch.long)
-    counts = torch.bincount(labels, minlength=len(CLASSES))
-    if not torch.equal(counts, torch.full((len(CLASSES),), PER_CLASS)):
-        raise ValueError(f"expected {PER_CLASS} images per class, found {dict(zip(CLASSES, counts.tolist()))}")
-    arrays = split_images(images, labels, TEST_FRACTION, SPLIT_SALT)
-    log.info("cifar10: %d images decoded, split %d / %d", len(labels), len(arrays["train_labels"]), len(arrays["test_labels"]))
+    """The archive's images, in one pass over its stream: train 50,000 and test 10,000."""
+    found: dict[str, list[tuple[str, torch.Tensor, int]]] = {split: [] for split in SPLITS}
+    archive = files["archive"]
+    with tarfile.open(archive, "r|gz") as tar:
+        for entry in tar:
+            if not entry.isfile():
+                continue
+            parts = Path(entry.name).parts  # ("cifar10", split, class, file)
+            if len(parts) != 4 or parts[0] != "cifar10" or parts[1] not in SPLITS or parts[2] not in CLASSES:
+                raise ValueError(f"{archive}: unexpected member {entry.name}; expected cifar10/<train|test>/<class>/NNNN.jpg")
+            handle = tar.extractfile(entry)
+            assert handle is not None, entry
+            found[parts[1]].append((f"/{parts[2]}/{parts[3]}", decode_jpeg(handle.read(), entry.name),
+                                    CLASSES.index(parts[2])))
+    arrays = {key: value for split, keyed in found.items() for key, value in _ordered(split, keyed).items()}
+    _check_counts(arrays, str(archive))
+    log.info("cifar10: %d train and %d test images from %s", len(found["train"]), len(found["test"]), archive.name)
+    return arrays
+
+
+def from_torchvision(root: Path, download: bool = True) -> dict[str, torch.Tensor]:
+    """The original batches through ``torchvision.datasets.CIFAR10`` (downloaded into ``root`` when ``download``)."""
+    from torchvision.datasets import CIFAR10
+
+    arrays = {}
+    for split in SPLITS:
+        dataset = CIFAR10(str(root), train=split == "train", download=download)
+        images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2)  # (N, 32, 32, 3) -> (N, 3, 32, 32)
+        keyed = [(f":{i}", image, int(label)) for i, (image, label) in enumerate(zip(images, dataset.targets))]
+        arrays.update(_ordered(split, keyed))
+    _check_counts(arrays, f"torchvision CIFAR10 in {root}")
     return arrays
 
 
@@ -108,14 +113,15 @@ SPEC = DatasetSpec(
     name="cifar10",
     files={"archive": (ARCHIVE, SHA256)},
     sources=(
-        Source("folder named by $SPECCOND_BIGBENCH", "$SPECCOND_BIGBENCH"),
-        Source("PyPI file host", URL_PREFIX),
+        Source("folder named by $SPECCOND_CIFAR10", "$SPECCOND_CIFAR10"),
+        Source("shared data folder named by $SPECCOND_SHARED_DATA", "$SPECCOND_SHARED_DATA"),
+        Source("the checkout's shared data folder", str(checkout_shared_dir())),
     ),
     parse=parse,
-    hint=(
-        f"put {ARCHIVE} (the bigbench 1.0.0 source archive, SHA-256 {SHA256[:12]}...) in a folder and set "
-        f"SPECCOND_BIGBENCH to it, e.g. `curl -o DIR/{ARCHIVE} {URL_PREFIX}/{ARCHIVE}`; never pip install bigbench"
-    ),
+    hint=(f"set SPECCOND_SHARED_DATA (or SPECCOND_CIFAR10) to a folder holding {ARCHIVE} (SHA-256 {SHA256[:12]}...), "
+          "or give this machine internet access for torchvision.datasets.CIFAR10(download=True)"),
+    format_version=2,  # 1: the withdrawn 10,000-image copy, split 8,000 / 2,000
     image_shape=(3, 32, 32),
     classes=CLASSES,
+    fallback=from_torchvision,
 )

@@ -61,7 +61,8 @@ from pathlib import Path
 
 import torch
 
-from speccond.data import byte_text, cifar10, wordpiece
+from speccond.data import byte_text, wordpiece
+from speccond.data import bigbench_archive as cifar10
 from speccond.data.split import stratified_split
 from speccond.data.store import DatasetSpec
 

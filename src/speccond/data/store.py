@@ -62,6 +62,10 @@ class DatasetSpec:
     # learns something from its files (language.py's tokenizer): the SHA-256 of the arrays it must produce
     # (see arrays_sha256), so a generator or a library that drifts is caught, not cached.
     generated_sha256: str | None = None
+    # Where no source holds the files: a maker of the arrays from elsewhere (a library's own download, e.g.
+    # torchvision's), given a folder under raw/ to work in. The cache records which way it was made
+    # (metadata ``source``: "files" or "fallback").
+    fallback: Callable[[Path], dict[str, torch.Tensor]] | None = None
 
 
 def data_dir() -> Path:
@@ -91,8 +95,8 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
         arrays.unlink()
     raw = target / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    files = {key: _obtain(spec, name, digest, raw, sources or spec.sources) for key, (name, digest) in spec.files.items()}
-    tensors = {k: v.contiguous() for k, v in spec.parse(files).items()}
+    tensors, source = _made(spec, raw, sources or spec.sources)
+    tensors = {k: v.contiguous() for k, v in tensors.items()}
     if spec.generated_sha256 is not None and arrays_sha256(tensors) != spec.generated_sha256:
         raise ValueError(
             f"the generator of dataset {spec.name!r} produced arrays with SHA-256 {arrays_sha256(tensors)}, expected "
@@ -104,11 +108,32 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
     from safetensors.torch import save_file
 
     partial = arrays.with_name(f"{arrays.name}.{os.getpid()}.partial")  # this process's own, as in _obtain
-    metadata = {"dataset": spec.name, "format": str(spec.format_version), "sha256": arrays_sha256(tensors)}
+    metadata = {"dataset": spec.name, "format": str(spec.format_version), "sha256": arrays_sha256(tensors),
+                "source": source}
     save_file(tensors, str(partial), metadata=metadata)
     os.replace(partial, arrays)
     log.info("prepared %s: %s", spec.name, {k: tuple(v.shape) for k, v in tensors.items()})
     return arrays
+
+
+def _made(spec: DatasetSpec, raw: Path, sources: tuple[Source, ...]) -> tuple[dict[str, torch.Tensor], str]:
+    """The parsed arrays and how they were made: "files" (obtained from a source, checked) or "fallback"."""
+    try:
+        files = {key: _obtain(spec, name, digest, raw, sources) for key, (name, digest) in spec.files.items()}
+    except FileNotFoundError as missing:
+        if spec.fallback is None:
+            raise
+        log.info("%s; trying the fallback of dataset %r", str(missing).splitlines()[0], spec.name)
+        try:
+            return spec.fallback(raw / "fallback"), "fallback"
+        except Exception as error:  # a download or a library's own check failed: report both ways
+            raise FileNotFoundError(f"{missing}\nThe fallback failed too: {type(error).__name__}: {error}") from None
+    return spec.parse(files), "files"
+
+
+def source_of(spec: DatasetSpec) -> str:
+    """How the cached arrays of ``spec`` were made: "files", "fallback", or "" for caches that do not say."""
+    return _metadata(data_dir() / spec.name / ARRAYS).get("source", "")
 
 
 def load(spec: DatasetSpec) -> dict[str, torch.Tensor]:
