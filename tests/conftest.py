@@ -1,5 +1,5 @@
 """Shared fixtures: tiny real models built from config, tolerances set once per dtype, and the session's
-prepared CIFAR-10 (whose raw copy is the bigbench archive the language tests read too)."""
+prepared CIFAR-10 (from the shared JPEG archive)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from speccond.data import cifar10
-from speccond.data.store import Source, prepare
+from speccond.data.store import prepare
 
 # Tolerances, set once: (rtol, atol) per dtype.
 TOL = {
@@ -49,18 +49,16 @@ def float64_default():
 
 @pytest.fixture(scope="session")
 def cifar10_home(tmp_path_factory):
-    """A data dir with cifar10 prepared once per session, from $SPECCOND_BIGBENCH, /work/cache/bigbench or PyPI."""
+    """A data dir with cifar10 prepared once per session from the shared JPEG archive (speccond.data.shared)."""
     home = tmp_path_factory.mktemp("cifar10") / "data"
-    folders = [Path(f) for f in (os.environ.get("SPECCOND_BIGBENCH"), "/work/cache/bigbench") if f]
-    local = tuple(Source(f"archive in {f}", str(f)) for f in folders if (f / cifar10.ARCHIVE).is_file())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPECCOND_DATA", str(home))
         try:
-            prepare(cifar10.SPEC, local + cifar10.SPEC.sources[1:])
+            prepare(cifar10.SPEC)
         except FileNotFoundError as error:
-            pytest.skip(f"the bigbench 1.0.0 archive could not be had (set SPECCOND_BIGBENCH to a folder holding it): {error}")
+            pytest.skip(f"no CIFAR-10 archive here (set SPECCOND_SHARED_DATA to the folder holding it): {error}")
     yield home
-    shutil.rmtree(home / "cifar10" / "raw")  # 358 MB; pytest keeps the last three session folders
+    shutil.rmtree(home / "cifar10" / "raw")  # 19 MB; pytest keeps the last three session folders
 
 
 @pytest.fixture(scope="session")

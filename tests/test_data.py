@@ -14,7 +14,7 @@ import torch
 from speccond import data
 from speccond.data import cifar10, digits, fashion_mnist
 from speccond.data.split import stratified_split
-from speccond.data.store import Source, load, prepare
+from speccond.data.store import DamagedSource, Source, load, prepare, source_of
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks.datasets import image_tasks, load_task, task_shape
 
@@ -174,12 +174,12 @@ def test_a_cache_of_another_format_is_refused_by_load_and_rebuilt_by_prepare(dat
         load(digits.SPEC)
 
 
-# --- CIFAR-10 (the test set inside the bigbench 1.0.0 source archive) -------------------------------------
+# --- CIFAR-10 (JPEG): the full standard split, from the shared archive ------------------------------------
 
-# Published statistics of the CIFAR-10 test set (channel means 0.4942, 0.4851, 0.4504; stds 0.2467,
-# 0.2429, 0.2616 of 255), and the standard class order.
-CIFAR10_TEST_MEAN = (126.0, 123.7, 114.9)
-CIFAR10_TEST_STD = (62.9, 61.9, 66.7)
+# Published statistics of the CIFAR-10 training set (channel means 0.4914, 0.4822, 0.4465; stds 0.2470,
+# 0.2435, 0.2616 of 255), and the standard class order.
+CIFAR10_TRAIN_MEAN = (125.3, 123.0, 113.9)
+CIFAR10_TRAIN_STD = (63.0, 62.1, 66.7)
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
@@ -189,69 +189,86 @@ def cifar10_arrays(cifar10_home, monkeypatch):
     return data.load("cifar10")
 
 
-def test_cifar10_is_split_8000_2000_stratified_and_disjoint(cifar10_arrays):
+def test_cifar10_is_the_full_standard_split_with_classes_mixed(cifar10_arrays, cifar10_home, monkeypatch):
     arrays = cifar10_arrays
     assert {k: (tuple(v.shape), v.dtype) for k, v in arrays.items()} == {
-        "train_images": ((8000, 3, 32, 32), torch.uint8), "train_labels": ((8000,), torch.int64),
-        "test_images": ((2000, 3, 32, 32), torch.uint8), "test_labels": ((2000,), torch.int64),
+        "train_images": ((50000, 3, 32, 32), torch.uint8), "train_labels": ((50000,), torch.int64),
+        "test_images": ((10000, 3, 32, 32), torch.uint8), "test_labels": ((10000,), torch.int64),
     }
-    assert torch.equal(torch.bincount(arrays["train_labels"]), torch.full((10,), 800))
-    assert torch.equal(torch.bincount(arrays["test_labels"]), torch.full((10,), 200))
+    assert torch.equal(torch.bincount(arrays["train_labels"]), torch.full((10,), 5000))
+    assert torch.equal(torch.bincount(arrays["test_labels"]), torch.full((10,), 1000))
     assert 80 <= torch.bincount(arrays["test_labels"][:1000]).min()  # any prefix is near balanced (classes mixed)
-    images = torch.cat([arrays["train_images"], arrays["test_images"]]).reshape(10000, -1)
-    assert torch.unique(images, dim=0).shape[0] == 10000  # no image twice: disjoint splits (all 10k are distinct)
     assert cifar10.CLASSES == CIFAR10_CLASSES == data.spec("cifar10").classes
+    monkeypatch.setenv("SPECCOND_DATA", str(cifar10_home))
+    assert source_of(cifar10.SPEC) == "files"  # the cache says it came from the archive, not torchvision
 
 
-def test_cifar10_pixel_statistics_are_those_of_the_real_test_set(cifar10_arrays):
-    pixels = torch.cat([cifar10_arrays["train_images"], cifar10_arrays["test_images"]]).float()  # (10000, 3, 32, 32)
-    torch.testing.assert_close(pixels.mean((0, 2, 3)), torch.tensor(CIFAR10_TEST_MEAN), atol=0.2, rtol=0)  # RGB order
-    torch.testing.assert_close(pixels.std((0, 2, 3)), torch.tensor(CIFAR10_TEST_STD), atol=0.2, rtol=0)
+def test_cifar10_pixel_statistics_are_those_of_the_real_training_set(cifar10_arrays):
+    pixels = cifar10_arrays["train_images"][::5].float()  # (10000, 3, 32, 32): every fifth image
+    torch.testing.assert_close(pixels.mean((0, 2, 3)), torch.tensor(CIFAR10_TRAIN_MEAN), atol=1.0, rtol=0)  # RGB
+    torch.testing.assert_close(pixels.std((0, 2, 3)), torch.tensor(CIFAR10_TRAIN_STD), atol=1.0, rtol=0)
 
 
 @pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")
-def test_cifar10_images_equal_an_independent_png_decoder(cifar10_arrays, cifar10_home):
-    decode_png = pytest.importorskip("torchvision.io").decode_png  # libpng, not PIL
-    examples = cifar10.read_task(cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE)["examples"]
-    assert len(examples) == 10000
-    images = torch.cat([cifar10_arrays["train_images"], cifar10_arrays["test_images"]])
-    labels = torch.cat([cifar10_arrays["train_labels"], cifar10_arrays["test_labels"]])
-    for position in (0, 1234, 5678, 9999):
-        png = torch.frombuffer(bytearray(base64.b64decode(examples[position]["input"])), dtype=torch.uint8)
-        expected = decode_png(png)  # (3, 32, 32)
-        found = torch.nonzero((images == expected).flatten(1).all(1)).flatten()
-        assert found.numel() == 1, position
-        scores = examples[position]["target_scores"]
-        assert int(labels[found]) == CIFAR10_CLASSES.index(max(scores, key=scores.get))
+def test_cifar10_images_and_labels_are_the_archives_members(cifar10_arrays, cifar10_home):
+    import tarfile
+
+    decode_jpeg = pytest.importorskip("torchvision.io").decode_jpeg  # torchvision's libjpeg, not PIL
+    members = {"cifar10/train/cat/0007.jpg": 3, "cifar10/test/ship/0999.jpg": 8, "cifar10/train/airplane/4999.jpg": 0}
+    with tarfile.open(cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE, "r:gz") as tar:
+        for name, label in members.items():
+            split = name.split("/")[1]
+            raw = torch.frombuffer(bytearray(tar.extractfile(name).read()), dtype=torch.uint8)
+            expected = decode_jpeg(raw).int()  # (3, 32, 32)
+            images = cifar10_arrays[f"{split}_images"].int()
+            close = ((images - expected).abs().flatten(1).max(1).values <= 2).nonzero().flatten()  # IDCTs may round apart
+            assert close.numel() == 1, name
+            assert int(cifar10_arrays[f"{split}_labels"][close]) == label, name
 
 
-def test_a_corrupt_bigbench_archive_is_refused_with_its_checksum(cifar10_home, data_home, tmp_path, monkeypatch):
-    folder = tmp_path / "bigbench"
+def test_a_damaged_cifar10_archive_is_refused_naming_it(cifar10_home, data_home, tmp_path, monkeypatch):
+    folder = tmp_path / "named"
     folder.mkdir()
-    with (cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE).open("rb") as handle:
-        head = bytearray(handle.read(1 << 20))  # truncated to 1 MB, and one byte altered
-    head[1000] ^= 0xFF
-    (folder / cifar10.ARCHIVE).write_bytes(bytes(head))
-    only_local = cifar10.SPEC.sources[:1]  # not the PyPI fallback
-    monkeypatch.delenv("SPECCOND_BIGBENCH", raising=False)
-    with pytest.raises(FileNotFoundError, match=r"(?s)\$SPECCOND_BIGBENCH is not set.*To fix: put bigbench-1.0.0.tar.gz"):
-        prepare(cifar10.SPEC, only_local)
-    monkeypatch.setenv("SPECCOND_BIGBENCH", str(folder))
-    with pytest.raises(FileNotFoundError, match=r"(?s)bigbench-1.0.0.tar.gz has SHA-256 [0-9a-f]{64}, expected 1bb398a5.*SPECCOND_BIGBENCH"):
-        prepare(cifar10.SPEC, only_local)
+    damaged = bytearray((cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE).read_bytes())
+    damaged[1000] ^= 0xFF
+    (folder / cifar10.ARCHIVE).write_bytes(bytes(damaged))
+    monkeypatch.setenv("SPECCOND_CIFAR10", str(folder))
+    only_named = cifar10.SPEC.sources[:1]
+    with pytest.raises(DamagedSource, match=rf"(?s){folder / cifar10.ARCHIVE} has SHA-256 [0-9a-f]{{64}}, expected {cifar10.SHA256}"):
+        prepare(cifar10.SPEC, only_named)
     assert not (data_home / "cifar10" / "arrays.safetensors").exists()
     assert not list((data_home / "cifar10" / "raw").iterdir())  # the bad copy is not kept
 
 
-def test_a_bigbench_task_without_the_cifar10_member_is_refused(tmp_path):
-    import tarfile
+def test_cifar10_through_torchvision_reads_the_original_batches(tmp_path, monkeypatch):
+    """The online path on a small folder made here in the batches' own format: torchvision reads it (its MD5
+    list pointed at these files, so nothing is downloaded) and the arrays are its images, channels first."""
+    import hashlib
+    import pickle
 
-    archive = tmp_path / "other.tar.gz"
-    (tmp_path / "task.json").write_text(json.dumps({"examples": []}))
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(tmp_path / "task.json", arcname="bigbench-1.0.0/bigbench/benchmark_tasks/other/task.json")
-    with pytest.raises(ValueError, match="has no member .*cifar10_classification/base64/task.json"):
-        cifar10.read_task(archive)
+    from torchvision.datasets import CIFAR10
+
+    batches = tmp_path / CIFAR10.base_folder
+    batches.mkdir()
+    generator = torch.Generator().manual_seed(0)
+    made = {}
+    for name in [row[0] for row in CIFAR10.train_list + CIFAR10.test_list]:
+        test = name == "test_batch"
+        labels = list(range(10)) * (1 if test or name == "data_batch_1" else 0) + list(range(10)) * (name == "data_batch_2")
+        pixels = torch.randint(0, 256, (len(labels), 3072), dtype=torch.uint8, generator=generator).numpy()
+        (batches / name).write_bytes(pickle.dumps({"data": pixels, "labels": labels}))
+        made[name] = (pixels, labels)
+    (batches / CIFAR10.meta["filename"]).write_bytes(pickle.dumps({"label_names": list(CIFAR10_CLASSES)}))
+    md5 = lambda name: hashlib.md5((batches / name).read_bytes()).hexdigest()  # noqa: E731
+    monkeypatch.setattr(CIFAR10, "train_list", [[n, md5(n)] for n, _ in CIFAR10.train_list])
+    monkeypatch.setattr(CIFAR10, "test_list", [[n, md5(n)] for n, _ in CIFAR10.test_list])
+    monkeypatch.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": md5(CIFAR10.meta["filename"])})
+    arrays = cifar10.from_torchvision(tmp_path, download=True, expected={"train": 2, "test": 1})
+    assert arrays["train_images"].shape == (20, 3, 32, 32) and arrays["test_images"].shape == (10, 3, 32, 32)
+    pixels, labels = made["test_batch"]
+    originals = torch.from_numpy(pixels).reshape(10, 3, 32, 32)  # the batches store channels first, row-major
+    for image, label in zip(arrays["test_images"], arrays["test_labels"]):
+        assert torch.equal(image, originals[labels.index(int(label))])
 
 
 # --- tasks: load_task and task_shape ----------------------------------------------------------------------

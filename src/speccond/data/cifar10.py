@@ -66,8 +66,8 @@ def _ordered(split: str, keyed: list[tuple[str, torch.Tensor, int]]) -> dict[str
             f"{split}_labels": torch.tensor([label for _, _, label in keyed], dtype=torch.long)}
 
 
-def _check_counts(arrays: dict[str, torch.Tensor], origin: str) -> None:
-    for split, per_class in SPLITS.items():
+def _check_counts(arrays: dict[str, torch.Tensor], origin: str, expected: dict[str, int] = SPLITS) -> None:
+    for split, per_class in expected.items():
         counts = torch.bincount(arrays[f"{split}_labels"], minlength=len(CLASSES))
         if not torch.equal(counts, torch.full((len(CLASSES),), per_class)):
             raise ValueError(f"{origin}: expected {per_class} {split} images per class, found "
@@ -95,8 +95,9 @@ def parse(files: dict[str, Path]) -> dict[str, torch.Tensor]:
     return arrays
 
 
-def from_torchvision(root: Path, download: bool = True) -> dict[str, torch.Tensor]:
-    """The original batches through ``torchvision.datasets.CIFAR10`` (downloaded into ``root`` when ``download``)."""
+def from_torchvision(root: Path, download: bool = True, expected: dict[str, int] = SPLITS) -> dict[str, torch.Tensor]:
+    """The original batches through ``torchvision.datasets.CIFAR10`` (downloaded into ``root`` when ``download``;
+    torchvision checks each batch's MD5), ``expected`` images per class and split."""
     from torchvision.datasets import CIFAR10
 
     arrays = {}
@@ -105,7 +106,7 @@ def from_torchvision(root: Path, download: bool = True) -> dict[str, torch.Tenso
         images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2)  # (N, 32, 32, 3) -> (N, 3, 32, 32)
         keyed = [(f":{i}", image, int(label)) for i, (image, label) in enumerate(zip(images, dataset.targets))]
         arrays.update(_ordered(split, keyed))
-    _check_counts(arrays, f"torchvision CIFAR10 in {root}")
+    _check_counts(arrays, f"torchvision CIFAR10 in {root}", expected)
     return arrays
 
 

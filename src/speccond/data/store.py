@@ -121,12 +121,13 @@ def _made(spec: DatasetSpec, raw: Path, sources: tuple[Source, ...]) -> tuple[di
     try:
         files = {key: _obtain(spec, name, digest, raw, sources) for key, (name, digest) in spec.files.items()}
     except FileNotFoundError as missing:
-        if spec.fallback is None:
+        if spec.fallback is None or isinstance(missing, DamagedSource):  # a damaged copy is refused, not replaced
             raise
         log.info("%s; trying the fallback of dataset %r", str(missing).splitlines()[0], spec.name)
         try:
             return spec.fallback(raw / "fallback"), "fallback"
         except Exception as error:  # a download or a library's own check failed: report both ways
+            shutil.rmtree(raw / "fallback", ignore_errors=True)
             raise FileNotFoundError(f"{missing}\nThe fallback failed too: {type(error).__name__}: {error}") from None
     return spec.parse(files), "files"
 
@@ -167,6 +168,10 @@ def load(spec: DatasetSpec) -> dict[str, torch.Tensor]:
 
         tensors = load_file(str(arrays))
     return tensors
+
+
+class DamagedSource(FileNotFoundError):
+    """No source gave the file intact, and some source held a copy whose SHA-256 differs: that copy is named."""
 
 
 class DamagedCache(Exception):
@@ -216,7 +221,7 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
     destination = raw / name
     if destination.is_file() and sha256(destination) == digest:
         return destination
-    problems = []
+    problems, damaged = [], False
     for source in sources:
         location = source.resolve()
         if location is None:
@@ -242,10 +247,13 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
         actual = sha256(partial)
         if actual != digest:
             partial.unlink()
-            problems.append(f"{source.description}: {name} has SHA-256 {actual}, expected {digest} (corrupt or a different release)")
+            where = location if location.startswith(("http://", "https://")) else Path(location) / name
+            problems.append(f"{source.description}: {where} has SHA-256 {actual}, expected {digest} (corrupt or a different release)")
+            damaged = True
             continue
         os.replace(partial, destination)
         return destination
-    raise FileNotFoundError(
+    refusal = DamagedSource if damaged else FileNotFoundError
+    raise refusal(
         f"could not obtain {name} for dataset {spec.name!r}:\n  " + "\n  ".join(problems) + f"\nTo fix: {spec.hint}"
     )
