@@ -57,7 +57,7 @@ print('none' if pilot is None or base is None else f'{100 * (pilot - base):.2f} 
     say "the rule's 10-epoch branch: Fashion-MNIST again at 10 epochs"
     EPOCHS64=10 timeout "$(left)" scripts/protocol64.sh fashion-mnist >>"$log" 2>&1; say "ended with status $?"
   else
-    say "CIFAR-10, 30 epochs"
+    say "CIFAR-10 (JPEG), 10 epochs"
     timeout "$(left)" scripts/protocol64.sh cifar10 >>"$log" 2>&1; say "ended with status $?"
   fi
 fi

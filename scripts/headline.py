@@ -47,21 +47,21 @@ class Task:
 
 TASKS = (
     Task("vision", "Fashion-MNIST", "ViT, full protocol", "protocol-fashion-mnist", "scripts/protocol.sh tier1"),
-    Task("vision", "CIFAR-10", "ViT, full protocol", "protocol-cifar10", "scripts/protocol.sh tier1"),
+    Task("vision", "CIFAR-10 (withdrawn 10k copy)", "ViT, full protocol", "protocol-cifar10", "scripts/protocol.sh tier1"),
     Task("long-range", "ListOps", "Nystromformer, reduced protocol", "protocol-lra-listops", "scripts/protocol.sh tier1"),
     Task("detection", "fashion scenes", "Mask R-CNN, XCiT trunk, reduced protocol", "protocol-detection",
          "scripts/protocol.sh tier1"),
     Task("vision", "Fashion-MNIST, 20 epochs", "ViT, long budget, lr 1e-3 fixed, not tuned", "long-budget",
          "scripts/long_budget.sh"),
-    Task("vision", "CIFAR-10", "Swin, reduced protocol, tier 2", "protocol-cifar10-swin", "scripts/protocol.sh tier2"),
-    Task("vision", "CIFAR-10", "XCiT, reduced protocol, tier 2", "protocol-cifar10-xcit", "scripts/protocol.sh tier2"),
-    Task("vision", "CIFAR-10", "XCiT without class attention, reduced protocol, tier 2", "protocol-cifar10-xcit-noca",
+    Task("vision", "CIFAR-10 (withdrawn 10k copy)", "Swin, reduced protocol, tier 2", "protocol-cifar10-swin", "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10 (withdrawn 10k copy)", "XCiT, reduced protocol, tier 2", "protocol-cifar10-xcit", "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10 (withdrawn 10k copy)", "XCiT without class attention, reduced protocol, tier 2", "protocol-cifar10-xcit-noca",
          "scripts/protocol.sh tier2"),
-    Task("vision", "CIFAR-10", "DaViT, reduced protocol, tier 2", "protocol-cifar10-davit", "scripts/protocol.sh tier2"),
-    Task("vision", "CIFAR-10", "DeiT, reduced protocol, tier 2", "protocol-cifar10-deit", "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10 (withdrawn 10k copy)", "DaViT, reduced protocol, tier 2", "protocol-cifar10-davit", "scripts/protocol.sh tier2"),
+    Task("vision", "CIFAR-10 (withdrawn 10k copy)", "DeiT, reduced protocol, tier 2", "protocol-cifar10-deit", "scripts/protocol.sh tier2"),
     Task("detection", "fashion scenes", "Mask R-CNN, ViT trunk, reduced protocol, tier 2", "protocol-detection-vit",
          "scripts/protocol.sh tier2"),
-    Task("language", "GLUE-like average", "BERT, 2 pre-training seeds per method, reduced protocol, tier 2",
+    Task("language", "GLUE-like average (withdrawn text)", "BERT, 2 pre-training seeds per method, reduced protocol, tier 2",
          "protocol-language", "scripts/protocol.sh language"),
 )
 

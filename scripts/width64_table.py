@@ -184,13 +184,90 @@ def page() -> str:
     return "\n".join(lines)
 
 
+# The opening table of docs/RESULTS.md: one column per task of the protocol as amended on 2026-12-07, each
+# read from the instance folder that holds its registered result (or its progress), with its resume command.
+OPENING = (
+    ("Fashion-MNIST, 5 epochs (pilot: finals at the GPU's choice)", "protocol64-gpuchoice-fashion-mnist",
+     "done"),
+    ("Fashion-MNIST, 10 epochs (the registered primary)", "protocol64-10ep-fashion-mnist",
+     "speccond protocol run width64-10ep fashion-mnist"),
+    ("CIFAR-10 (JPEG), 10 epochs", "protocol64-cifar10", "speccond protocol run width64 cifar10"),
+    ("GLUE SST-2, CoLA, MRPC, RTE after MLM pre-training", "protocol64-language",
+     "speccond protocol run width64 language"),
+)
+OPENING_ARMS = ("baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm")
+OPENING_START, OPENING_END = "<!-- width64-opening -->", "<!-- /width64-opening -->"
+STEPS_PER_TASK = 3  # tuning runs per arm on the grid, before any edge extension
+
+
+def opening_cell(arm: str, runs: dict[str, dict]) -> str:
+    """What the committed runs of one task say of one arm: its final verdict, else its tuning runs, else owed."""
+    finals = {run: s for run, s in runs.items() if run.startswith("final/")}
+    if finals:
+        figures: dict[str, dict[int, float]] = {}
+        for run, s in finals.items():
+            figures.setdefault(arm_of(run), {})[s["seed"]] = s["accuracy"] / 100
+        if arm not in figures:
+            return "owed"
+        from speccond.harness import final_table
+
+        _, record = final_table(figures, {a: 0.0 for a in figures}, "baseline", "accuracy", len(REGISTERED_SEEDS), "", "")
+        seeds = len(figures[arm])
+        state = "" if seeds == len(REGISTERED_SEEDS) else f", interim: {seeds} of {len(REGISTERED_SEEDS)} seeds"
+        if arm == "baseline":
+            mean = 100 * sum(figures[arm].values()) / seeds
+            return f"{mean:.2f} % on test (reference{state})"
+        found = [c for c in record["comparisons"] if c["arm"] == arm]
+        if not found:
+            return f"not compared yet ({seeds} seed)"
+        from speccond.harness import Interval
+
+        c = found[0]
+        return f"{Interval(**c['difference']).scaled(100)} (Holm p {c['holm']:.3g}), {c['verdict']}{state}"
+    tuned = sorted((s["lr"], s["accuracy"]) for run, s in runs.items() if run.startswith("tune/") and arm_of(run) == arm)
+    if not tuned:
+        return "owed"
+    done = ", ".join(f"{accuracy:.2f} at lr {lr:g}" for lr, accuracy in tuned)
+    return f"tuning {len(tuned)} of {STEPS_PER_TASK}: validation {done}"
+
+
+def opening() -> str:
+    """The table RESULTS opens with: every arm on every task of the protocol, from the committed runs."""
+    sources = {}
+    for title, folder, command in OPENING:
+        kept = RESULTS / folder / "kept"
+        sources[title] = archive_runs(kept) if (RESULTS / folder / "kept.tar.xz").is_file() else {}
+    lines = ["| arm | " + " | ".join(title for title, _, _ in OPENING) + " |", "|---|" + "---|" * len(OPENING)]
+    for arm in OPENING_ARMS:
+        cells = [opening_cell(arm, sources[title]) for title, _, _ in OPENING]
+        lines.append(f"| {ARM_NAMES.get(arm, arm)} | " + " | ".join(cells) + " |")
+    lines += ["", "Test differences are in points from the baseline, paired by seed (95 % t interval), Holm over the "
+              "task's arms; tuning cells are one seed on validation. Still owed, with the command that resumes it "
+              "(finished runs are kept and skipped):", ""]
+    for title, _, command in OPENING:
+        runs = sources[title]
+        if command == "done":
+            continue
+        lines.append(f"- {title}: {len(runs)} runs kept; `{command}`")
+    return "\n".join(lines)
+
+
+def write_opening(document: Path) -> None:
+    """Put :func:`opening` between the markers of ``document``."""
+    text = document.read_text()
+    start, end = text.index(OPENING_START) + len(OPENING_START), text.index(OPENING_END)
+    document.write_text(text[:start] + "\n" + opening() + "\n" + text[end:])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(ROOT)}")
+    parser.add_argument("--write", action="store_true",
+                        help=f"write {PAGE.relative_to(ROOT)} and the opening table of docs/RESULTS.md")
     args = parser.parse_args(argv)
     text = page()
     if args.write:
         PAGE.write_text(text)
+        write_opening(ROOT / "docs" / "RESULTS.md")
     else:
         print(text)
     return 0

@@ -39,7 +39,7 @@ def test_the_gpu_call_runs_its_whole_sequence_in_smoke_mode_and_packs_the_record
     assert result.returncode == 0, log[-3000:]
     assert "Fashion-MNIST ended with status 0" in log
     assert "plateau rule: the 1-epoch pilot minus the 5-epoch baseline at lr 1e-3 = " in log
-    assert "CIFAR-10, 30 epochs" in log or "10-epoch branch" in log
+    assert "CIFAR-10 (JPEG), 10 epochs" in log or "10-epoch branch" in log
     kept = tmp_path / "kept"
     assert (kept / "protocol64-fashion-mnist" / "choice.json").is_file()
     assert (kept / "protocol64-fashion-mnist" / "kept.tar.xz").is_file()

@@ -30,7 +30,7 @@ def test_a_final_table_becomes_rows_verdicts_and_a_matrix(tmp_path, monkeypatch)
     write_final_table(tmp_path / "protocol-cifar10" / "final", text, record)
     found = headline.tables()
     assert list(found) == ["protocol-cifar10"] and found["protocol-cifar10"]["owed"] == 1
-    rows = [line for line in headline.table(found).splitlines() if "CIFAR-10 (accuracy) | ViT" in line]
+    rows = [line for line in headline.table(found).splitlines() if "CIFAR-10 (withdrawn 10k copy) (accuracy) | ViT" in line]
     assert [row.split(" | ")[3] for row in rows] == ["baseline", "lam = 10 on q, k, v (the paper)", "lam = 10 on q only"]
     p_values = [paired_p_value([figures[arm][s] for s in seeds], [figures["baseline"][s] for s in seeds])
                 for arm, seeds in (("spectral", (100, 101, 102)), ("spectral-corrected=q", (100, 101)))]
@@ -118,7 +118,7 @@ def test_the_goals_test_needs_a_win_against_the_baseline_and_against_every_peer_
     assert headline.versus_peers(without_peer) == []
     write_final_table(tmp_path / "protocol-cifar10" / "final", text, record)
     summary = headline.goal(headline.tables())
-    assert "- lam = auto (kappa <= 2): 1 of 1 finished tasks with a peer: CIFAR-10 (vision)" in summary
+    assert "- lam = auto (kappa <= 2): 1 of 1 finished tasks with a peer: CIFAR-10 (withdrawn 10k copy) (vision)" in summary
     assert "- lam = 10 on q only: 0 of 1 finished tasks with a peer" in summary
     assert "| lam = 10 on q only | qk-norm | 0.00 +- 0.20 | 1 | 1 | tie |" in summary  # the same mean, noise reversed
 
@@ -133,8 +133,8 @@ def test_the_headline_plot_draws_every_compared_arm_with_its_interval_and_verdic
     found = headline.tables()
     rows = headline.forest(found)
     assert [(task, arm, verdict) for task, arm, _, verdict in rows] == [
-        ("CIFAR-10, ViT, full protocol", "lam = 10 on q, k, v (the paper)", "loss"),
-        ("CIFAR-10, ViT, full protocol", "qk-norm", "tie")]
+        ("CIFAR-10 (withdrawn 10k copy), ViT, full protocol", "lam = 10 on q, k, v (the paper)", "loss"),
+        ("CIFAR-10 (withdrawn 10k copy), ViT, full protocol", "qk-norm", "tie")]
     assert str(rows[0][2]) == "-19.7 +- 1.4"  # the table's interval, in points
     headline.plot(found, tmp_path / "headline.png")
     assert (tmp_path / "headline.png").stat().st_size > 0

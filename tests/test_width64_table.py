@@ -55,3 +55,21 @@ def test_the_interim_finals_table_pairs_each_arm_with_the_baseline_by_seed():
         printed = row.split("|")[5].split("+-")[0].strip()  # "-5.4": as many decimals as its interval allows
         decimals = len(printed.split(".")[1]) if "." in printed else 0
         assert abs(float(printed) - mean) <= 0.5 * 10 ** -decimals + 1e-9, (arm, printed, mean)
+
+
+def test_results_opens_with_the_width64_table_of_every_task_regenerated_exactly():
+    text = (table.ROOT / "docs" / "RESULTS.md").read_text()
+    start = text.index(table.OPENING_START) + len(table.OPENING_START)
+    assert text[start:text.index(table.OPENING_END)] == "\n" + table.opening() + "\n", \
+        "stale: run scripts/width64_table.py --write"
+    assert text.index(table.OPENING_START) < text.index("## Head width 64: the registered verdict")
+
+
+def test_an_opening_cell_says_owed_tuning_or_the_verdict_from_the_runs_it_has():
+    tuning = {"tune/qk-norm-lr=0.001/seed-0": {"lr": 1e-3, "accuracy": 70.0, "seed": 0}}
+    assert table.opening_cell("qk-norm", tuning) == "tuning 1 of 3: validation 70.00 at lr 0.001"
+    assert table.opening_cell("spectral-svd", tuning) == "owed"
+    finals = {f"final/{arm}/seed-{seed}": {"seed": seed, "accuracy": 80.0 + bump + seed - 100}
+              for arm, bump in (("baseline", 0.0), ("qk-norm", 1.0)) for seed in (100, 101, 102)}
+    assert table.opening_cell("baseline", finals) == "81.00 % on test (reference, interim: 3 of 5 seeds)"
+    assert table.opening_cell("qk-norm", finals).startswith("1 +- 0 (Holm p ")

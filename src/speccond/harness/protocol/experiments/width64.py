@@ -31,6 +31,12 @@ SMOKE_SETS = ("train_size=6400", "test_size=256", "depth=1")
 SMOKE_PILOT_EPOCHS = (1, 2)
 
 
+def overridden(sets: tuple[str, ...], overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """``sets`` (KEY=VALUE) with each key of ``overrides`` given its value there instead, then the new keys."""
+    keys = {pair.split("=", 1)[0] for pair in overrides}
+    return tuple(pair for pair in sets if pair.split("=", 1)[0] not in keys) + overrides
+
+
 def pilot_name(epochs: int) -> str:
     """The pilot's folder suffix: "pilot" at the registered 10 epochs, else "pilot<N>ep"."""
     return "pilot" if epochs == 10 else f"pilot{epochs}ep"
@@ -68,16 +74,16 @@ def get_config(instance: str = "cpu", epochs: int = 5, smoke: bool = False) -> P
     tasks = tuple(
         TuneTask(name, name, val_size, task_arms, tuning_seeds=1, extend_edges=True,
                  **{"lrs": lrs, **shrink} if lrs else shrink,
-                 sets=(*MODEL, *hardware, f"epochs={task_epochs}", f"track_every={track}",
-                       *(SMOKE_SETS + extra if smoke else ())))
+                 sets=overridden((*MODEL, *hardware, f"epochs={task_epochs}", f"track_every={track}"),
+                                  SMOKE_SETS + extra if smoke else ()))
         for name, val_size, track in TASKS
         if name == "fashion-mnist" or epochs == 5
         for task_epochs, task_arms, lrs in [(epochs, arms, None) if name == "fashion-mnist" else
                                             (CIFAR10_EPOCHS, SMOKE_ARMS if smoke else CIFAR10_ARMS, CIFAR10_LRS)])
     pilots = tuple(Pilot(pilot_name(pilot_epochs), (
         "--task", "fashion-mnist", "--methods", "baseline", "--seeds", "1", "--preset", "full",
-        *(part for pair in (*MODEL, *hardware, f"epochs={pilot_epochs}", "lr=1e-3", "val_size=6000", "tuning=1",
-                            "flush_denormal=1", "track_every=422", *(SMOKE_SETS if smoke else ()))
+        *(part for pair in overridden((*MODEL, *hardware, f"epochs={pilot_epochs}", "lr=1e-3", "val_size=6000",
+                                       "tuning=1", "flush_denormal=1", "track_every=422"), SMOKE_SETS if smoke else ())
           for part in ("--set", pair))))
         for pilot_epochs in (SMOKE_PILOT_EPOCHS if smoke else PILOT_EPOCHS))
     name = "width64" + {"cpu": "", "gpu": "-gpu", "gpuchoice": "-gpuchoice"}[instance] + (
