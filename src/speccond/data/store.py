@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from speccond.checksum import file_sha256, tensors_sha256
+from speccond.data.shared import shared_data_dir
 
 log = logging.getLogger(__name__)
 ARRAYS = "arrays.safetensors"
@@ -35,15 +36,20 @@ ARRAYS = "arrays.safetensors"
 @dataclass(frozen=True)
 class Source:
     """Where raw files can be had: a local folder, a URL prefix (``<prefix>/<file name>`` is fetched),
-    or ``$VAR``: the folder named by the environment variable VAR, read when a file is fetched."""
+    ``$VAR``: the folder named by the environment variable VAR, or ``shared:PATH``: PATH inside the shared
+    data folder (data/shared.py), each read when a file is fetched."""
 
     description: str
     location: str
 
     def resolve(self) -> str | None:
-        """The folder or URL prefix; None for a ``$VAR`` source whose variable is unset or empty."""
+        """The folder or URL prefix; None for a ``$VAR`` source whose variable is unset or empty, or a
+        ``shared:`` one when there is no shared data folder."""
         if self.location.startswith("$"):
             return os.environ.get(self.location[1:]) or None
+        if self.location.startswith("shared:"):
+            folder = shared_data_dir()
+            return str(folder / self.location[len("shared:"):]) if folder is not None else None
         return self.location
 
 
@@ -62,6 +68,12 @@ class DatasetSpec:
     # learns something from its files (language.py's tokenizer): the SHA-256 of the arrays it must produce
     # (see arrays_sha256), so a generator or a library that drifts is caught, not cached.
     generated_sha256: str | None = None
+    # The arrays built another way when there is no shared data folder (data/shared.py), such as through
+    # ``datasets.load_dataset`` online; never used when the folder is there but lacks or damages a file (that
+    # is refused, naming it). Its arrays are not checked against generated_sha256 (another copy of the data).
+    # ``online_description`` says what it reads (``speccond data list``).
+    online: Callable[[], dict[str, torch.Tensor]] | None = None
+    online_description: str = ""
 
 
 def data_dir() -> Path:
@@ -90,10 +102,20 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
             log.warning("rebuilding %s: %s", arrays, damage.reason)
         arrays.unlink()
     raw = target / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    files = {key: _obtain(spec, name, digest, raw, sources or spec.sources) for key, (name, digest) in spec.files.items()}
-    tensors = {k: v.contiguous() for k, v in spec.parse(files).items()}
-    if spec.generated_sha256 is not None and arrays_sha256(tensors) != spec.generated_sha256:
+    sources = sources or spec.sources
+    online = spec.online is not None and shared_data_dir() is None
+    if online:
+        log.info("%s: there is no shared data folder here; reading %s", spec.name, spec.online_description)
+        try:
+            tensors = {k: v.contiguous() for k, v in spec.online().items()}
+        except (ImportError, OSError, ConnectionError) as error:
+            raise FileNotFoundError(f"could not obtain dataset {spec.name!r}: there is no shared data folder, and "
+                                    f"{spec.online_description} failed: {error}\nTo fix: {spec.hint}") from None
+    else:
+        raw.mkdir(parents=True, exist_ok=True)
+        files = {key: _obtain(spec, name, digest, raw, sources) for key, (name, digest) in spec.files.items()}
+        tensors = {k: v.contiguous() for k, v in spec.parse(files).items()}
+    if spec.generated_sha256 is not None and not online and arrays_sha256(tensors) != spec.generated_sha256:
         raise ValueError(
             f"the generator of dataset {spec.name!r} produced arrays with SHA-256 {arrays_sha256(tensors)}, expected "
             f"{spec.generated_sha256}: this speccond or its libraries generate different data; nothing was cached"
@@ -188,9 +210,10 @@ def _metadata(arrays: Path) -> dict[str, str]:
 
 
 def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple[Source, ...]) -> Path:
-    destination = raw / name
+    destination = raw / name  # a name may hold a folder ("sst2/train.tsv"), kept under raw
     if destination.is_file() and sha256(destination) == digest:
         return destination
+    destination.parent.mkdir(parents=True, exist_ok=True)
     problems = []
     for source in sources:
         location = source.resolve()
@@ -199,7 +222,7 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
             continue
         # this process's own partial file: two processes preparing the same dataset at once (the language
         # protocol's two pre-training chains) each download to their own and replace the destination atomically
-        partial = destination.with_name(f"{name}.{os.getpid()}.partial")
+        partial = destination.with_name(f"{destination.name}.{os.getpid()}.partial")
         try:
             if location.startswith(("http://", "https://")):
                 with urllib.request.urlopen(f"{location}/{name}", timeout=60) as response, partial.open("wb") as out:
@@ -217,7 +240,8 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
         actual = sha256(partial)
         if actual != digest:
             partial.unlink()
-            problems.append(f"{source.description}: {name} has SHA-256 {actual}, expected {digest} (corrupt or a different release)")
+            problems.append(f"{source.description}: {Path(location) / name if '://' not in location else name} has "
+                            f"SHA-256 {actual}, expected {digest} (corrupt or a different release)")
             continue
         os.replace(partial, destination)
         return destination

@@ -277,12 +277,26 @@ def streamed_task(config: TrainConfig, context: Context) -> StreamedSplits | Non
     return None
 
 
-def reduced(loss: float, correct: int, count: int, context: Context) -> dict:
-    """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed)."""
+def reduced(loss: float, correct: int, count: int, context: Context, confusion: torch.Tensor | None = None) -> dict:
+    """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed); with a
+    two-class ``confusion`` (int64 (2, 2), [target, predicted]) also "mcc" and "f1" (binary_figures)."""
     if context.distributed:
         sums = all_reduced(torch.tensor([loss, correct, count], dtype=torch.float64), context)
         loss, correct, count = float(sums[0]), int(sums[1]), int(sums[2])
-    return {"accuracy": correct / count, "loss": loss / count}
+        if confusion is not None:
+            confusion = all_reduced(confusion.to(torch.float64), context).round().to(torch.int64)
+    figures = {"accuracy": correct / count, "loss": loss / count}
+    return figures if confusion is None else {**figures, **binary_figures(confusion)}
+
+
+def binary_figures(confusion: torch.Tensor) -> dict[str, float]:
+    """Matthews correlation ("mcc") and the F1 of class 1 ("f1") of a two-class confusion matrix
+    [target, predicted], as scikit-learn computes them (0 where a denominator is 0)."""
+    (tn, fp), (fn, tp) = confusion.tolist()
+    denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+    mcc = (tp * tn - fp * fn) / denominator if denominator else 0.0
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    return {"mcc": mcc, "f1": f1}
 
 
 

@@ -69,7 +69,8 @@ def augment(images: torch.Tensor, generator: torch.Generator, context: Context |
 
 def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500,
              context: Context | None = None) -> dict:
-    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm).
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm);
+    for two classes also "mcc" (Matthews correlation) and "f1" (of class 1), as GLUE scores CoLA and MRPC.
     Under torchrun (``context`` distributed) each rank evaluates its rows ``rank::world`` and the sums are
     all-reduced, so every example counts once."""
     if context is not None and context.distributed:
@@ -77,15 +78,21 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch
     device = next(model.parameters()).device
     model.eval()
     correct, loss, count = 0, 0.0, 0
+    confusion = torch.zeros(2, 2, dtype=torch.int64)  # [target, predicted], for two classes
+    binary = labels.dim() == 1  # classification (mlm's labels are (N, L)); two classes: seen from the logits
     with torch.no_grad():
         for start in range(0, inputs.shape[0], batch_size):
             logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
             target = mlm.targets(labels[start : start + batch_size]).to(device)  # (b,) or (n,)
             loss += float(F.cross_entropy(logits, target, reduction="sum"))
-            correct += int((logits.argmax(-1) == target).sum())
+            predicted = logits.argmax(-1)  # (b,)
+            correct += int((predicted == target).sum())
             count += target.shape[0]
+            binary = binary and logits.shape[-1] == 2
+            if binary:
+                confusion += torch.bincount((2 * target + predicted).cpu(), minlength=4).view(2, 2)
     model.train()
-    return reduced(loss, correct, count, context or Context())
+    return reduced(loss, correct, count, context or Context(), confusion if binary else None)
 
 
 class Supervised:
@@ -97,6 +104,7 @@ class Supervised:
     def __init__(self, config: TrainConfig, context: Context | None = None):
         self.config = config
         self.context = context or Context()
+        self.metrics = supervised_metrics(config)
         self.shape = task_shape(config.data.task)
         # a streamed image folder or text task reads its batches from disk (streaming.py); every other is in memory
         self.stream = streamed_task(config, self.context)
@@ -238,6 +246,18 @@ class Supervised:
         (8, C, H, W) images, (8, L) or (8, 2, L) tokens."""
         split = "val" if self.config.run.tuning else "test"
         return self.stream.probe(split) if self.stream is not None else self.data[f"{split}_x"][:8]
+
+
+def supervised_metrics(config: TrainConfig) -> tuple[str, ...]:
+    """A classification task's figures, headline first: the ones its task declares (registry.Task.metrics, such as
+    "mcc" for glue-cola), then accuracy and loss."""
+    return tuple(dict.fromkeys((*task(config.data.task).metrics, "accuracy", "loss")))
+
+
+def headline_metric(config: TrainConfig) -> str:
+    """The figure runs of ``config.data.task`` are tuned and compared on: its TrainingTask's first metric."""
+    found = task_class(config)
+    return supervised_metrics(config)[0] if found is Supervised else found.metrics[0]
 
 
 def task_class(config: TrainConfig) -> type:
