@@ -60,7 +60,7 @@ class GlueTask:
     files: dict[str, tuple[str, str]]  # split (train, dev, test) -> (path under text/, SHA-256)
     rows: dict[str, int]  # rows per split in the shared copy
     published: dict[str, int] = field(default_factory=dict)  # GLUE's count where the shared copy differs
-    metrics: tuple[str, ...] = ("accuracy",)  # what GLUE reports for the task, headline first
+    metrics: tuple[str, ...] = ("accuracy",)  # what GLUE scores the task by, headline first (its score: their mean)
 
     @property
     def pairs(self) -> bool:
@@ -78,7 +78,7 @@ TASKS = {
         "cola", "CoLA", ("unacceptable", "acceptable"), None, (3, 1), ("0", "1"),
         {"train": ("cola/train.tsv", "5d5b12531cf75ffe24afa0b14019da6dad82fa7b5639eab3f5716e86402ab592"),
          "dev": ("cola/dev.tsv", "8c013e21dc39957cac37378d87bebe225b694a0d5fe13eded66c2856628833fd")},
-        {"train": 8551, "dev": 1043}, metrics=("mcc", "accuracy")),
+        {"train": 8551, "dev": 1043}, metrics=("mcc",)),
     "mrpc": GlueTask(
         "mrpc", "MRPC", ("not_equivalent", "equivalent"), ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"),
         (3, 4, 0), ("0", "1"),
