@@ -26,7 +26,7 @@ SMALL = dict(train_size=32, test_size=16, batch_size=16, epochs=1, warmup_steps=
     ("hf:distilbert", DISTILBERT, "DistilBertForSequenceClassification"),
 ])
 def test_an_hf_model_type_is_built_from_config_for_the_task_and_conditioned(prepared, model, arguments, head):
-    config = TrainConfig().replaced(task="glue-sentiment", model=model, model_args=arguments, method="spectral-svd", **SMALL)
+    config = TrainConfig().replaced(task="glue-sst2", model=model, model_args=arguments, method="spectral-svd", **SMALL)
     built = model_for(config)
     assert type(built.model).__name__ == head and speccond.is_conditioned(built)
     assert built.model.config.vocab_size == 8192 and built.model.config.num_labels == 4
@@ -50,7 +50,7 @@ def test_compare_fine_tunes_an_hf_model_and_names_it_in_the_report(prepared, tmp
     assert main(["compare", "--task", "glue-sentiment", "--model", "hf:distilbert", "--methods", "baseline,spectral",
                  "--seeds", "1", "--set", f"model_args={DISTILBERT}", "--set", "train_size=32", "--set", "test_size=16",
                  "--set", "batch_size=16", "--set", "epochs=1", "--out", str(out)]) == 0
-    assert (out / "results.md").read_text().startswith(f"# speccond report: glue-sentiment, hf:distilbert ({DISTILBERT})")
+    assert (out / "results.md").read_text().startswith(f"# speccond report: glue-sst2, hf:distilbert ({DISTILBERT})")
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -80,7 +80,7 @@ def _saved_bert(folder, head: str, **sizes):
 
 
 @pytest.mark.parametrize("task, head", [
-    ("glue-sentiment", "BertForSequenceClassification"),
+    ("glue-sst2", "BertForSequenceClassification"),
     ("mlm", "BertForMaskedLM"),
 ])
 def test_a_run_on_hf_folder_loads_the_checkpoint_saved_there(tmp_path, task, head):
@@ -97,7 +97,7 @@ def test_a_run_on_hf_folder_loads_the_checkpoint_saved_there(tmp_path, task, hea
 def test_a_classifier_over_a_masked_lm_checkpoint_keeps_its_encoder_and_names_the_fresh_head(tmp_path, caplog):
     saved = _saved_bert(tmp_path / "mlm", "BertForMaskedLM")
     with caplog.at_level("WARNING"):
-        built = model_for(TrainConfig().replaced(task="glue-sentiment", model=f"hf:{tmp_path / 'mlm'}", method="spectral-svd"))
+        built = model_for(TrainConfig().replaced(task="glue-sst2", model=f"hf:{tmp_path / 'mlm'}", method="spectral-svd"))
     assert speccond.is_conditioned(built)
     encoder = {key: value for key, value in saved.items() if key.startswith("bert.encoder.") and "attention.self" not in key}
     loaded = built.model.state_dict()

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--task", help="task (default fashion-mnist), a name of harness/tasks/registry.py (an "
                             "unknown name lists them all): an image dataset (fashion-mnist, cifar10, digits, ...), "
                             "a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval, ...), "
-                            "a language task (mlm, glue-sentiment, glue-fact, glue-pairs, glue-hyperbaton), "
+                            "a language task (mlm, glue-sst2, glue-cola, glue-mrpc, glue-rte), "
                             "the detection task fashion-scenes, or your data (imagefolder:DIR, text:DIR?text=COLUMN&label=COLUMN)")
     comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit, xcit-noca (XCiT without "
                             "class attention); nystromformer for lra-* tasks; "
