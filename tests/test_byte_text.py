@@ -1,6 +1,7 @@
 """Analogues of LRA's Text and Retrieval: byte tokens of GLUE SST-2 and MRPC, the pair model, training."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import pytest
@@ -107,6 +108,36 @@ def test_a_damaged_shared_file_is_refused_naming_it_and_nothing_is_cached(prepar
         prepare(byte_text.TEXT_SPEC)
     assert not (tmp_path / "data" / "text-bytes" / "arrays.safetensors").exists()
     assert not (tmp_path / "data" / "text-bytes" / "raw" / "sst2" / "dev.tsv").exists()  # the bad copy is not kept
+
+
+def test_without_a_shared_folder_the_online_path_builds_the_same_arrays_and_reads_no_file(prepared, tmp_path,
+                                                                                         monkeypatch):
+    """The online path (datasets.load_dataset("glue", "sst2"), here a DatasetDict laid out as it returns one, made
+    from the shared rows) is taken only when there is no shared folder, and stores what the files give."""
+    from datasets import Dataset, DatasetDict
+    from safetensors.torch import load_file
+
+    from speccond.data import store
+
+    home, text = prepared
+    splits = {split: glue.read_split(byte_text.TEXT_TASK, split, text / "sst2" / f"{split}.tsv") for split in ("train", "dev")}
+    asked = []
+
+    def load(name, config):
+        asked.append((name, config))
+        return DatasetDict({hub: Dataset.from_dict({"sentence": splits[split].first, "label": splits[split].labels})
+                            for split, hub in glue.HUB_SPLITS.items()})
+
+    spec = dataclasses.replace(byte_text.TEXT_SPEC, online=lambda: byte_text.text_arrays(glue.from_hub(byte_text.TEXT_TASK, load)))
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
+    prepare(spec)  # the shared folder is there: its files, not the online path
+    assert asked == [] and (tmp_path / "data" / "text-bytes" / "raw" / "sst2" / "dev.tsv").is_file()
+    monkeypatch.setattr(store, "shared_data_dir", lambda: None)
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "online"))
+    online = load_file(str(prepare(spec)))
+    assert asked == [("glue", "sst2")] and not (tmp_path / "online" / "text-bytes" / "raw").exists()
+    shared = load_file(str(home / "text-bytes" / "arrays.safetensors"))
+    assert online.keys() == shared.keys() and all(torch.equal(online[k], shared[k]) for k in shared)
 
 
 # --- tasks, the pair model, training -----------------------------------------------------------------------

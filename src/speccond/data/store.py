@@ -111,6 +111,7 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
         except (ImportError, OSError, ConnectionError) as error:
             raise FileNotFoundError(f"could not obtain dataset {spec.name!r}: there is no shared data folder, and "
                                     f"{spec.online_description} failed: {error}\nTo fix: {spec.hint}") from None
+        target.mkdir(parents=True, exist_ok=True)
     else:
         raw.mkdir(parents=True, exist_ok=True)
         files = {key: _obtain(spec, name, digest, raw, sources) for key, (name, digest) in spec.files.items()}
