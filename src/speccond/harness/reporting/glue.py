@@ -82,7 +82,7 @@ def glue_table(folders: Sequence[str | Path], out: Optional[str | Path] = None) 
         lines.append("| majority class of the test set | " + " | ".join(cells) + (" | - |" if glue else " |"))
     lines += _paper_rows(list(columns), bool(glue))
     text = "\n".join([
-        "# GLUE-like results: " + ", ".join(columns), "",
+        "# GLUE results: " + ", ".join(columns), "",
         "Final score on the scored split (GLUE's dev), %: each task's GLUE score (accuracy; CoLA: Matthews "
         "correlation; MRPC: mean of accuracy and F1), mean +- 95 % t interval over seeds; differences paired by "
         "seed. Regenerate: "
