@@ -6,10 +6,10 @@ tasks (data/glue.py: SST-2, CoLA, MRPC, RTE) encoded with that tokenizer.
     speccond data prepare language        # about a minute on one core (learning the vocabulary)
     arrays = speccond.data.load("language")
 
-**Corpus** (unlabelled English, 6.9 M characters): the King James Bible as Debian's ``bible-kjv`` prints it
+**Corpus** (unlabelled English, 7.67 M characters): the King James Bible as Debian's ``bible-kjv`` prints it
 (``bible -f "Genesis 1:1-Revelation 22:21"``, 4.40 M characters, pinned by ``KJV_SHA256``), one document per
-chapter (1,189) without the verse references; and the 67,349 SST-2 training sentences, one document each
-(their text only; no label is read). Held out for MLM evaluation: 5 % of the documents of each source
+chapter (1,189, 4.14 M characters) without the verse references; and the 67,349 SST-2 training sentences, one
+document each (their text only; no label is read). Held out for MLM evaluation: 5 % of the documents of each source
 (``stratified_split`` over the source, salt "language:mlm:0"). The Bible's files come from the Debian
 package (``apt-get install bible-kjv``, which ``./run`` does), checked against ``BIBLE_FILES``' SHA-256.
 

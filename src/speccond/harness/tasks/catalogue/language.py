@@ -14,7 +14,7 @@ def mlm(full: bool) -> list[str]:
     embeddings); one step of batch 64 takes 0.9 s on one core. The same size fine-tunes on the glue-* tasks,
     so they can start from an mlm run (``--set init_from=runs/language-mlm/{method}/seed-0``).
 
-    ``speccond compare --task mlm --preset full``: 3 epochs over the 13,789 training blocks (646 steps),
+    ``speccond compare --task mlm --preset full``: 3 epochs over the 13,789 training blocks (648 steps),
     all 680 held-out blocks. quick: 64 steps (4,096 blocks), the first 256 held-out blocks.
     """
     if full:
@@ -28,7 +28,7 @@ def glue(full: bool) -> list[str]:
     """A GLUE task (glue-sst2, glue-cola, glue-mrpc, glue-rte) with the mlm preset's BERT, scored on GLUE's dev.
 
     ``speccond compare --task glue-rte --preset full``: every training example for 3 epochs (SST-2: 6,315
-    steps of batch 32; CoLA 802; MRPC 344; RTE 234), the whole dev set. quick: 2,048 training examples for one
+    steps of batch 32; CoLA 804; MRPC 345; RTE 234), the whole dev set. quick: 2,048 training examples for one
     epoch (64 steps), the whole dev set.
     """
     if full:
