@@ -70,9 +70,9 @@ def arm_name(arm: str, base: Optional[TrainConfig] = None) -> str:
 
 
 def outcome(run_dir: Path, split: str) -> Optional[float]:
-    """The final row's headline figure on ``split`` (its task's first metric: accuracy, box AP for
-    detection) of a finished run; 0.0 for a diverged run (below chance: the protocol counts it so); None
-    while the run has not finished."""
+    """The final row's headline figure on ``split`` (its task's first metric: accuracy, Matthews correlation for
+    glue-cola, box AP for detection) of a finished run; 0.0 for a diverged run (below chance, the protocol counts
+    it so; for a Matthews correlation 0.0 is chance itself); None while the run has not finished."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
     if any(r.get("kind") == "diverged" for r in rows):
         return 0.0
