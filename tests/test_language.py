@@ -359,6 +359,7 @@ def test_glue_table_scores_each_task_as_glue_does_fine_tuned_from_its_own_pretra
     folders = [tmp_path / task for task in tasks]
     table = glue_table([*folders, pretrained], tmp_path / "table")
     assert "on 32 training examples" in (tmp_path / "glue-sst2" / "results.md").read_text()  # not "images"
+    assert "as GLUE scores" not in (tmp_path / "glue-sst2" / "results.md").read_text()  # accuracy alone
     runs = {(t, m, s): read_run(tmp_path / t / m / f"seed-{s}") for t in tasks for m in ("baseline", "spectral") for s in (0, 1)}
     final = runs["glue-cola", "spectral", 0]
     model = build_model(final.config, task_shape("glue-cola"))
@@ -371,6 +372,9 @@ def test_glue_table_scores_each_task_as_glue_does_fine_tuned_from_its_own_pretra
     score = {"glue-sst2": lambda r: r.accuracy, "glue-cola": lambda r: r.last_eval["mcc"],
              "glue-mrpc": lambda r: (r.accuracy + r.last_eval["f1"]) / 2}
     figure = {key: score[key[0]](run) for key, run in runs.items()}
+    cola = (tmp_path / "glue-cola" / "results.md").read_text()  # each compare's own report gives MCC too
+    mcc = str(mean_interval([100 * runs["glue-cola", "spectral", s].last_eval["mcc"] for s in (0, 1)]))
+    assert "| method | seeds | MCC (final test), % |" in cola and f"| spectral lam=10 | 2 | {mcc} |" in cola
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}
     cell = lambda values: str(mean_interval([100 * v for v in values]))  # noqa: E731
     assert rows["baseline"][1] == cell([figure["glue-cola", "baseline", s] for s in (0, 1)])
