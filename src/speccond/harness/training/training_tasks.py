@@ -27,7 +27,7 @@ from speccond.harness.tasks.plugins import hook
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.image_transforms import image_seed
 from speccond.harness.training.optimizer import adamw
-from speccond.harness.training.streaming import reduced, streamed_task
+from speccond.harness.training.streaming import Tally, streamed_task, two_class_figures
 
 
 class TrainingTask(Protocol):
@@ -68,31 +68,22 @@ def augment(images: torch.Tensor, generator: torch.Generator, context: Context |
 
 
 def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500,
-             context: Context | None = None) -> dict:
+             context: Context | None = None, two_class: bool = False) -> dict:
     """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm);
-    for two classes also "mcc" (Matthews correlation) and "f1" (of class 1), as GLUE scores CoLA and MRPC.
+    ``two_class``: also "mcc" (Matthews correlation) and "f1" (of class 1), as GLUE scores CoLA and MRPC.
     Under torchrun (``context`` distributed) each rank evaluates its rows ``rank::world`` and the sums are
     all-reduced, so every example counts once."""
     if context is not None and context.distributed:
         inputs, labels = context.shard(inputs), context.shard(labels)
     device = next(model.parameters()).device
     model.eval()
-    correct, loss, count = 0, 0.0, 0
-    confusion = torch.zeros(2, 2, dtype=torch.int64)  # [target, predicted], for two classes
-    binary = labels.dim() == 1  # classification (mlm's labels are (N, L)); two classes: seen from the logits
+    tally = Tally(two_class)
     with torch.no_grad():
         for start in range(0, inputs.shape[0], batch_size):
             logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
-            target = mlm.targets(labels[start : start + batch_size]).to(device)  # (b,) or (n,)
-            loss += float(F.cross_entropy(logits, target, reduction="sum"))
-            predicted = logits.argmax(-1)  # (b,)
-            correct += int((predicted == target).sum())
-            count += target.shape[0]
-            binary = binary and logits.shape[-1] == 2
-            if binary:
-                confusion += torch.bincount((2 * target + predicted).cpu(), minlength=4).view(2, 2)
+            tally.add(logits, mlm.targets(labels[start : start + batch_size]).to(device))  # (b,) or (n,)
     model.train()
-    return reduced(loss, correct, count, context or Context(), confusion if binary else None)
+    return tally.figures(context or Context())
 
 
 class Supervised:
@@ -239,7 +230,8 @@ class Supervised:
     def evaluate(self, model, split):
         if self.stream is not None:
             return self.stream.evaluate(model, split, self.context)
-        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.data.eval_batch_size, self.context)
+        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.data.eval_batch_size, self.context,
+                        two_class_figures(self.config))
 
     def probe(self):
         """The first 8 test inputs, or validation inputs in a tuning run (which never reads the test split):
