@@ -34,27 +34,27 @@ elif [ "$1" = language ]; then
   methods=${METHODS:-baseline,spectral}
   speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" \
     --methods "$methods" || exit 1
-  for task in sentiment fact pairs hyperbaton; do
+  for task in sst2 cola mrpc rte; do
     speccond compare --task "glue-$task" --preset "$preset" --seeds "${SEEDS:-3}" --out "runs/glue-$task-$preset" \
       --methods "$methods" --set "init_from=runs/language-mlm-$preset/{method}/seed-0" || exit 1
   done
-  speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
-    "runs/glue-hyperbaton-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
+  speccond report --glue "runs/glue-sst2-$preset" "runs/glue-cola-$preset" "runs/glue-mrpc-$preset" \
+    "runs/glue-rte-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
 elif [ "$1" = language-peers ]; then
   preset=${PRESET:-quick}
   peers=baseline,spectral,qk-norm,sigma-reparam,spectral-norm
   speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods $peers &&
     speccond compare --task mlm --preset "$preset" --seeds 1 --out "runs/language-mlm-$preset" --methods spectral \
       --sweep lam=auto || exit 1
-  for task in sentiment hyperbaton pairs fact; do
+  for task in sst2 cola mrpc rte; do
     speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
       --methods $peers --set "init_from=runs/language-mlm-$preset/{method}/seed-0" || exit 1
     speccond compare --task "glue-$task" --preset "$preset" --seeds 3 --out "runs/glue-$task-$preset" \
       --methods spectral --sweep lam=auto \
       --set "init_from=runs/language-mlm-$preset/spectral-target_kappa=2/seed-0" || exit 1
   done
-  speccond report --glue "runs/glue-sentiment-$preset" "runs/glue-fact-$preset" "runs/glue-pairs-$preset" \
-    "runs/glue-hyperbaton-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
+  speccond report --glue "runs/glue-sst2-$preset" "runs/glue-cola-$preset" "runs/glue-mrpc-$preset" \
+    "runs/glue-rte-$preset" "runs/language-mlm-$preset" --out "runs/language-$preset"
 elif [ "$1" = detection ]; then
   speccond compare --task fashion-scenes --model xcit-maskrcnn --preset full --seeds 3 --out runs/detection &&
     speccond compare --task fashion-scenes --model vit-maskrcnn --preset full --seeds 3 --out runs/detection-vit

@@ -178,12 +178,12 @@ def test_the_folder_check_passes_a_folder_of_the_same_task_and_a_sweep_of_a_data
 # A model's name is checked before its task's data is read or prepared (the glue-* data is not in the workdir's
 # data folder, so reaching it would try to obtain it): a few nearest names, not every one known.
 UNKNOWN_MODELS = [
-    (["compare", "--task", "glue-sentiment", "--model", "hf:lama", "--out", "new"],
+    (["compare", "--task", "glue-sst2", "--model", "hf:lama", "--out", "new"],
      r"unknown transformers model type 'lama'; nearest: llama(, [\w-]+){0,4}$"),
     (["compare", "--task", "digits", "--model", "timm:vit_tiny_patch16_22", "--out", "new"],
      r"unknown timm model 'vit_tiny_patch16_22'; nearest: vit_tiny_patch16_224(, \w+){0,4}$"),
     (["compare", "--task", "mlm", "--model", "hf:./my-bert", "--out", "new"], r"hf:./my-bert is not a folder"),
-    (["tune", "--task", "glue-sentiment", "--model", "hf:lama", "--val-size", "100", "--out", "new"],
+    (["tune", "--task", "glue-sst2", "--model", "hf:lama", "--val-size", "100", "--out", "new"],
      r"unknown transformers model type 'lama'; nearest: llama"),
     (["train", "--set", "task=mlm", "--set", "model=hf:robbertta", "--out", "new"],
      r"unknown transformers model type 'robbertta'; nearest: roberta"),
@@ -216,7 +216,7 @@ MISSING = [
     ("timm", ["compare", "--task", "digits", "--out", "new"], 'pip install -e ".[timm]"'),
     ("timm", ["train", "--set", "task=digits", "--out", "new"], 'pip install -e ".[timm]"'),
     ("transformers", ["inspect", "hf:bert"], 'pip install -e ".[hf]"'),
-    ("transformers", ["compare", "--task", "glue-sentiment", "--model", "bert", "--out", "new"], 'pip install -e ".[hf]"'),
+    ("transformers", ["compare", "--task", "glue-sst2", "--model", "bert", "--out", "new"], 'pip install -e ".[hf]"'),
     ("transformers", ["compare", "--task", "lra-listops", "--model", "nystromformer", "--out", "new"],
      'pip install -e ".[hf]"'),
     ("numpy", ["compare", "--task", "digits", "--out", "new"], "pip install numpy"),

@@ -14,7 +14,7 @@ import torch
 from speccond import data
 from speccond.data import cifar10, digits, fashion_mnist
 from speccond.data.split import stratified_split
-from speccond.data.store import DamagedSource, Source, load, prepare, source_of
+from speccond.data.store import Source, load, prepare, source_of
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.tasks.datasets import image_tasks, load_task, task_shape
 
@@ -234,7 +234,7 @@ def test_a_damaged_cifar10_archive_is_refused_naming_it(cifar10_home, data_home,
     (folder / cifar10.ARCHIVE).write_bytes(bytes(damaged))
     monkeypatch.setenv("SPECCOND_CIFAR10", str(folder))
     only_named = cifar10.SPEC.sources[:1]
-    with pytest.raises(DamagedSource, match=rf"(?s){folder / cifar10.ARCHIVE} has SHA-256 [0-9a-f]{{64}}, expected {cifar10.SHA256}"):
+    with pytest.raises(FileNotFoundError, match=rf"(?s){folder / cifar10.ARCHIVE} has SHA-256 [0-9a-f]{{64}}, expected {cifar10.SHA256}"):
         prepare(cifar10.SPEC, only_named)
     assert not (data_home / "cifar10" / "arrays.safetensors").exists()
     assert not list((data_home / "cifar10" / "raw").iterdir())  # the bad copy is not kept

@@ -28,7 +28,7 @@ def _prepared(name: str) -> bool:
                     reason="needs the Debian package dataset-fashion-mnist (./run installs it as root)")
 def test_the_gpu_call_runs_its_whole_sequence_in_smoke_mode_and_packs_the_records(tmp_path):
     if not _prepared("cifar10"):
-        pytest.skip("needs the CIFAR-10 cache (speccond data prepare cifar10 reaches the bigbench archive)")
+        pytest.skip("needs the CIFAR-10 cache (speccond data prepare cifar10 reads the shared data folder)")
     from speccond.data import data_dir
 
     env = {**os.environ, "SMOKE": "1", "SPECCOND_PYTHON": sys.executable, "SPECCOND_DATA": str(data_dir()),

@@ -145,7 +145,7 @@ def test_the_whole_smoke_call_runs_both_tasks_cifar10_at_fashion_mnists_choice(t
     try:
         data.prepare("cifar10")
     except (OSError, ValueError):
-        pytest.skip("needs the CIFAR-10 cache (speccond data prepare cifar10 reaches the bigbench archive)")
+        pytest.skip("needs the CIFAR-10 cache (speccond data prepare cifar10 reads the shared data folder)")
     _scratch_checkout_results(tmp_path)
     result, log = _call(tmp_path, 900, "fashion-mnist cifar10")
     assert result.returncode == 0, log[-3000:]

@@ -1,9 +1,9 @@
 """The language experiment: WordPiece learnt deterministically, the language dataset, MLM masking, BERT
 pre-training that resumes bit for bit, fine-tuning from a pre-trained encoder, every method on BERT.
 
-The data tests read the real sources from the bigbench archive once (one pass) and build the dataset
-from a prefix of each (``TINY``: 30 conversations, 30 articles, 600 examples per task, 1,000 tokens),
-through the same code that builds the full dataset.
+The data tests read the real sources, the GLUE files of the shared data folder and the King James Bible of
+Debian's bible-kjv, and build the dataset from a prefix of each (``TINY``: 30 chapters, 30 SST-2 sentences,
+600 examples per split, 1,000 tokens), through the same code that builds the full dataset.
 """
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from speccond.data import byte_text, cifar10, language, wordpiece
-from speccond.data.store import prepare, sha256
+from speccond.data import glue, language, wordpiece
+from speccond.data.shared import shared_data_dir
+from speccond.data.store import prepare
 from speccond.data.wordpiece import CLS, MASK, PAD, SEP, SPECIAL_COUNT
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.methods import METHODS
@@ -40,24 +41,32 @@ from speccond.harness.training.train import train
 
 TINY = language.LanguageConfig(vocab_size=1000, documents=30, examples=600)
 BERT = dict(model="bert", embed_dim=32, depth=1, num_heads=2, warmup_steps=1)
-PRETRAIN = TrainConfig().replaced(task="mlm", **BERT, train_size=64, test_size=16, batch_size=16, epochs=2, checkpoint_every=3)
-FINETUNE = TrainConfig().replaced(task="glue-sentiment", **BERT, train_size=32, test_size=16, batch_size=16, epochs=1)
+PRETRAIN = TrainConfig().replaced(task="mlm", **BERT, train_size=64, test_size=8, batch_size=16, epochs=2, checkpoint_every=3)
+FINETUNE = TrainConfig().replaced(task="glue-sst2", **BERT, train_size=32, test_size=16, batch_size=16, epochs=1)
+
+
+def glue_files(task: glue.GlueTask) -> dict[str, Path]:
+    """The task's files in the shared data folder, keyed as glue.read_task reads them; skips without the folder."""
+    folder = shared_data_dir()
+    if folder is None or not (folder / "text").is_dir():
+        pytest.skip("no shared data folder with text/ (put shared/data beside the checkout or set SPECCOND_SHARED_DATA)")
+    return {key: folder / "text" / path for key, (path, _) in glue.file_keys(task).items()}
 
 
 @pytest.fixture(scope="session")
-def sources(cifar10_home):
-    """The six source task.json objects, cut to what TINY reads, from one pass over the archive (the raw copy
-    of the session's prepared CIFAR-10: conftest.py)."""
-    archive = cifar10_home / "cifar10" / "raw" / cifar10.ARCHIVE
-    assert sha256(archive) == cifar10.SHA256
-    full = language.read_sources(archive)
-    keep = {"chat": 1200, "wiki": language.WIKI_ENGLISH.stop}  # 30 whole conversations need < 1,200 examples
-    return {key: dict(task, examples=task["examples"][: keep.get(key, TINY.examples)]) for key, task in full.items()}
+def sources():
+    """(the Bible as `bible -f` prints it, each GLUE task's splits as read from the shared folder)."""
+    tasks = {name: glue.read_task(subset.task, glue_files(subset.task)) for name, subset in language.SUBSETS.items()}
+    try:
+        bible = language.bible_text(Path(language.BIBLE_FOLDER))
+    except (FileNotFoundError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"the Debian package bible-kjv is not installed (apt-get install bible-kjv, as ./run does): {error}")
+    return bible, tasks
 
 
 @pytest.fixture(scope="session")
 def tiny_arrays(sources):
-    return language.build_arrays(sources, TINY)
+    return language.build_arrays(*sources, TINY)
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +109,7 @@ def test_wordpiece_merges_the_most_frequent_pair_and_breaks_ties_by_the_pieces()
 
 
 def test_the_tokenizer_is_the_same_in_any_process_and_encodes_as_bert_does(sources):
-    texts, _ = language.documents(sources, TINY)
+    texts, _ = language.documents(sources[0], sources[1]["sst2"]["train"].first, TINY)
     script = ("import importlib.util, json, sys; spec = importlib.util.spec_from_file_location('w', sys.argv[1]); "
               "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w); "  # tokenizers only: no torch
               "print(w.train_tokenizer(json.load(sys.stdin), 600).to_str())")
@@ -110,7 +119,7 @@ def test_the_tokenizer_is_the_same_in_any_process_and_encodes_as_bert_does(sourc
     tokenizer = wordpiece.train_tokenizer(texts[:20], 600)
     assert made[0] == made[1] == tokenizer.to_str() + "\n"
     assert [tokenizer.token_to_id(t) for t in wordpiece.SPECIALS] == list(range(SPECIAL_COUNT))
-    tokens, lengths, cut = wordpiece.encode(tokenizer, ["Do you like SPORTS?"], ["I do."], 12)
+    tokens, lengths, cut = wordpiece.encode(tokenizer, ["Do you like SPORTS?"], ["I do."], 24)
     encoding = tokenizer.encode("do you like sports?", "i do.")
     assert tokens[0, : lengths[0]].tolist() == encoding.ids and cut == 0 and (tokens[0, lengths[0] :] == PAD).all()
     assert encoding.ids[0] == CLS and encoding.ids.count(SEP) == 2 and encoding.type_ids[-1] == 1
@@ -123,29 +132,31 @@ def test_the_tokenizer_is_the_same_in_any_process_and_encodes_as_bert_does(sourc
 
 
 @pytest.mark.parametrize("name", list(language.SUBSETS))
-def test_each_task_is_its_source_encoded_and_split_80_10_10_without_overlap(sources, tiny_arrays, name):
+def test_each_task_is_its_glue_splits_encoded_in_order_dev_scored_as_test(sources, tiny_arrays, name):
     subset = language.SUBSETS[name]
     tokenizer = wordpiece.from_bytes(tiny_arrays["tokenizer"])
-    first, second, labels = language.task_texts(name, sources[name])
-    expected, lengths, _ = wordpiece.encode(tokenizer, first, second, subset.width)
-    splits = {s: tiny_arrays[f"{name}_{s}_tokens"] for s in byte_text.SPLITS}
-    assert all(t.dtype == torch.int16 and t.shape[1] == subset.width for t in splits.values())
-    stored = torch.cat(list(splits.values()))
-    stored_labels = torch.cat([tiny_arrays[f"{name}_{s}_labels"] for s in byte_text.SPLITS])
-    assert sorted(map(tuple, torch.cat([stored, stored_labels[:, None].short()], 1).tolist())) == sorted(
-        map(tuple, torch.cat([expected, torch.tensor(labels)[:, None].short()], 1).tolist()))  # a partition of the source
-    counts = {s: torch.bincount(tiny_arrays[f"{name}_{s}_labels"], minlength=len(subset.classes)) for s in byte_text.SPLITS}
-    total = sum(counts.values())
-    assert ((counts["val"] - total * 0.1).abs() <= 1).all() and ((counts["test"] - total * 0.1).abs() <= 1).all()
-    assert (stored[:, 0] == CLS).all() and ((stored == SEP).sum(1) == (2 if subset.pairs else 1)).all()
-    if name == "hyperbaton":  # option a of the first example, in the right order: acceptable
-        assert first[0] == "obnoxious normal-size brand-new purple glass motorcycle" and labels[0] == 1
+    splits = sources[1][name]
+    assert set(splits) == set(subset.task.files)  # train, dev and, for SST-2 and MRPC, the labelled test
+    for split, examples in splits.items():
+        stored = f"{name}_{language.STORED_SPLITS[split]}"
+        second = examples.second[:600] if examples.second is not None else None
+        expected, lengths, _ = wordpiece.encode(tokenizer, examples.first[:600], second, subset.width)
+        tokens = tiny_arrays[f"{stored}_tokens"]
+        assert tokens.dtype == torch.int16 and tokens.shape == (min(600, subset.task.rows[split]), subset.width)
+        assert torch.equal(tokens, expected) and torch.equal(tiny_arrays[f"{stored}_lengths"], lengths)
+        assert tiny_arrays[f"{stored}_labels"].tolist() == examples.labels[:600]
+        assert (tokens[:, 0] == CLS).all() and ((tokens == SEP).sum(1) == (2 if subset.pairs else 1)).all()
+    assert "test" in language.STORED_SPLITS.values() and f"{name}_test_labels" in tiny_arrays  # dev, scored once
+    if name == "rte":  # premise, hypothesis, "not_entailment" as class 1
+        assert splits["train"].second[0] == "Weapons of Mass Destruction Found in Iraq." and splits["train"].labels[0] == 1
 
 
 def test_the_mlm_blocks_are_the_held_out_split_of_whole_documents(sources, tiny_arrays):
-    texts, source = language.documents(sources, TINY)
+    texts, source = language.documents(sources[0], sources[1]["sst2"]["train"].first, TINY)
     assert len(texts) == 60 and source.tolist() == [0] * 30 + [1] * 30
-    assert texts[0].startswith("Are you a football fan?\nyes, I'm. a football fan.\n")
+    assert texts[0].startswith("In the beginning God created the heaven and the earth.\nAnd the earth was")
+    assert texts[30] == "hide new secretions from the parental units"  # SST-2's first training sentence, no label
+    assert len(language.chapters(sources[0])) == 1189
     train_blocks, test_blocks = tiny_arrays["mlm_train_tokens"], tiny_arrays["mlm_test_tokens"]
     assert train_blocks.shape[1] == test_blocks.shape[1] == language.BLOCK and test_blocks.shape[0] >= 1
     assert (train_blocks[:, 0] == CLS).all() and not (train_blocks == PAD).any()
@@ -187,7 +198,7 @@ def test_masking_selects_exactly_15_percent_and_replaces_80_10_10():
 def test_mlm_pretraining_resumes_to_the_same_weights(prepared, tmp_path):
     config = PRETRAIN.replaced(method="spectral")
     task = load_task(config)
-    assert task["test_x"].shape == (16, 2, 128) and task["test_y"].shape == (16, 128)
+    assert task["test_x"].shape == (8, 2, 128) and task["test_y"].shape == (8, 128)
     assert task_shape("mlm").mlm and task_shape("mlm").classes == language.VOCAB_SIZE
     straight = train(config, tmp_path / "straight", progress=False)  # 8 steps, checkpoints at 3, 4, 6, 8
     assert straight["kind"] == "eval" and straight["step"] == 8 and 0 <= straight["accuracy"] <= 1
@@ -270,11 +281,11 @@ def test_finetuning_refuses_an_unfinished_run_a_classifier_and_a_bad_placeholder
         train(config, tmp_path / "ft", progress=False)
     train(FINETUNE, tmp_path / "classifier", progress=False)
     config = FINETUNE.replaced(init_from=str(tmp_path / "classifier"))
-    with pytest.raises(ValueError, match="trained task 'glue-sentiment'.*mlm task"):
+    with pytest.raises(ValueError, match="trained task 'glue-sst2'.*mlm task"):
         load_pretrained(build_model(config, task_shape(config.data.task)), config)
     with pytest.raises(ValueError, match="holds no run"):
         load_pretrained(build_model(FINETUNE, task_shape(FINETUNE.data.task)), FINETUNE.replaced(init_from="nowhere"))
-    with pytest.raises(ValueError, match="init_from may name TrainConfig fields"):
+    with pytest.raises(ValueError, match="init_from may name TrainConfig keys"):
         TrainConfig().replaced(init_from="runs/{variant}")
     swept = TrainConfig().replaced(method="spectral", lam=2, init_from="r/{method}-lam={lam:g}/seed-{seed}")
     assert swept.init_path() == "r/spectral-lam=2/seed-0"
@@ -315,7 +326,7 @@ def test_a_pretraining_run_kept_without_checkpoints_fine_tunes_to_the_same_weigh
 def test_every_method_trains_bert_on_mlm_and_classification(method):
     """Each method conditions BERT's q, k, v (or normalises q, k) and a step gives finite gradients everywhere."""
     extra = {"method": "spectral", "lam": "auto"} if method == "auto" else {"method": method}
-    for task, shape in (("mlm", task_shape("mlm")), ("glue-fact", task_shape("glue-fact"))):
+    for task, shape in (("mlm", task_shape("mlm")), ("glue-mrpc", task_shape("glue-mrpc"))):
         config = PRETRAIN.replaced(task=task, **extra)
         model = build_model(config, shape)
         tokens = torch.randint(SPECIAL_COUNT, 300, (4, 24))
@@ -323,7 +334,7 @@ def test_every_method_trains_bert_on_mlm_and_classification(method):
         if shape.mlm:
             inputs, labels = mlm.mask_tokens(tokens, torch.Generator().manual_seed(0), shape.vocab)
         else:
-            inputs, labels = tokens, torch.tensor([0, 1, 2, 0])
+            inputs, labels = tokens, torch.tensor([0, 1, 1, 0])
         torch.nn.functional.cross_entropy(model(inputs), mlm.targets(labels)).backward()
         grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
         assert all(g is not None and torch.isfinite(g).all() for n, g in grads.items() if "pooler" not in n or not shape.mlm)
@@ -334,35 +345,58 @@ def test_every_method_trains_bert_on_mlm_and_classification(method):
         assert hasattr(layer.query, "q_norm") and hasattr(layer.key, "k_norm") and not hasattr(layer.value, "v_norm")
 
 
-def test_glue_table_reads_the_comparisons_of_each_task_fine_tuned_from_their_own_pretraining(prepared, pretrained, tmp_path):
+def test_glue_table_scores_each_task_as_glue_does_fine_tuned_from_its_own_pretraining(prepared, pretrained, tmp_path):
+    """SST-2 by accuracy, CoLA by Matthews correlation, MRPC by the mean of accuracy and F1, each from the runs'
+    final rows, which hold all three figures of a two-class task (checked against scikit-learn's)."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
     from speccond.harness.cli import main
 
     base = FINETUNE.replaced(init_from=str(pretrained / "{method}" / "seed-0"))
-    folders = []
-    for task in ("glue-sentiment", "glue-hyperbaton"):
+    tasks = ("glue-sst2", "glue-cola", "glue-mrpc")
+    for task in tasks:
         compare(base.replaced(task=task), ["baseline", "spectral"], [0, 1], tmp_path / task, progress=False)
-        folders.append(tmp_path / task)
+    folders = [tmp_path / task for task in tasks]
     table = glue_table([*folders, pretrained], tmp_path / "table")
-    assert "on 32 training examples" in (tmp_path / "glue-sentiment" / "results.md").read_text()  # not "images"
-    accuracy = {(t, m, s): read_run(tmp_path / t / m / f"seed-{s}").accuracy
-                for t in ("glue-sentiment", "glue-hyperbaton") for m in ("baseline", "spectral") for s in (0, 1)}
+    assert "on 32 training examples" in (tmp_path / "glue-sst2" / "results.md").read_text()  # not "images"
+    assert "as GLUE scores" not in (tmp_path / "glue-sst2" / "results.md").read_text()  # accuracy alone
+    runs = {(t, m, s): read_run(tmp_path / t / m / f"seed-{s}") for t in tasks for m in ("baseline", "spectral") for s in (0, 1)}
+    final = runs["glue-cola", "spectral", 0]
+    model = build_model(final.config, task_shape("glue-cola"))
+    checkpoint.load(checkpoint.latest(tmp_path / "glue-cola" / "spectral" / "seed-0"), model)
+    scored = load_task(final.config)
+    with torch.no_grad():
+        predicted = model.eval()(scored["test_x"]).argmax(-1)
+    assert final.last_eval["mcc"] == pytest.approx(matthews_corrcoef(scored["test_y"], predicted), abs=1e-9)
+    assert final.last_eval["f1"] == pytest.approx(f1_score(scored["test_y"], predicted, zero_division=0), abs=1e-9)
+    score = {"glue-sst2": lambda r: r.accuracy, "glue-cola": lambda r: r.last_eval["mcc"],
+             "glue-mrpc": lambda r: (r.accuracy + r.last_eval["f1"]) / 2}
+    figure = {key: score[key[0]](run) for key, run in runs.items()}
+    cola = (tmp_path / "glue-cola" / "results.md").read_text()  # each compare's own report gives MCC too
+    mcc = str(mean_interval([100 * runs["glue-cola", "spectral", s].last_eval["mcc"] for s in (0, 1)]))
+    assert "| method | seeds | MCC (final test), % |" in cola and f"| spectral lam=10 | 2 | {mcc} |" in cola
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}
     cell = lambda values: str(mean_interval([100 * v for v in values]))  # noqa: E731
-    assert rows["baseline"][0] == cell([accuracy["glue-sentiment", "baseline", s] for s in (0, 1)])
-    average = {m: [(accuracy["glue-sentiment", m, s] + accuracy["glue-hyperbaton", m, s]) / 2 for s in (0, 1)]
-               for m in ("baseline", "spectral")}
-    assert rows["spectral lam=10"][3].rstrip(" |") == cell(average["spectral"])  # sentiment, hyperbaton, mlm, average
+    assert rows["baseline"][1] == cell([figure["glue-cola", "baseline", s] for s in (0, 1)])
+    average = {m: [sum(figure[t, m, s] for t in tasks) / 3 for s in (0, 1)] for m in ("baseline", "spectral")}
+    assert rows["spectral lam=10"][4].rstrip(" |") == cell(average["spectral"])  # 3 tasks, mlm, average
     difference = str(paired_difference([100 * v for v in average["spectral"]], [100 * v for v in average["baseline"]]))
-    assert rows["spectral lam=10 - baseline (paired)"][3].rstrip(" |").lstrip("+") == difference.lstrip("+")
-    assert rows["method"] == ["glue-sentiment (SST-2)", "glue-hyperbaton (CoLA)", "mlm (masked-token accuracy)",
-                              "average (glue-*) |"]
-    for column, task in enumerate(("glue-sentiment", "glue-hyperbaton")):  # the class prior of the scored test examples
-        labels = load_task(read_run(tmp_path / task / "baseline" / "seed-0").config)["test_y"].tolist()
-        majority = max(Counter(labels).values()) / len(labels)
-        assert rows["majority class of the test set"][column] == f"{100 * majority:.1f}"
+    assert rows["spectral lam=10 - baseline (paired)"][4].rstrip(" |").lstrip("+") == difference.lstrip("+")
+    assert rows["method"] == ["glue-sst2 (SST-2, accuracy)", "glue-cola (CoLA, MCC)", "glue-mrpc (MRPC, accuracy + F1)",
+                              "mlm (masked-token accuracy)", "average (glue-*) |"]
+    labels = load_task(runs["glue-sst2", "baseline", 0].config)["test_y"].tolist()  # the class prior of the scored examples
+    assert rows["majority class of the test set"][0] == f"{100 * max(Counter(labels).values()) / len(labels):.1f}"
+    assert rows["majority class of the test set"][1] == "0.0"  # MCC of one class always
     assert rows["paper: Crammed BERT baseline"][0] == "92.3 (SST-2)" and "78.6 (GLUE average)" in table
     assert main(["report", "--glue", *map(str, [*folders, pretrained]), "--out", str(tmp_path / "cli")]) == 0
     assert (tmp_path / "cli" / "glue.md").read_text() == (tmp_path / "table" / "glue.md").read_text() == table
+
+
+def test_a_withdrawn_task_name_is_refused_naming_the_glue_tasks():
+    from speccond.harness.tasks.registry import task
+
+    with pytest.raises(ValueError, match="'glue-sentiment' was withdrawn.*glue-sst2, glue-cola, glue-mrpc, glue-rte"):
+        task("glue-sentiment")
 
 
 @pytest.mark.parametrize("label, row", [

@@ -23,11 +23,14 @@ def ranks(tmp_path_factory) -> list[dict]:
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 
 
-@pytest.mark.parametrize("reading", ["images", "tokens"])
+@pytest.mark.parametrize("reading", ["images", "two-class", "tokens"])
 def test_two_ranks_evaluating_their_shards_reach_the_one_process_figures(ranks, reading):
     for rank in ranks:
         sharded, whole = rank[reading]["sharded"], rank[reading]["whole"]
         assert sharded["accuracy"] == whole["accuracy"]
+        assert sharded.keys() == whole.keys() == ({"accuracy", "loss", "mcc", "f1"} if reading == "two-class"
+                                                  else {"accuracy", "loss"})
+        assert all(sharded[k] == whole[k] for k in ("mcc", "f1") if k in whole)  # from the summed confusion
         assert abs(sharded["loss"] - whole["loss"]) <= TOLERANCE * abs(whole["loss"])
     assert ranks[0][reading]["sharded"] == ranks[1][reading]["sharded"]  # the same reduced figures on every rank
 

@@ -1,6 +1,6 @@
 """One rank of the sharded-evaluation check (tests/test_sharded_evaluation.py runs it under torchrun, 2 processes,
 gloo): a seeded tiny ViT evaluated by training_tasks.evaluate over 101 images (an odd count, so padding would
-repeat one) and over 37 masked-token blocks, once sharded over the ranks (each its rows, the sums all-reduced)
+repeat one), a two-class one over the same images with MCC and F1, and over 37 masked-token blocks, once sharded over the ranks (each its rows, the sums all-reduced)
 and once whole, on this rank alone; and the indices streaming.RankShard gives each rank. Rank r writes
 rank{r}.json."""
 from __future__ import annotations
@@ -44,12 +44,17 @@ def main() -> None:
     images, labels = torch.randn(101, 3, 16, 16, generator=generator), torch.randint(0, 3, (101,), generator=generator)
     blocks = torch.randint(5, 50, (37, 12), generator=generator)  # (M, L)
     inputs, targets = mlm.mask_tokens(blocks, torch.Generator().manual_seed(mlm.EVAL_MASK_SEED), 50)
+    two = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16, patch_size=8, embed_dim=32,
+                            depth=1, num_heads=2, num_classes=2)
+    two_labels = torch.randint(0, 2, (101,), generator=generator)
     tokens = TokenModel(50)
     shard = list(RankShard(101, context))
     everyone = [None] * context.world
     dist.all_gather_object(everyone, shard)
     record = {
         "images": {"sharded": evaluate(vit, images, labels, 16, context), "whole": evaluate(vit, images, labels, 16)},
+        "two-class": {"sharded": evaluate(two, images, two_labels, 16, context, two_class=True),
+                      "whole": evaluate(two, images, two_labels, 16, two_class=True)},
         "tokens": {"sharded": evaluate(tokens, inputs, targets, 8, context), "whole": evaluate(tokens, inputs, targets, 8)},
         "shards": everyone,
     }

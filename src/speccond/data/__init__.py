@@ -9,8 +9,10 @@ test_labels as int64 (N,): fashion-mnist (1, 28, 28), cifar10 (3, 32, 32; CIFAR-
 (1, 32, 32; generated, with val_images / val_labels too).
 fashion-scenes (detection: images, instance maps, boxes, labels per split) is described in fashion_scenes.py.
 Token datasets (listops, text-bytes, pairs-bytes) store {split}_tokens int16, PAD 0, with
-{split}_lengths and {split}_labels, for split in train, val, test. ``language`` (language.py) holds the
-language experiment's data: a WordPiece tokenizer, MLM corpus blocks and four GLUE-like tasks.
+{split}_lengths and {split}_labels, for split in train, val, test (text-bytes and pairs-bytes: train and
+test, GLUE's train and dev). ``language`` (language.py) holds the language experiment's data: a WordPiece
+tokenizer, MLM corpus blocks and four GLUE tasks (glue.py: SST-2, CoLA, MRPC, RTE). ``speccond data list``
+says where each dataset comes from (listing.py); the shared data folder is found by shared.py.
 Your own data: ``imagefolder:DIR`` (image_folder.py) and ``text:DIR?text=COLUMN&label=COLUMN`` (text_files.py).
 """
 from __future__ import annotations
@@ -21,10 +23,10 @@ import torch
 
 from speccond.data import cifar10, digits, fashion_mnist
 from speccond.data import listops  # two specs: listops (LRA's sizes) and listops-small
-from speccond.data import byte_text  # two specs: text-bytes and pairs-bytes (analogues of LRA's Text and Retrieval)
+from speccond.data import byte_text  # two specs: text-bytes and pairs-bytes (LRA Text and Retrieval from GLUE, as bytes)
 from speccond.data import pathfinder  # two specs: pathfinder (LRA's sizes) and pathfinder-small
 from speccond.data import fashion_scenes  # generated detection scenes (speccond.harness.tasks.detection), not an image task
-from speccond.data import language  # the language experiment: tokenizer, MLM corpus, four GLUE-like tasks
+from speccond.data import language  # the language experiment: tokenizer, MLM corpus, four GLUE tasks
 from speccond.data import image_folder  # your own images: imagefolder:DIR (not registered: any folder)
 from speccond.data import text_files  # your own texts: text:DIR?text=COLUMN&label=COLUMN (not registered)
 from speccond.data.store import DatasetSpec, data_dir

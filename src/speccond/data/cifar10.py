@@ -8,13 +8,15 @@ refused, named, and the next source tried):
 1. the folder named by ``$SPECCOND_CIFAR10``, holding ``cifar10-jpeg.tar.gz``;
 2. the shared data folder (``$SPECCOND_SHARED_DATA``, else the checkout's ``../shared/data``:
    ``speccond.data.shared``), holding the same archive;
-3. with none of them, ``torchvision.datasets.CIFAR10(download=True)`` into the cache's ``raw/torchvision``
-   (internet needed): the original binary batches, whose pixels are the published ones.
+3. with neither folder here, ``torchvision.datasets.CIFAR10(download=True)`` into the cache's
+   ``raw/torchvision`` (internet needed): the original binary batches, whose pixels are the published ones.
+   A folder that is here but lacks the archive or holds a damaged one is refused, naming it, not replaced
+   by the download.
 
 The archive (``cifar10/{train,test}/<class>/NNNN.jpg``, 5,000 and 1,000 per class, torchvision's ImageFolder
 layout) holds the images re-encoded as JPEG (quality about 75) by the public copy they come from, so its
 pixels differ slightly from the original batches: results made from it say "CIFAR-10 (JPEG)". The cache
-records which source it was made from (``source`` in its metadata: "jpeg" or "torchvision").
+records which way it was made (``source`` in its metadata: "files" for the archive, "online" for torchvision).
 
 Each split is ordered by SHA-256("cifar10:<split>/<class>/<file>") (torchvision's: "cifar10:<split>:<i>"), so
 classes are mixed and any prefix (``test_size``) is close to balanced; the harness carves its validation
@@ -32,8 +34,7 @@ from pathlib import Path
 
 import torch
 
-from speccond.data.shared import checkout_shared_dir
-from speccond.data.store import DatasetSpec, Source
+from speccond.data.store import DatasetSpec, Source, data_dir
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,7 @@ SPEC = DatasetSpec(
     files={"archive": (ARCHIVE, SHA256)},
     sources=(
         Source("folder named by $SPECCOND_CIFAR10", "$SPECCOND_CIFAR10"),
-        Source("shared data folder named by $SPECCOND_SHARED_DATA", "$SPECCOND_SHARED_DATA"),
-        Source("the checkout's shared data folder", str(checkout_shared_dir())),
+        Source("shared data folder", "shared:"),
     ),
     parse=parse,
     hint=(f"set SPECCOND_SHARED_DATA (or SPECCOND_CIFAR10) to a folder holding {ARCHIVE} (SHA-256 {SHA256[:12]}...), "
@@ -124,5 +124,6 @@ SPEC = DatasetSpec(
     format_version=2,  # 1: the withdrawn 10,000-image copy, split 8,000 / 2,000
     image_shape=(3, 32, 32),
     classes=CLASSES,
-    fallback=from_torchvision,
+    online=lambda: from_torchvision(data_dir() / "cifar10" / "raw" / "torchvision"),
+    online_description="torchvision.datasets.CIFAR10(download=True): the original batches",
 )

@@ -1,108 +1,87 @@
 """The language experiment's data (Crammed BERT -> GLUE, docs/THEORY.md section 4) at a scale a CPU can run.
 
-One dataset, ``language``, read from the bigbench 1.0.0 source archive (the file and SHA-256 that
-``cifar10.py`` pins, from the same sources) in one pass: an MLM pre-training corpus, a WordPiece
-tokenizer trained on it, and four GLUE-like fine-tuning tasks encoded with that tokenizer.
+One dataset, ``language``: an MLM pre-training corpus, a WordPiece tokenizer learnt from it, and four GLUE
+tasks (data/glue.py: SST-2, CoLA, MRPC, RTE) encoded with that tokenizer.
 
-    speccond data prepare language        # 2 to 3 minutes on one core (learning the vocabulary: about 1)
+    speccond data prepare language        # about a minute on one core (learning the vocabulary)
     arrays = speccond.data.load("language")
 
-**Corpus** (unlabelled English). ``topical_chat``: 1,078 conversations; its task.json repeats each
-conversation's history in every example (28 M characters), so a conversation is rebuilt as its first
-turn plus every example's target, one turn a line (2.46 M characters, the whole unique text). That is
-10x less than the 28 M suggest, so the English Wikipedia articles of ``paragraph_segmentation`` are
-added: its 9,000 examples are 1,000 articles per language in the order de, en, es, fr, it, nl, pl, pt,
-ru, and examples 1,000 to 1,999 are the English ones (one sentence a line, 8.98 M characters), the
-same kind of text as Crammed BERT's Wikipedia. 2,078 documents, 11.43 M characters, pinned by
-``CORPUS_SHA256``. (bigbench asks that its data never be used to train models evaluated on bigbench;
-nothing here is.) Held out for MLM evaluation: 5 % of the documents of each source
-(``stratified_split`` over the source, salt "language:mlm:0").
+**Corpus** (unlabelled English, 7.67 M characters): the King James Bible as Debian's ``bible-kjv`` prints it
+(``bible -f "Genesis 1:1-Revelation 22:21"``, 4.40 M characters, pinned by ``KJV_SHA256``), one document per
+chapter (1,189, 4.14 M characters) without the verse references; and the 67,349 SST-2 training sentences, one
+document each (their text only; no label is read). Held out for MLM evaluation: 5 % of the documents of each source
+(``stratified_split`` over the source, salt "language:mlm:0"). The Bible's files come from the Debian
+package (``apt-get install bible-kjv``, which ``./run`` does), checked against ``BIBLE_FILES``' SHA-256.
 
 **Tokenizer** (wordpiece.py): lowercase WordPiece, ``VOCAB_SIZE`` = 8,192, learnt from the training
 documents only; stored as the bytes of its tokenizer.json (``tokenizer`` uint8).
 
 **MLM blocks**: each split's documents, in split order, as one token stream with [SEP] after every
-document, cut into ``BLOCK`` = 128-token rows ``[CLS] + 127 tokens``: 21,039 train / 931 test blocks
-(2.81 M tokens, 11 of them [UNK]). Masking is done at training time (harness/tasks/mlm.py).
+document, cut into ``BLOCK`` = 128-token rows ``[CLS] + 127 tokens``. Masking is done at training time
+(harness/tasks/mlm.py).
 
-**Tasks** (``SUBSETS``), labelled by the ``target_scores`` key with score 1, duplicates merged and
-conflicting ones dropped (``byte_text.deduplicate``), split 80 / 10 / 10 % per class into train / val /
-test (``byte_text.split_three``, salt "language:<task>:0"), cut to a width that holds most examples:
+**Tasks** (``SUBSETS``): each GLUE task's train and dev as published (data/glue.py), ``[CLS] a [SEP]`` or
+``[CLS] a [SEP] b [SEP]`` cut to the task's width (a pair longest first). Stored per task T: ``T_train_*``
+(GLUE train; tuning holds out a split of it, ``TrainConfig.val_size``) and ``T_test_*`` (GLUE dev, scored
+once), and where the shared copy has GLUE's labelled test (SST-2, MRPC) ``T_labelled_test_*`` too; each as
+``*_tokens`` int16 (N, width), PAD 0, ``*_lengths`` int64 (N,) tokens before padding, ``*_labels`` int64 (N,).
+And ``mlm_train_tokens``, ``mlm_test_tokens`` int16 (M, 128). The arrays' SHA-256 is pinned
+(``ARRAYS_SHA256``, checked by ``prepare``): a ``tokenizers`` version that normalises, splits or encodes text
+differently is refused, not silently cached.
 
-=========== ======================================= ======= ===== ==================================
-task        source, input                           classes width examples (train/val/test), cut
-=========== ======================================= ======= ===== ==================================
-sentiment   multiemo all_sentence_en, one sentence  4       64    57,242 (45,794/5,724/5,724), 4.6 %
-fact        vitaminc_fact_verification: [CLS] claim 3       128   54,668 (43,735/5,466/5,467), 2.9 %
-            [SEP] evidence [SEP] (the evidence is
-            cut first)
-pairs       movie_dialog_same_or_different: [CLS]   2       64    49,784 (39,827/4,979/4,978), 0.7 %
-            line a [SEP] line b [SEP], same speaker?
-hyperbaton  hyperbaton: option a's phrase alone,    2       32    50,000 (40,000/5,000/5,000), none
-            acceptable iff a has the right order
-=========== ======================================= ======= ===== ==================================
-
-They stand in for SST-2 (sentiment), an NLI task such as QNLI or MNLI (fact), MRPC / QQP (pairs) and
-CoLA (acceptability: hyperbaton's phrases in the wrong adjective order are unacceptable English).
-
-Stored, for each task T and split S in train, val, test: ``T_S_tokens`` int16 (N, width), PAD 0,
-``T_S_lengths`` int64 (N,) tokens before padding, ``T_S_labels`` int64 (N,); and ``mlm_train_tokens``,
-``mlm_test_tokens`` int16 (M, 128). The arrays' SHA-256 is pinned (``ARRAYS_SHA256``, checked by
-``prepare``): a ``tokenizers`` version that normalises, splits or encodes text differently is refused,
-not silently cached.
+Without the shared data folder the GLUE tasks come through ``datasets.load_dataset("glue", ...)`` (train and
+dev; ``online``), and the arrays are not checked against ``ARRAYS_SHA256``.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
-import re
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from speccond.data import byte_text, wordpiece
-from speccond.data import bigbench_archive as cifar10
+from speccond.data import glue, wordpiece
 from speccond.data.split import stratified_split
-from speccond.data.store import DatasetSpec
+from speccond.data.store import DatasetSpec, Source, sha256
 
 log = logging.getLogger(__name__)
 
-ROOT = byte_text.ROOT
-MEMBERS = {
-    "chat": ROOT + "topical_chat/task.json",
-    "wiki": ROOT + "paragraph_segmentation/task.json",
-    "sentiment": ROOT + "multiemo/all_sentence_en/task.json",
-    "fact": ROOT + "vitaminc_fact_verification/task.json",
-    "pairs": byte_text.PAIRS_MEMBER,
-    "hyperbaton": ROOT + "hyperbaton/task.json",
-}
-WIKI_ENGLISH = slice(1000, 2000)  # paragraph_segmentation: 1,000 articles per language; English is the second
 VOCAB_SIZE = 8192
 BLOCK = 128  # tokens per MLM block, [CLS] included
 MLM_TEST_FRACTION = 0.05
-CORPUS_SHA256 = "88588aaea52b404d016695a65a5845d10bd8bb9df721f124660450f7c803245c"
-ARRAYS_SHA256 = "afc5b0cbb474dbf83d24e5f0f0917ae379c144e6b30c38fcc7171b8327c62b73"  # store.arrays_sha256
-HYPERBATON = re.compile(r'^Which sentence has the correct adjective order: a " (.+) " b " (.+) " \?$')
-CLAIM = "\nClaim: "  # vitaminc inputs are "<page>: <evidence>\nClaim: <claim>"
+BIBLE_FOLDER = "/usr/lib"  # where Debian's bible-kjv-text installs its data
+BIBLE_FILES = {"bible": ("bible.data", "6c746c2acc8a34bfded980883ff1701a5d68934a1c853ebf88a07b978fe0ae0e"),
+               "bible_index": ("bible.data.conc", "56349cd5a86be64d91eee62ac050114b89485f13b439ad4f34da99dde3b4dff3")}
+WHOLE_BIBLE = "Genesis 1:1-Revelation 22:21"
+KJV_SHA256 = "cd45f0c9cedab8e4439bd6486c8952c77cc8b0ecc5d1f6ae3513f2039f47229d"  # of what `bible -f` prints
+ARRAYS_SHA256 = "cee9e59f4669331b7b2d8debca6729a2d3fbd37317a75b3d76675ec1be1211e9"  # store.arrays_sha256
+DEBIAN_BIBLE = Source("the Debian package bible-kjv-text (apt-get install bible-kjv)", BIBLE_FOLDER)
+HINT = f"{glue.HINT}; and `apt-get install bible-kjv` (as root) for the MLM corpus, as ./run does"
 
 
 @dataclass(frozen=True)
 class Subset:
-    """One fine-tuning task of the dataset."""
+    """One fine-tuning task of the dataset: a GLUE task and the width it is cut to."""
 
-    classes: tuple[str, ...]  # in label order
+    task: glue.GlueTask
     width: int  # tokens per example, [CLS] and [SEP] included
-    pairs: bool  # [CLS] a [SEP] b [SEP] rather than [CLS] a [SEP]
-    counts: tuple[int, ...]  # examples per class of the whole source, after de-duplication
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return self.task.classes
+
+    @property
+    def pairs(self) -> bool:
+        return self.task.pairs
 
 
-SUBSETS = {
-    "sentiment": Subset(byte_text.TEXT_CLASSES, 64, False, (21077, 14066, 15229, 6870)),
-    "fact": Subset(("True", "False", "Neither"), 128, True, (27242, 20169, 7257)),
-    "pairs": Subset(byte_text.PAIR_CLASSES, 64, True, byte_text.PAIR_COUNTS),
-    "hyperbaton": Subset(("unacceptable", "acceptable"), 32, False, (25000, 25000)),
-}
+SUBSETS = {"sst2": Subset(glue.TASKS["sst2"], 64), "cola": Subset(glue.TASKS["cola"], 64),
+           "mrpc": Subset(glue.TASKS["mrpc"], 128), "rte": Subset(glue.TASKS["rte"], 128)}
+STORED_SPLITS = {"train": "train", "dev": "test", "test": "labelled_test"}  # GLUE's split -> the stored name
 
 
 @dataclass(frozen=True)
@@ -110,117 +89,93 @@ class LanguageConfig:
     """How much of the sources to read: all of it for the dataset, a prefix for fast tests."""
 
     vocab_size: int = VOCAB_SIZE
-    documents: int = 0  # the first N conversations and N English articles (0 = all)
-    examples: int = 0  # the first N source examples of each task (0 = all)
+    documents: int = 0  # the first N Bible chapters and N SST-2 sentences of the corpus (0 = all)
+    examples: int = 0  # the first N examples of each split of each task (0 = all)
 
 
 FULL = LanguageConfig()
 
 
-def documents(sources: dict[str, dict], config: LanguageConfig = FULL) -> tuple[list[str], torch.Tensor]:
-    """The corpus: (texts, source int64 (D,): 0 topical_chat conversation, 1 English Wikipedia article)."""
-    conversations: dict[str, list[dict]] = {}
-    for example in sources["chat"]["examples"]:
-        conversations.setdefault(example["comment"], []).append(example)
-    chats = []
-    for name, turns in conversations.items():
-        first = turns[0]["input"]
-        if not (first.startswith('agent_A: "') and first.endswith('"') and first.count("agent_") == 1):
-            raise ValueError(f"topical_chat conversation {name}: expected a first input 'agent_A: \"<turn>\"', "
-                             f"got {first[:80]!r}")
-        chats.append("\n".join([first[len('agent_A: "') : -1]] + [_unquoted(t["target"], name) for t in turns]))
-    articles = [example["input"] for example in sources["wiki"]["examples"][WIKI_ENGLISH]]
+def bible_text(folder: Path) -> str:
+    """What ``bible -f`` prints of the whole Bible from the data files in ``folder`` (checked: KJV_SHA256)."""
+    program = shutil.which("bible")
+    if program is None:
+        raise FileNotFoundError("the program `bible` is not installed; `apt-get install bible-kjv` (as root) "
+                                "installs it with the text, as ./run does")
+    printed = subprocess.run([program, "-f", "-p", str(folder), WHOLE_BIBLE], capture_output=True, check=True,
+                             env={"PATH": os.environ.get("PATH", ""), "HOME": str(folder)}).stdout
+    digest = hashlib.sha256(printed).hexdigest()
+    if digest != KJV_SHA256:
+        raise ValueError(f"`bible -f` printed text with SHA-256 {digest}, expected {KJV_SHA256}: another version "
+                         "of the program bible; nothing was cached")
+    return printed.decode("utf-8")
+
+
+def chapters(text: str) -> list[str]:
+    """The Bible as one document per chapter, verses one a line without their references ("Ge1:1 ")."""
+    found: dict[str, list[str]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        reference, _, verse = line.partition(" ")
+        book_chapter, colon, _ = reference.partition(":")
+        if not colon or not verse:
+            raise ValueError(f"`bible -f` line {number}: expected '<book><chapter>:<verse> <text>', got {line[:80]!r}")
+        found.setdefault(book_chapter, []).append(verse)
+    return ["\n".join(verses) for verses in found.values()]
+
+
+def documents(bible: str, sst2_train: list[str], config: LanguageConfig = FULL) -> tuple[list[str], torch.Tensor]:
+    """The corpus: (texts, source int64 (D,): 0 a Bible chapter, 1 an SST-2 training sentence)."""
+    books, sentences = chapters(bible), [s.strip() for s in sst2_train]
     if config.documents:
-        chats, articles = chats[: config.documents], articles[: config.documents]
-    return chats + articles, torch.tensor([0] * len(chats) + [1] * len(articles), dtype=torch.long)
+        books, sentences = books[: config.documents], sentences[: config.documents]
+    return books + sentences, torch.tensor([0] * len(books) + [1] * len(sentences), dtype=torch.long)
 
 
-def _unquoted(turn: str, name: str) -> str:
-    if len(turn) < 2 or turn[0] != '"' or turn[-1] != '"':
-        raise ValueError(f"topical_chat conversation {name}: expected a quoted target turn, got {turn[:80]!r}")
-    return turn[1:-1]
-
-
-def task_texts(name: str, task: dict) -> tuple[list[str], list[str] | None, list[int]]:
-    """(first texts, second texts or None, labels) of task ``name``, de-duplicated, in source order."""
-    examples = task["examples"]
-    subset = SUBSETS[name]
-    if name == "hyperbaton":  # option a alone; acceptable (1) when a is the correct order
-        keys = [_hyperbaton(example["input"], i)[0] for i, example in enumerate(examples)]
-        labels = [1 - byte_text.label_of(example, ("a", "b"), i) for i, example in enumerate(examples)]
-    else:
-        labels = [byte_text.label_of(example, subset.classes, i) for i, example in enumerate(examples)]
-        if name == "sentiment":
-            keys = [example["input"] for example in examples]
-        elif name == "fact":
-            keys = [_claim_and_evidence(example["input"], i) for i, example in enumerate(examples)]
-        else:
-            keys = [byte_text.pair_of(example["input"], i) for i, example in enumerate(examples)]
-    kept = byte_text.deduplicate(keys, labels)
-    if subset.pairs:
-        return [keys[i][0] for i in kept], [keys[i][1] for i in kept], [labels[i] for i in kept]
-    return [keys[i] for i in kept], None, [labels[i] for i in kept]
-
-
-def _hyperbaton(text: str, position: int) -> tuple[str, str]:
-    match = HYPERBATON.match(text)
-    if match is None:
-        raise ValueError(f"hyperbaton example {position}: expected 'Which sentence has the correct adjective order: "
-                         f"a \" <a> \" b \" <b> \" ?', got {text[:120]!r}")
-    return match.group(1), match.group(2)
-
-
-def _claim_and_evidence(text: str, position: int) -> tuple[str, str]:
-    evidence, found, claim = text.partition(CLAIM)
-    if not found or CLAIM in claim:
-        raise ValueError(f"vitaminc example {position}: expected '<evidence>{CLAIM!r}<claim>' once, got {text[:120]!r}")
-    return claim, evidence
-
-
-def build_arrays(sources: dict[str, dict], config: LanguageConfig = FULL) -> dict[str, torch.Tensor]:
-    """Every stored array (module docstring) from the six task.json objects, keyed as in ``MEMBERS``."""
-    texts, source = documents(sources, config)
-    digest = hashlib.sha256("\n\n".join(texts).encode("utf-8")).hexdigest()
-    if config == FULL and digest != CORPUS_SHA256:
-        raise ValueError(f"the corpus text has SHA-256 {digest}, expected {CORPUS_SHA256}; the archive or this "
-                         "parser changed")
+def build_arrays(bible: str, tasks: dict[str, dict[str, glue.Examples]],
+                 config: LanguageConfig = FULL) -> dict[str, torch.Tensor]:
+    """Every stored array (module docstring) from the Bible's text and each task's splits (glue.read_task)."""
+    texts, source = documents(bible, tasks["sst2"]["train"].first, config)
     train_docs, test_docs = stratified_split(source, MLM_TEST_FRACTION, "language:mlm:0")
     tokenizer = wordpiece.train_tokenizer([texts[i] for i in train_docs.tolist()], config.vocab_size)
     arrays = {"tokenizer": wordpiece.to_bytes(tokenizer)}
     for split, index in (("train", train_docs), ("test", test_docs)):
         arrays[f"mlm_{split}_tokens"] = wordpiece.pack_blocks(tokenizer, [texts[i] for i in index.tolist()], BLOCK)
     for name, subset in SUBSETS.items():
-        task = dict(sources[name], examples=sources[name]["examples"][: config.examples or None])
-        first, second, label_list = task_texts(name, task)
-        labels = torch.tensor(label_list, dtype=torch.long)
-        counts = tuple(torch.bincount(labels, minlength=len(subset.classes)).tolist())
-        if not config.examples and counts != subset.counts:
-            raise ValueError(f"language task {name}: expected {dict(zip(subset.classes, subset.counts))} examples per "
-                             f"class, found {dict(zip(subset.classes, counts))}; the archive or this parser changed")
-        tokens, lengths, cut = wordpiece.encode(tokenizer, first, second, subset.width)
-        log.info("language: %s, %d examples, %d cut to %d tokens", name, len(first), cut, subset.width)
-        for split, index in byte_text.split_three(labels, f"language:{name}:0").items():
-            arrays.update({f"{name}_{split}_tokens": tokens[index], f"{name}_{split}_lengths": lengths[index],
-                           f"{name}_{split}_labels": labels[index]})
+        for split, examples in tasks[name].items():
+            count = config.examples or None
+            first, labels = examples.first[:count], torch.tensor(examples.labels[:count], dtype=torch.long)
+            second = examples.second[:count] if examples.second is not None else None
+            tokens, lengths, cut = wordpiece.encode(tokenizer, first, second, subset.width)
+            log.info("language: %s %s, %d examples, %d cut to %d tokens", name, split, len(first), cut, subset.width)
+            stored = f"{name}_{STORED_SPLITS[split]}"
+            arrays.update({f"{stored}_tokens": tokens, f"{stored}_lengths": lengths, f"{stored}_labels": labels})
     return arrays
 
 
-def read_sources(archive: Path) -> dict[str, dict]:
-    """The six task.json objects, keyed as in ``MEMBERS``, in one pass over the archive."""
-    found = cifar10.read_members(archive, tuple(MEMBERS.values()))
-    return {key: found[member] for key, member in MEMBERS.items()}
-
-
 def parse(files: dict[str, Path]) -> dict[str, torch.Tensor]:
-    return build_arrays(read_sources(files["archive"]), FULL)
+    folder = files["bible"].parent
+    assert files["bible_index"].parent == folder, files  # `bible -p` reads both from one folder
+    return build_arrays(bible_text(folder), {name: glue.read_task(s.task, files) for name, s in SUBSETS.items()})
+
+
+def online() -> dict[str, torch.Tensor]:
+    """The dataset with GLUE's train and dev from ``datasets`` (no labelled test) and the Bible from Debian."""
+    for name, digest in BIBLE_FILES.values():
+        if not (Path(BIBLE_FOLDER) / name).is_file() or sha256(Path(BIBLE_FOLDER) / name) != digest:
+            raise FileNotFoundError(f"{Path(BIBLE_FOLDER) / name} is missing or not the one pinned ({digest[:12]}...); "
+                                    "`apt-get install bible-kjv` (as root)")
+    return build_arrays(bible_text(Path(BIBLE_FOLDER)), {name: glue.from_hub(s.task) for name, s in SUBSETS.items()})
 
 
 SPEC = DatasetSpec(
     name="language",
-    files={"archive": (cifar10.ARCHIVE, cifar10.SHA256)},
-    sources=cifar10.SPEC.sources,
+    files={**BIBLE_FILES, **{key: entry for s in SUBSETS.values() for key, entry in glue.file_keys(s.task).items()}},
+    sources=(glue.SHARED_TEXT, DEBIAN_BIBLE),
     parse=parse,
-    hint=cifar10.SPEC.hint,
+    hint=HINT,
+    format_version=2,  # 1: the withdrawn archive's corpus and tasks
     sequence_shape=(BLOCK, VOCAB_SIZE),  # the MLM blocks; each task has its own width (SUBSETS)
     generated_sha256=ARRAYS_SHA256,
+    online=online,
+    online_description='datasets.load_dataset("glue", TASK) for sst2, cola, mrpc, rte (train, dev) and Debian bible-kjv',
 )

@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from speccond.checksum import file_sha256, tensors_sha256
+from speccond.data.shared import shared_data_dir
 
 log = logging.getLogger(__name__)
 ARRAYS = "arrays.safetensors"
@@ -35,16 +36,27 @@ ARRAYS = "arrays.safetensors"
 @dataclass(frozen=True)
 class Source:
     """Where raw files can be had: a local folder, a URL prefix (``<prefix>/<file name>`` is fetched),
-    or ``$VAR``: the folder named by the environment variable VAR, read when a file is fetched."""
+    ``$VAR``: the folder named by the environment variable VAR, or ``shared:PATH``: PATH inside the shared
+    data folder (data/shared.py), each read when a file is fetched."""
 
     description: str
     location: str
 
     def resolve(self) -> str | None:
-        """The folder or URL prefix; None for a ``$VAR`` source whose variable is unset or empty."""
+        """The folder or URL prefix; None for a ``$VAR`` source whose variable is unset or empty, or a
+        ``shared:`` one when there is no shared data folder."""
         if self.location.startswith("$"):
             return os.environ.get(self.location[1:]) or None
+        if self.location.startswith("shared:"):
+            folder = shared_data_dir()
+            return str(folder / self.location[len("shared:"):]) if folder is not None else None
         return self.location
+
+    def is_local(self) -> bool:
+        """Whether this source names a folder here (set, or the shared folder present): then its files are read
+        from it or refused, never replaced by a dataset's online path. A URL is not local."""
+        location = self.resolve()
+        return location is not None and "://" not in location
 
 
 @dataclass(frozen=True)
@@ -62,10 +74,12 @@ class DatasetSpec:
     # learns something from its files (language.py's tokenizer): the SHA-256 of the arrays it must produce
     # (see arrays_sha256), so a generator or a library that drifts is caught, not cached.
     generated_sha256: str | None = None
-    # Where no source holds the files: a maker of the arrays from elsewhere (a library's own download, e.g.
-    # torchvision's), given a folder under raw/ to work in. The cache records which way it was made
-    # (metadata ``source``: "files" or "fallback").
-    fallback: Callable[[Path], dict[str, torch.Tensor]] | None = None
+    # The arrays built another way when there is no shared data folder (data/shared.py), such as through
+    # ``datasets.load_dataset`` online; never used when the folder is there but lacks or damages a file (that
+    # is refused, naming it). Its arrays are not checked against generated_sha256 (another copy of the data).
+    # ``online_description`` says what it reads (``speccond data list``).
+    online: Callable[[], dict[str, torch.Tensor]] | None = None
+    online_description: str = ""
 
 
 def data_dir() -> Path:
@@ -94,10 +108,21 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
             log.warning("rebuilding %s: %s", arrays, damage.reason)
         arrays.unlink()
     raw = target / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    tensors, source = _made(spec, raw, sources or spec.sources)
-    tensors = {k: v.contiguous() for k, v in tensors.items()}
-    if spec.generated_sha256 is not None and arrays_sha256(tensors) != spec.generated_sha256:
+    sources = sources or spec.sources
+    online = spec.online is not None and not any(source.is_local() for source in sources)
+    if online:
+        log.info("%s: no local source here (no shared data folder); reading %s", spec.name, spec.online_description)
+        try:
+            tensors = {k: v.contiguous() for k, v in spec.online().items()}
+        except (ImportError, OSError, ConnectionError) as error:
+            raise FileNotFoundError(f"could not obtain dataset {spec.name!r}: there is no shared data folder, and "
+                                    f"{spec.online_description} failed: {error}\nTo fix: {spec.hint}") from None
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        raw.mkdir(parents=True, exist_ok=True)
+        files = {key: _obtain(spec, name, digest, raw, sources) for key, (name, digest) in spec.files.items()}
+        tensors = {k: v.contiguous() for k, v in spec.parse(files).items()}
+    if spec.generated_sha256 is not None and not online and arrays_sha256(tensors) != spec.generated_sha256:
         raise ValueError(
             f"the generator of dataset {spec.name!r} produced arrays with SHA-256 {arrays_sha256(tensors)}, expected "
             f"{spec.generated_sha256}: this speccond or its libraries generate different data; nothing was cached"
@@ -109,31 +134,16 @@ def prepare(spec: DatasetSpec, sources: tuple[Source, ...] | None = None) -> Pat
 
     partial = arrays.with_name(f"{arrays.name}.{os.getpid()}.partial")  # this process's own, as in _obtain
     metadata = {"dataset": spec.name, "format": str(spec.format_version), "sha256": arrays_sha256(tensors),
-                "source": source}
+                "source": "online" if online else "files"}
     save_file(tensors, str(partial), metadata=metadata)
     os.replace(partial, arrays)
     log.info("prepared %s: %s", spec.name, {k: tuple(v.shape) for k, v in tensors.items()})
     return arrays
 
 
-def _made(spec: DatasetSpec, raw: Path, sources: tuple[Source, ...]) -> tuple[dict[str, torch.Tensor], str]:
-    """The parsed arrays and how they were made: "files" (obtained from a source, checked) or "fallback"."""
-    try:
-        files = {key: _obtain(spec, name, digest, raw, sources) for key, (name, digest) in spec.files.items()}
-    except FileNotFoundError as missing:
-        if spec.fallback is None or isinstance(missing, DamagedSource):  # a damaged copy is refused, not replaced
-            raise
-        log.info("%s; trying the fallback of dataset %r", str(missing).splitlines()[0], spec.name)
-        try:
-            return spec.fallback(raw / "fallback"), "fallback"
-        except Exception as error:  # a download or a library's own check failed: report both ways
-            shutil.rmtree(raw / "fallback", ignore_errors=True)
-            raise FileNotFoundError(f"{missing}\nThe fallback failed too: {type(error).__name__}: {error}") from None
-    return spec.parse(files), "files"
-
-
 def source_of(spec: DatasetSpec) -> str:
-    """How the cached arrays of ``spec`` were made: "files", "fallback", or "" for caches that do not say."""
+    """How the cached arrays of ``spec`` were made: "files" (checked raw files), "online" (``spec.online``), or ""
+    for caches written before they said."""
     return _metadata(data_dir() / spec.name / ARRAYS).get("source", "")
 
 
@@ -168,10 +178,6 @@ def load(spec: DatasetSpec) -> dict[str, torch.Tensor]:
 
         tensors = load_file(str(arrays))
     return tensors
-
-
-class DamagedSource(FileNotFoundError):
-    """No source gave the file intact, and some source held a copy whose SHA-256 differs: that copy is named."""
 
 
 class DamagedCache(Exception):
@@ -218,10 +224,11 @@ def _metadata(arrays: Path) -> dict[str, str]:
 
 
 def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple[Source, ...]) -> Path:
-    destination = raw / name
+    destination = raw / name  # a name may hold a folder ("sst2/train.tsv"), kept under raw
     if destination.is_file() and sha256(destination) == digest:
         return destination
-    problems, damaged = [], False
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    problems = []
     for source in sources:
         location = source.resolve()
         if location is None:
@@ -229,7 +236,7 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
             continue
         # this process's own partial file: two processes preparing the same dataset at once (the language
         # protocol's two pre-training chains) each download to their own and replace the destination atomically
-        partial = destination.with_name(f"{name}.{os.getpid()}.partial")
+        partial = destination.with_name(f"{destination.name}.{os.getpid()}.partial")
         try:
             if location.startswith(("http://", "https://")):
                 with urllib.request.urlopen(f"{location}/{name}", timeout=60) as response, partial.open("wb") as out:
@@ -247,13 +254,11 @@ def _obtain(spec: DatasetSpec, name: str, digest: str, raw: Path, sources: tuple
         actual = sha256(partial)
         if actual != digest:
             partial.unlink()
-            where = location if location.startswith(("http://", "https://")) else Path(location) / name
-            problems.append(f"{source.description}: {where} has SHA-256 {actual}, expected {digest} (corrupt or a different release)")
-            damaged = True
+            problems.append(f"{source.description}: {Path(location) / name if '://' not in location else name} has "
+                            f"SHA-256 {actual}, expected {digest} (corrupt or a different release)")
             continue
         os.replace(partial, destination)
         return destination
-    refusal = DamagedSource if damaged else FileNotFoundError
-    raise refusal(
+    raise FileNotFoundError(
         f"could not obtain {name} for dataset {spec.name!r}:\n  " + "\n  ".join(problems) + f"\nTo fix: {spec.hint}"
     )

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     comparison.add_argument("--task", help="task (default fashion-mnist), a name of harness/tasks/registry.py (an "
                             "unknown name lists them all): an image dataset (fashion-mnist, cifar10, digits, ...), "
                             "a sequence task (lra-image, lra-pathfinder, lra-listops, lra-text, lra-retrieval, ...), "
-                            "a language task (mlm, glue-sentiment, glue-fact, glue-pairs, glue-hyperbaton), "
+                            "a language task (mlm, glue-sst2, glue-cola, glue-mrpc, glue-rte), "
                             "the detection task fashion-scenes, or your data (imagefolder:DIR, text:DIR?text=COLUMN&label=COLUMN)")
     comparison.add_argument("--model", help="model family (default vit): vit, deit, swin, xcit, davit, xcit-noca (XCiT without "
                             "class attention); nystromformer for lra-* tasks; "
@@ -218,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_commands = data.add_subparsers(dest="data_command", required=True)
     prepare = data_commands.add_parser("prepare", help="obtain, verify and cache a dataset")
     prepare.add_argument("name", help="dataset name, e.g. fashion-mnist")
+    data_commands.add_parser("list", help="every dataset and where it comes from on this machine")
     packing = data_commands.add_parser("pack", help="compress prepared datasets for a machine that cannot obtain them")
     packing.add_argument("names", nargs="+", help="dataset names, e.g. fashion-mnist cifar10")
     packing.add_argument("--to", required=True, help="folder for NAME.safetensors.xz and manifest.json")
@@ -375,7 +376,7 @@ def _tune(args: argparse.Namespace) -> None:
     from speccond.harness.tasks.datasets import prepare_data
     from speccond.harness.training.folder_lock import writing
     from speccond.harness.training.preflight import check_comparison_folder, check_runnable, check_writable
-    from speccond.harness.training.training_tasks import task_class
+    from speccond.harness.training.training_tasks import headline_metric
 
     _refuse_owned("--set", args.set, TUNE_OWNS)
     submitit_only = [flag for flag, given in (("--cluster", args.cluster != "auto"), ("--slurm-partition",
@@ -409,7 +410,7 @@ def _tune(args: argparse.Namespace) -> None:
     out = Path(args.out)
     adopted = (tuning.adopt_choice(Path(args.choice), arms, lrs, args.tuning_seeds, out, args.extend_edges)
                if args.choice else None)
-    metric = task_class(base).metrics[0]  # the figure the arms are tuned on: accuracy, box AP for detection
+    metric = headline_metric(base)  # the figure the arms are tuned on: accuracy, MCC for glue-cola, box AP for detection
     if args.stage == "report":
         scores = ({name: c["validation"] for name, c in adopted.items()} if adopted
                   else tuning.protocol_scores(arms, lrs, args.tuning_seeds, out, args.extend_edges))
@@ -473,6 +474,10 @@ def _data(args: argparse.Namespace) -> None:
     if args.data_command == "prepare":
         own = own_datasets()  # the datasets tasks bring themselves (harness/tasks/registry.py), then speccond.data's
         print(store.prepare(own[args.name]) if args.name in own else datasets.prepare(args.name))
+    elif args.data_command == "list":
+        from speccond.data.listing import listing
+
+        print("\n".join(listing([*datasets.DATASETS.values(), *own_datasets().values()])))
     elif args.data_command == "pack":  # generated datasets and the tasks' own too; every name checked first
         print(pack.pack(args.names, Path(args.to), own=own_datasets()))
     else:

@@ -193,18 +193,18 @@ def crammed_bert_mlm(smoke: bool) -> list[str]:
 
 
 def crammed_bert_glue(smoke: bool) -> list[str]:
-    """Fine-tuning crammed_bert_mlm's encoders on a GLUE-like task (``--task glue-sentiment``, the default, or
-    glue-fact, glue-pairs, glue-hyperbaton: the harness's built-in ones, not GLUE itself; or your own texts,
+    """Fine-tuning crammed_bert_mlm's encoders on a GLUE task (``--task glue-sst2``, the default, or
+    glue-cola, glue-mrpc, glue-rte: GLUE's own train and dev, data/glue.py; or your own texts,
     ``--task "text:DIR?text=COLUMN&label=COLUMN"`` over parquet, CSV or a saved dataset), each method from
     its own pre-training run (``init_from=runs/crammed-mlm/{method}/seed-0``), batch 32, lr 1e-4, 5 epochs;
     the paper: GLUE average 78.6 -> 79.4.
 
         torchrun --standalone --nproc_per_node 8 -m speccond compare --recipe crammed_bert_glue \\
-            --task glue-sentiment --methods baseline,spectral --seeds 3 --out runs/crammed-glue-sentiment
+            --task glue-sst2 --methods baseline,spectral --seeds 3 --out runs/crammed-glue-sst2
 
     Minutes per run on one GPU (not measured here).
     """
-    model = ["task=glue-sentiment", "model=bert", "optimizer=timm:adamw", "scheduler=timm:cosine",
+    model = ["task=glue-sst2", "model=bert", "optimizer=timm:adamw", "scheduler=timm:cosine",
              "weight_decay=0.01", "lr=1e-4"]
     if smoke:
         return [*model, "embed_dim=32", "depth=1", "num_heads=2", "batch_size=16", "train_size=64", "test_size=32",

@@ -1,6 +1,6 @@
 """Any transformers encoder for the language tasks, built from its config: ``--model hf:<model_type>``.
 
-    speccond compare --task glue-sentiment --model hf:roberta --set model_args=hidden_size=128,num_hidden_layers=2
+    speccond compare --task glue-sst2 --model hf:roberta --set model_args=hidden_size=128,num_hidden_layers=2
     speccond compare --task mlm --model hf:distilbert --set model_args=dim=128,n_layers=2,n_heads=2,hidden_dim=512
 
 ``AutoConfig.for_model(model_type, **model_args)`` with the task's vocabulary (the project's WordPiece),

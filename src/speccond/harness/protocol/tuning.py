@@ -46,7 +46,7 @@ from speccond.harness.reporting.final_table import final_table, write_final_tabl
 from speccond.harness.reporting.numbers import METRIC_NAMES
 from speccond.harness.reporting.report import write_report
 from speccond.harness.training.run_dir import PARALLEL_JOBS
-from speccond.harness.training.training_tasks import task_class
+from speccond.harness.training.training_tasks import headline_metric
 
 FINAL_SEED = 100  # final seeds start here, apart from the tuning seeds 0, 1, ...
 
@@ -70,9 +70,9 @@ def arm_name(arm: str, base: Optional[TrainConfig] = None) -> str:
 
 
 def outcome(run_dir: Path, split: str) -> Optional[float]:
-    """The final row's headline figure on ``split`` (its task's first metric: accuracy, box AP for
-    detection) of a finished run; 0.0 for a diverged run (below chance: the protocol counts it so); None
-    while the run has not finished."""
+    """The final row's headline figure on ``split`` (its task's first metric: accuracy, Matthews correlation for
+    glue-cola, box AP for detection) of a finished run; 0.0 for a diverged run (below chance, the protocol counts
+    it so; for a Matthews correlation 0.0 is chance itself); None while the run has not finished."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
     if any(r.get("kind") == "diverged" for r in rows):
         return 0.0
@@ -81,7 +81,7 @@ def outcome(run_dir: Path, split: str) -> Optional[float]:
     if not finals:
         return None
     config = TrainConfig.from_record(json.loads((run_dir / "config.json").read_text()))
-    return finals[-1][task_class(config).metrics[0]]
+    return finals[-1][headline_metric(config)]
 
 
 def tuning_run(out: Path, name: str, lr: float, seed: int) -> Path:
@@ -389,7 +389,7 @@ def write_final(arms: dict[str, TrainConfig], choice: dict[str, dict], seeds: in
     write_report([out / "final"], out / "final")
     text, record = final_table(
         figures, {name: choice[name]["lr"] for name in arms}, "baseline" if "baseline" in arms else next(iter(arms)),
-        task_class(next(iter(arms.values()))).metrics[0], seeds,
+        headline_metric(next(iter(arms.values()))), seeds,
         "# Final runs: paired differences against the baseline, Holm over the arms",
         f"Seeds {FINAL_SEED} to {FINAL_SEED + seeds - 1}, test scored once per run, each arm at the lr it chose on validation;")
     write_final_table(out / "final", text, record)

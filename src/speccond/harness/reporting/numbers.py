@@ -13,7 +13,7 @@ from speccond.harness.reporting.stats import Interval
 # How a table names a task's metric (the first is a run's headline figure: training_tasks.TrainingTask.metrics);
 # a metric not named here is shown by its key, e.g. "accuracy".
 METRIC_NAMES = {"box_ap": "box AP", "box_ap50": "box AP50", "box_ap75": "box AP75", "mask_ap": "mask AP",
-                "mask_ap50": "mask AP50"}
+                "mask_ap50": "mask AP50", "mcc": "MCC", "f1": "F1", "accuracy": "accuracy"}
 
 
 def percent(interval: Interval) -> str:

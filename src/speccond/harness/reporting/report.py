@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 from speccond.diagnostics.records import json_value
 from speccond.harness.reporting.groups import Group, default_out, group_runs
-from speccond.harness.reporting.numbers import duration, percent, signed_percent
+from speccond.harness.reporting.numbers import METRIC_NAMES, duration, percent, signed_percent
 from speccond.harness.reporting.stats import Interval, mean_interval, paired_difference
 from speccond.harness.tasks.datasets import task
 from speccond.harness.tasks.plugins import hook
@@ -170,6 +170,7 @@ def _markdown(report: Report) -> str:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [_summary_row(s) for s in report.summaries]
+        lines += declared_figures(report.groups, shared.get("task", ""), split)
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
     lines += ["", _plots_line(report.plots, report.plot_notes), "", "## Runs", "",
@@ -277,6 +278,27 @@ def _summary_row(s: Summary) -> str:
     return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {percent(s.accuracy)} | {difference} | "
             f"{s.loss if s.loss is not None else '-'} | {kappa} | {s.entropy if s.entropy is not None else '-'} | "
             f"{duration(s.seconds)} |")
+
+
+def declared_figures(groups: Sequence[Group], task_name: str, split: str) -> list[str]:
+    """A table of the figures the task declares beside accuracy (registry.Task.metrics: Matthews correlation for
+    glue-cola, F1 for glue-mrpc), mean +- 95 % t interval over each group's finished and diverged runs (a diverged
+    run counts 0, chance for MCC); no lines for a task that declares accuracy alone, or runs of a withdrawn task."""
+    try:
+        metrics = [m for m in task(task_name).metrics if m != "accuracy"]
+    except ValueError:
+        return []
+    rows = [g for g in groups if g.included]
+    if not metrics or not rows:
+        return []
+    lines = ["", f"Beside accuracy, as GLUE scores {task_name}:", "",
+             "| method | seeds | " + " | ".join(f"{METRIC_NAMES.get(m, m)} (final {split}), %" for m in metrics) + " |",
+             "|---" * (len(metrics) + 2) + "|"]
+    for group in rows:
+        values = {m: [0.0 if r.status == "diverged" else float(r.last_eval[m]) for r in group.included] for m in metrics}
+        lines.append(f"| {group.label} | {len(group.included)} | "
+                     + " | ".join(percent(mean_interval(values[m])) for m in metrics) + " |")
+    return lines
 
 
 def _run_row(group: Group, run: RunRecord, out: Path) -> str:

@@ -11,7 +11,7 @@ A task (harness/tasks/registry.py: one file each in tasks/catalogue/) reads a pr
 - "tokens": a token dataset (ListOps; text-bytes, the analogue of LRA's Text) with its own vocabulary, PAD = 0;
 - "pairs": a token dataset of two texts per example, (N, 2, L) (pairs-bytes, the analogue of LRA's
   Retrieval), read by a model with one shared encoder (sequence.PairClassifier);
-- "text": one GLUE-like task of the ``language`` dataset (data/language.py), or your own texts
+- "text": one GLUE task of the ``language`` dataset (data/language.py), or your own texts
   (``text:DIR?text=COLUMN&label=COLUMN``, data/text_files.py), WordPiece ids ``[CLS] a [SEP] (b [SEP])`` then
   PAD, (N, width), read by BERT (models/bert.py);
 - "scenes": the fashion-scenes detection dataset (data/fashion_scenes.py), read by Mask R-CNN

@@ -45,6 +45,9 @@ class Task:
     model: str = "vit"  # the model family its presets train (TrainConfig's default for image tasks)
     plugin: str = ""  # import path of the module with its own training task and report (tasks/plugins.py)
     data: Optional["DatasetSpec"] = None  # a dataset the task brings itself, named ``dataset``
+    # What a classification task is scored by, headline first: "accuracy", "mcc" (Matthews correlation) or "f1"
+    # (of class 1), each over the scored split; a plugin task's figures are its own (its TrainingTask.metrics).
+    metrics: tuple[str, ...] = ("accuracy",)
 
     def __post_init__(self) -> None:
         if self.reading not in READINGS:
@@ -54,6 +57,8 @@ class Task:
             raise ValueError(f"task {self.name!r}: model {self.model!r} is not a family that takes its "
                              f"{READINGS[self.reading]} inputs; choose a family of models/registry.py whose kind is "
                              f"{READINGS[self.reading]!r}")
+        if not self.metrics or not set(self.metrics) <= {"accuracy", "mcc", "f1"}:
+            raise ValueError(f"task {self.name!r}: metrics {self.metrics} must be some of accuracy, mcc, f1")
         if self.data is not None and self.data.name != self.dataset:
             raise ValueError(f"task {self.name!r}: its own dataset is named {self.data.name!r}, not {self.dataset!r}; "
                              "give dataset the DatasetSpec's name")

@@ -1,7 +1,7 @@
 """Starting a run from a pre-trained encoder: ``TrainConfig.init_from`` (the language experiment's fine-tuning).
 
-    speccond train --out runs/ft --set task=glue-sentiment --set model=bert --set init_from=runs/mlm/spectral/seed-0
-    speccond compare --task glue-sentiment --methods baseline,spectral --set init_from=runs/mlm/{method}/seed-0
+    speccond train --out runs/ft --set task=glue-sst2 --set model=bert --set init_from=runs/mlm/spectral/seed-0
+    speccond compare --task glue-sst2 --methods baseline,spectral --set init_from=runs/mlm/{method}/seed-0
 
 ``{field}`` placeholders in ``init_from`` (``{method}``, ``{seed}``, ``{lam:g}``: any TrainConfig field)
 are filled from the run's own config, so one comparison fine-tunes every method from its own

@@ -155,16 +155,12 @@ class StreamedSplits:
         loader = self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=self.config.data.eval_batch_size)
         device = next(model.parameters()).device
         model.eval()
-        loss, correct, count = 0.0, 0, 0
+        tally = Tally(two_class_figures(self.config))
         with torch.no_grad():
             for inputs, labels, _ in loader:
-                logits = model(self.model_inputs(inputs).to(device))  # (b, classes)
-                target = labels.to(device)  # (b,)
-                loss += float(F.cross_entropy(logits, target, reduction="sum"))
-                correct += int((logits.argmax(-1) == target).sum())
-                count += target.shape[0]
+                tally.add(model(self.model_inputs(inputs).to(device)), labels.to(device))  # (b, classes), (b,)
         model.train()
-        return reduced(loss, correct, count, context)
+        return tally.figures(context)
 
     def probe(self, split: str) -> torch.Tensor:
         """The first 8 examples of ``split`` as the model reads them: (8, ...)."""
@@ -277,12 +273,57 @@ def streamed_task(config: TrainConfig, context: Context) -> StreamedSplits | Non
     return None
 
 
-def reduced(loss: float, correct: int, count: int, context: Context) -> dict:
-    """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed)."""
+def two_class_figures(config: TrainConfig) -> bool:
+    """Whether an evaluation of ``config``'s task gives "mcc" and "f1" too: when its task declares either
+    (registry.Task.metrics: glue-cola, glue-mrpc, lra-retrieval); every other task's rows are as before."""
+    from speccond.harness.tasks.registry import task
+
+    return bool({"mcc", "f1"} & set(task(config.data.task).metrics))
+
+
+class Tally:
+    """The sums of one evaluation: cross-entropy, correct predictions, their count and, when asked, the two-class
+    confusion matrix [target, predicted] that "mcc" and "f1" are read from."""
+
+    def __init__(self, confusion: bool):
+        self.loss, self.correct, self.count = 0.0, 0, 0
+        self.confusion = torch.zeros(2, 2, dtype=torch.int64) if confusion else None
+
+    def add(self, logits: torch.Tensor, target: torch.Tensor) -> None:
+        """logits (n, classes), target (n,) int64."""
+        self.loss += float(F.cross_entropy(logits, target, reduction="sum"))
+        predicted = logits.argmax(-1)  # (n,)
+        self.correct += int((predicted == target).sum())
+        self.count += target.shape[0]
+        if self.confusion is not None:
+            if logits.shape[-1] != 2:
+                raise ValueError(f"MCC and F1 score two classes; this model scores {logits.shape[-1]}")
+            self.confusion += torch.bincount((2 * target + predicted).cpu(), minlength=4).view(2, 2)
+
+    def figures(self, context: Context) -> dict:
+        return reduced(self.loss, self.correct, self.count, context, self.confusion)
+
+
+def reduced(loss: float, correct: int, count: int, context: Context, confusion: torch.Tensor | None = None) -> dict:
+    """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed); with a
+    two-class ``confusion`` (int64 (2, 2), [target, predicted]) also "mcc" and "f1" (binary_figures)."""
     if context.distributed:
         sums = all_reduced(torch.tensor([loss, correct, count], dtype=torch.float64), context)
         loss, correct, count = float(sums[0]), int(sums[1]), int(sums[2])
-    return {"accuracy": correct / count, "loss": loss / count}
+        if confusion is not None:
+            confusion = all_reduced(confusion.to(torch.float64), context).round().to(torch.int64)
+    figures = {"accuracy": correct / count, "loss": loss / count}
+    return figures if confusion is None else {**figures, **binary_figures(confusion)}
+
+
+def binary_figures(confusion: torch.Tensor) -> dict[str, float]:
+    """Matthews correlation ("mcc") and the F1 of class 1 ("f1") of a two-class confusion matrix
+    [target, predicted], as scikit-learn computes them (0 where a denominator is 0)."""
+    (tn, fp), (fn, tp) = confusion.tolist()
+    denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+    mcc = (tp * tn - fp * fn) / denominator if denominator else 0.0
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    return {"mcc": mcc, "f1": f1}
 
 
 

@@ -27,7 +27,7 @@ from speccond.harness.tasks.plugins import hook
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.image_transforms import image_seed
 from speccond.harness.training.optimizer import adamw
-from speccond.harness.training.streaming import reduced, streamed_task
+from speccond.harness.training.streaming import Tally, streamed_task, two_class_figures
 
 
 class TrainingTask(Protocol):
@@ -68,24 +68,22 @@ def augment(images: torch.Tensor, generator: torch.Generator, context: Context |
 
 
 def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500,
-             context: Context | None = None) -> dict:
-    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm).
+             context: Context | None = None, two_class: bool = False) -> dict:
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm);
+    ``two_class``: also "mcc" (Matthews correlation) and "f1" (of class 1), as GLUE scores CoLA and MRPC.
     Under torchrun (``context`` distributed) each rank evaluates its rows ``rank::world`` and the sums are
     all-reduced, so every example counts once."""
     if context is not None and context.distributed:
         inputs, labels = context.shard(inputs), context.shard(labels)
     device = next(model.parameters()).device
     model.eval()
-    correct, loss, count = 0, 0.0, 0
+    tally = Tally(two_class)
     with torch.no_grad():
         for start in range(0, inputs.shape[0], batch_size):
             logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
-            target = mlm.targets(labels[start : start + batch_size]).to(device)  # (b,) or (n,)
-            loss += float(F.cross_entropy(logits, target, reduction="sum"))
-            correct += int((logits.argmax(-1) == target).sum())
-            count += target.shape[0]
+            tally.add(logits, mlm.targets(labels[start : start + batch_size]).to(device))  # (b,) or (n,)
     model.train()
-    return reduced(loss, correct, count, context or Context())
+    return tally.figures(context or Context())
 
 
 class Supervised:
@@ -97,6 +95,7 @@ class Supervised:
     def __init__(self, config: TrainConfig, context: Context | None = None):
         self.config = config
         self.context = context or Context()
+        self.metrics = supervised_metrics(config)
         self.shape = task_shape(config.data.task)
         # a streamed image folder or text task reads its batches from disk (streaming.py); every other is in memory
         self.stream = streamed_task(config, self.context)
@@ -231,13 +230,26 @@ class Supervised:
     def evaluate(self, model, split):
         if self.stream is not None:
             return self.stream.evaluate(model, split, self.context)
-        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.data.eval_batch_size, self.context)
+        return evaluate(model, self.data[f"{split}_x"], self.data[f"{split}_y"], self.config.data.eval_batch_size, self.context,
+                        two_class_figures(self.config))
 
     def probe(self):
         """The first 8 test inputs, or validation inputs in a tuning run (which never reads the test split):
         (8, C, H, W) images, (8, L) or (8, 2, L) tokens."""
         split = "val" if self.config.run.tuning else "test"
         return self.stream.probe(split) if self.stream is not None else self.data[f"{split}_x"][:8]
+
+
+def supervised_metrics(config: TrainConfig) -> tuple[str, ...]:
+    """A classification task's figures, headline first: the ones its task declares (registry.Task.metrics, such as
+    "mcc" for glue-cola), then accuracy and loss."""
+    return tuple(dict.fromkeys((*task(config.data.task).metrics, "accuracy", "loss")))
+
+
+def headline_metric(config: TrainConfig) -> str:
+    """The figure runs of ``config.data.task`` are tuned and compared on: its TrainingTask's first metric."""
+    found = task_class(config)
+    return supervised_metrics(config)[0] if found is Supervised else found.metrics[0]
 
 
 def task_class(config: TrainConfig) -> type:
