@@ -10,6 +10,12 @@ Containers that merely hold an attention module (HF ``BertAttention``, timm ``Bl
 projections own no such projection and are never flagged, and neither are state-space mixers
 (``state_space_mixers``: Mamba's ``in_proj`` is not a q/k/v projection; there is no attention there).
 
+A second set of projections named with a qualifier after the role (Longformer's ``query_global``,
+``key_global``, ``value_global`` beside ``query``, ``key``, ``value``) is found and declared with the first. A
+module whose projections include no q (or no k), its queries read from elsewhere (heads as a mixture of
+experts: JetMoE's queries come from its experts' input projection), gets no declaration: k and v alone are not
+the paper's correction.
+
 A module some of whose rows no ProjectionLayout can leave out (a q projection that also holds gates, as
 Qwen3-Next's [q_h | gate_h] per head; multi-head latent attention, whose k and v come from a shared low-rank
 projection) gets no declaration: the message says why, and offers only ``exclude``.
@@ -28,7 +34,8 @@ from speccond.core.peft_layers import tuned_layer
 
 _NAME = re.compile(  # to_qkv, Wqkv, c_attn's kin, q_proj, query, linear_q (Conformer), project_q (CPM-Ant), q_a_proj (latent)
     r"^(?:to_|w_?|c_|linear_|project_)?(?P<core>query_key_value|qkv|qk|kv|query|key|value|q|k|v)"
-    r"(?:_?(?:[ab]_)?(?:proj|lin|linear|layer))?(?:_with_mqa)?(?:_weight)?$",
+    r"(?:(?:_?(?:[ab]_)?(?:proj|lin|linear|layer))?(?:_with_mqa)?(?:_weight)?"
+    r"|_(?!(?:proj|lin|linear|layer|weight|bias|norm|layernorm)$)[a-z]+)$",  # query_global: a second set's q (Longformer)
     re.IGNORECASE,
 )
 _CORE_ROLES = {"query_key_value": "qkv", "query": "q", "key": "k", "value": "v"}
@@ -70,6 +77,14 @@ def declared_attention(module_name: str) -> str:
     while parent and projection_roles(parent.rpartition(".")[2]):
         parent = parent.rpartition(".")[0]
     return parent
+
+
+def projection_set(name: str) -> str:
+    """Which set of q/k/v a projection named ``name`` belongs to, where a module holds several (Longformer's query,
+    key, value and query_global, key_global, value_global): the name without its role ("_global"); "" for a name
+    that is not a q/k/v-like one."""
+    match = _NAME.match(name)
+    return "" if match is None else name[: match.start("core")] + name[match.end("core"):]
 
 
 def projection_roles(name: str) -> Optional[str]:
@@ -151,6 +166,16 @@ def _undeclarable(module: nn.Module, projections: tuple[Projection, ...]) -> str
             f"its queries and keys come from projections whose names speccond cannot read as W_Q and W_K "
             f"({', '.join(unread)}; Conditional DETR sums two for each), so only its values could be declared, and "
             "W_V alone is not the paper's correction; declare q and k yourself where each is one projection"
+        )
+    missing = [role for role in "qk" if role not in found_roles]
+    if missing and found_roles:
+        names = {"q": "queries", "k": "keys"}
+        other = [name for name, p in module.named_parameters() if p.dim() > 2 or p.dim() == 2 and "expert" in name.lower()][:3]
+        where = f" (it also holds {', '.join(other)}: heads as a mixture of experts read their rows from there)" if other else ""
+        return (
+            f"its {' and '.join(names[r] for r in missing)} come from no projection speccond can read as "
+            f"{' or '.join('W_' + r.upper() for r in missing)}{where}, so only "
+            f"{', '.join(sorted(found_roles))} could be declared, and that alone is not the paper's correction"
         )
     heads, dh = _num_heads(module) or _heads_from_groups(module, projections), _head_dim(module)
     q = next((p for p in projections if p.roles == "q"), None)
@@ -327,6 +352,7 @@ def _out_features(p: Projection) -> int:
 
 def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[int]) -> tuple[str, list[str]]:
     """(the ProjectionLayout text for ``p``, the facts it is missing). Complete only where nothing is guessed."""
+    k_width = next((_out_features(k) for k in item.projections if k.roles == "k"), None)
     out, heads, owner = _out_features(p), item.num_heads, p.qualified_name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
     missing: list[str] = []
     comments: list[str] = []
@@ -341,6 +367,8 @@ def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[i
         count = heads
         if p.roles != "q" and heads and (q_width or out) != out:  # a k or v narrower than q: fewer kv heads
             count = out // dh if dh and out % dh == 0 else None
+        if p.roles == "v" and k_width and dh and k_width % dh == 0 and out % (k_width // dh) == 0:
+            count = k_width // dh  # each key head's value, at v's own width (v heads may be wider than q's)
         fields = [f'roles="{p.roles}"', f"num_heads={count if count else '<heads>'}"]
         if count is None and heads:
             missing.append(
