@@ -1,4 +1,4 @@
-"""Issue 52's sweep of attention families outside the architecture table: covered / refused / wrong per class.
+"""A sweep of attention families outside the architecture table: covered / refused / wrong per class.
 
     .venv/bin/python scripts/attention_sweep.py            # one line per family, then the counts per class
 

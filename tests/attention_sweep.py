@@ -1,4 +1,4 @@
-"""Attention families outside the architecture table, by the class of layout they test (issue 52's sweep).
+"""Attention families outside the architecture table, by the class of layout each tests.
 
 Each ``SweepCase`` names by hand, from the family's forward, every projection weight the forward reads as
 q, k or v (``reads``). ``outcome`` conditions a copy with apply(..., verify_with=...) and sorts the result:
@@ -30,7 +30,7 @@ VOCAB, SEQ = 64, 12
 
 @dataclass(frozen=True)
 class SweepCase:
-    """kind: the class of layout (issue 52); name: the family; build: () -> the model in eval mode;
+    """kind: the class of layout; name: the family; build: () -> the model in eval mode;
     inputs: () -> its keyword inputs; reads: the weights its forward reads as q, k or v, each with its
     layout where only one is right (None: any the forward accepts)."""
 

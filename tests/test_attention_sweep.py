@@ -1,4 +1,4 @@
-"""Issue 52's attention sweep: families outside the architecture table, each right or refused truthfully, and
+"""The attention sweep: families outside the architecture table, each right or refused truthfully, and
 the wrong layouts of the same classes still refused by verify (tests/attention_sweep.py)."""
 from __future__ import annotations
 
