@@ -111,3 +111,28 @@ def test_heads_as_experts_are_refused_and_a_partial_declaration_fails_verify():
 def _applied(model, layouts):
     speccond.apply(model, SpectralConfig(layouts=layouts))
     return model
+
+
+def test_the_printed_declaration_gives_wide_v_heads_the_key_head_count():
+    """The refusal's declaration counted a v wider than q as more heads (v width / q's head width: 4 for 2),
+    which verify then refused; v has the key heads' count at its own width."""
+    from speccond.adapters.unrecognised import find_unrecognised, unrecognised_message
+
+    model = _tiny(WideValueAttention)
+    message = unrecognised_message(find_unrecognised(model, set(), set(), lambda *names: True), model)
+    assert 'r"^attn\\.v_proj\\.weight$": ProjectionLayout(roles="v", num_heads=2)' in message
+    layouts = {rf"^attn\.{name}\.weight$": L(role, 2) for role, name in zip("qkv", ("q_proj", "k_proj", "v_proj"))}
+    (checked,) = speccond.verify(_applied(_tiny(WideValueAttention), layouts), _hidden())
+    assert "q/k/v rows of each head pair up" in checked.checks
+
+
+def test_an_embedding_named_after_a_role_is_not_a_second_set():
+    """A qualifier after a role name marks a second set of projections only on two roles or more: a lone
+    query_pos Linear (a position term, as DETR-style decoders have) or a query_embed table is no q projection."""
+    from speccond.adapters.unrecognised import owned_projections
+
+    attention = LocalGlobalAttention()
+    assert {p.attribute for _, p in owned_projections("", attention)} >= {"query_global", "value_global"}
+    attention.query_embed, attention.query_pos = torch.nn.Embedding(4, 32), torch.nn.Linear(32, 32)
+    del attention.query_global, attention.key_global, attention.value_global
+    assert {p.attribute for _, p in owned_projections("", attention)} == {"query", "key", "value"}

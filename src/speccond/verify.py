@@ -341,12 +341,12 @@ def _check_nothing_read_is_plain(probe: nn.Module, path: str, blocks: list[_Bloc
     elsewhere in the module (a second set's query_global beside a conditioned query), and moves the output when
     zeroed; or no conditioned q (or k) and no projection named as one (queries from a mixture of experts' input
     projection), where only part of the paper's correction was applied."""
-    from speccond.adapters.unrecognised import _projections
+    from speccond.adapters.unrecognised import owned_projections
 
     conditioned = {(id(b.attachment.module), b.attachment.param_name) for b in blocks}
     roles = {b.role for b in blocks}
     prefix = f"{path}." if path else ""
-    found = _projections("", probe)
+    found = owned_projections("", probe)
     named = {role for _, p in found for role in p.roles}
     missing = [role for role in "qk" if role not in roles and role not in named]
     if missing:
@@ -471,11 +471,13 @@ def _choose_observation(context: _Context, call, blocks: dict[str, _Block]) -> N
     conditioned or no candidate qualifies (the values check then reports it)."""
     if not {"q", "k", "v"} <= blocks.keys():
         return
-    seen = {role: _candidates_scaled(context, call, block) for role, block in blocks.items()}
-    for name in seen["v"][0]:
-        affine = {role: _affine_at(name, runs) for role, runs in seen.items()}
-        if affine["v"] is True and (name == "" or affine["q"] is False and affine["k"] is False):
-            context.chosen = name or None
+    seen = {"v": _candidates_scaled(context, call, blocks["v"])}
+    if _affine_at("", seen["v"]) or len(seen["v"][0]) == 1:
+        return  # the default point is linear in v (nearly every module), or there is no other
+    seen.update((role, _candidates_scaled(context, call, blocks[role])) for role in "qk")
+    for name in list(seen["v"][0])[1:]:
+        if _affine_at(name, seen["v"]) is True and _affine_at(name, seen["q"]) is _affine_at(name, seen["k"]) is False:
+            context.chosen = name
             return
 
 
@@ -491,16 +493,13 @@ def _candidates_scaled(context: _Context, call, block: _Block) -> list[dict[str,
 
 
 def _affine_at(name: str, runs: list[dict[str, torch.Tensor]]) -> bool | None:
-    """Whether the point ``name`` is affine in the scaled rows; None where it does not move with them (or is
-    not seen on every run)."""
+    """Whether the point ``name`` is affine in the scaled rows (``_affinity``); None where it does not move with
+    them, is not finite, or is not seen alike on every run."""
     outputs = [found.get(name) for found in runs]
     if any(o is None or o.shape != outputs[0].shape for o in outputs):
         return None
-    change = float((outputs[1] - outputs[0]).abs().nan_to_num().max())
-    curvature = float((outputs[2] - 2 * outputs[1] + outputs[0]).abs().nan_to_num().max())
-    if change <= 1e-9:
-        return None
-    return curvature <= 1e-7 * (change + 1e-12)
+    affine, change = _affinity(outputs, 1.0)
+    return None if change is None or change <= 1e-9 else affine
 
 
 # Attributes in which attention modules keep their head counts: query heads, key/value heads, and query heads
@@ -649,10 +648,19 @@ def _affine_in_rows(block: _Block, run, step: float) -> tuple[bool, float]:
         _set_effective_rows(block.attachment, block.rows, scale * original)
         outputs.append(run())
     _set_effective_rows(block.attachment, block.rows, original)
+    affine, change = _affinity(outputs, step)
+    if change is None:
+        raise VerificationError(f"{block.describe()}: the attention output is not finite anywhere")
+    return affine, change
+
+
+def _affinity(outputs: list[torch.Tensor], step: float) -> tuple[bool, float | None]:
+    """(whether outputs at scales 0, step and 2 step lie on a line, the largest change between the first two
+    relative to step), over the entries finite in all three; (False, None) where none is."""
     finite = torch.stack([torch.isfinite(o) for o in outputs]).all(0)  # fully masked rows may be NaN
     outputs = [o[finite] for o in outputs]  # each (n_finite,)
     if not outputs[0].numel():
-        raise VerificationError(f"{block.describe()}: the attention output is not finite anywhere")
+        return False, None
     change = float((outputs[1] - outputs[0]).abs().max()) / step
     curvature = float((outputs[2] - 2 * outputs[1] + outputs[0]).abs().max()) / step
     return curvature <= 1e-7 * (change + 1e-12), change

@@ -35,7 +35,7 @@ from speccond.core.peft_layers import tuned_layer
 _NAME = re.compile(  # to_qkv, Wqkv, c_attn's kin, q_proj, query, linear_q (Conformer), project_q (CPM-Ant), q_a_proj (latent)
     r"^(?:to_|w_?|c_|linear_|project_)?(?P<core>query_key_value|qkv|qk|kv|query|key|value|q|k|v)"
     r"(?:(?:_?(?:[ab]_)?(?:proj|lin|linear|layer))?(?:_with_mqa)?(?:_weight)?"
-    r"|_(?!(?:proj|lin|linear|layer|weight|bias|norm|layernorm)$)[a-z]+)$",  # query_global: a second set's q (Longformer)
+    r"|_(?P<qualifier>(?!(?:proj|lin|linear|layer|weight|bias|norm|layernorm)$)[a-z]+))$",  # query_global: Longformer
     re.IGNORECASE,
 )
 _CORE_ROLES = {"query_key_value": "qkv", "query": "q", "key": "k", "value": "v"}
@@ -54,6 +54,7 @@ class Projection:
     shape: tuple[int, ...]
     roles: str  # guessed from the name, block order q, k, v
     storage: str  # "in_out" for a transformers Conv1D, else "out_in"
+    attribute: str = ""  # its name on the attention module (the child's, or the parameter's), e.g. "query_global"
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def find_unrecognised(
     for name, module in model.named_modules():
         if id(module) in skip or id(module) in mixers:
             continue
-        projections = _projections(name, module)
+        projections = owned_projections(name, module)
         if not projections or any(key in claimed for key, _ in projections):
             continue
         roles = {r for _, p in projections for r in p.roles}
@@ -269,19 +270,36 @@ def unrecognised_message(found: list[UnrecognisedAttention], model: nn.Module) -
     return "\n".join(lines)
 
 
-def _projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Projection]]:
-    """((id(owner), parameter name), Projection) for each q/k/v-like projection ``module`` owns directly."""
+def owned_projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Projection]]:
+    """((id(owner), parameter name), Projection) for each q/k/v-like projection ``module`` owns directly. Names
+    with a qualifier after their role (``query_global``) count only as a set: the same qualifier on two roles or
+    more (Longformer's query_global, key_global, value_global), not a lone ``query_embed``."""
+    found = _named_projections(name, module)
+    roles_by_qualifier: dict[str, set[str]] = {}
+    for _, p in found:
+        roles_by_qualifier.setdefault(_qualifier(p), set()).update(p.roles)
+    return [(key, p) for key, p in found if not _qualifier(p) or len(roles_by_qualifier[_qualifier(p)]) > 1]
+
+
+def _qualifier(p: Projection) -> str:
+    """The qualifier after the role in the projection's name ("global" for ``query_global``), else ""."""
+    match = _NAME.match(p.attribute)
+    return (match.group("qualifier") or "") if match is not None else ""
+
+
+def _named_projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Projection]]:
+    """((id(owner), parameter name), Projection) for each q/k/v-named projection ``module`` owns directly."""
     prefix = f"{name}." if name else ""
     out = []
     for child_name, child in module.named_children():
         roles = projection_roles(child_name)
-        found = _weight_owner(child) if roles else None
+        found = _weight_owner(child) if roles and not isinstance(child, nn.Embedding) else None  # looked up, not applied
         if found is None:
             continue
         path, owner = found
         weight = owner.weight
         storage = "in_out" if is_conv1d(owner) else "out_in"
-        projection = Projection(f"{prefix}{child_name}{path}.weight", tuple(weight.shape), roles, storage)
+        projection = Projection(f"{prefix}{child_name}{path}.weight", tuple(weight.shape), roles, storage, child_name)
         out.append(((id(tuned_layer(owner)[0]), "weight"), projection))  # a PEFT tuner layer: the wrapped one
     tensors = dict(module.named_parameters(recurse=False))
     parametrizations = getattr(module, "parametrizations", None)
@@ -290,7 +308,7 @@ def _projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Pr
     for param_name, tensor in tensors.items():
         roles = projection_roles(param_name)
         if roles and tensor is not None and tensor.dim() == 2:
-            projection = Projection(f"{prefix}{param_name}", tuple(tensor.shape), roles, "out_in")
+            projection = Projection(f"{prefix}{param_name}", tuple(tensor.shape), roles, "out_in", param_name)
             out.append(((id(module), param_name), projection))
     return out
 
