@@ -31,8 +31,7 @@ VOCAB, SEQ = 64, 12
 @dataclass(frozen=True)
 class SweepCase:
     """kind: the class of layout; name: the family; build: () -> the model in eval mode;
-    inputs: () -> its keyword inputs; reads: the weights its forward reads as q, k or v, each with its
-    layout where only one is right (None: any the forward accepts)."""
+    inputs: () -> its keyword inputs; reads: the qualified names of the weights its forward reads as q, k or v."""
 
     kind: str
     name: str
@@ -52,6 +51,20 @@ def _hf(config_class: str, **fields) -> Callable[[], nn.Module]:
         return transformers.AutoModel.from_config(config).eval()
 
     return build
+
+
+def _led() -> nn.Module:
+    """LED: a Longformer encoder (local and global q/k/v) and a BART decoder."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LEDConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, attention_window=[4],
+        max_encoder_position_embeddings=64, max_decoder_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2, decoder_start_token_id=2,
+    )
+    return transformers.LEDModel(config).eval()
 
 
 def _tokens() -> dict:
@@ -185,6 +198,10 @@ CASES: list[SweepCase] = [
               _tokens, frozenset(_qkv(_LLAMA))),
     SweepCase("qk-norm per head", "hf-cohere", _hf("CohereConfig", num_key_value_heads=4, use_qk_norm=True),
               _tokens, frozenset(_qkv(_LLAMA))),
+    SweepCase("qk-norm per head", "hf-exaone4", _hf("Exaone4Config", num_key_value_heads=4), _tokens,
+              frozenset(_qkv(_LLAMA))),
+    SweepCase("qk-norm per head", "hf-hunyuan-v1-dense", _hf("HunYuanDenseV1Config", num_key_value_heads=4, head_dim=8),
+              _tokens, frozenset(_qkv(_LLAMA))),
     SweepCase("qk-norm per head", "hf-olmo2", _hf("Olmo2Config", num_key_value_heads=4), _tokens,
               frozenset(_qkv(_LLAMA))),
     # 2a. a normalisation between the attention and the output projection
@@ -194,6 +211,9 @@ CASES: list[SweepCase] = [
               frozenset(_qkv(_LLAMA))),
     SweepCase("norm before output", "timm-beit3-style", _timm("vit_base_patch16_224", scale_attn_norm=True, **_TIMM_TINY),
               _images(), frozenset({"blocks.0.attn.qkv.weight"})),
+    SweepCase("norm before output", "timm-eva-scale-attn-inner",
+              _timm("eva02_tiny_patch14_224", img_size=28, patch_size=14, depth=1, scale_attn_inner=True), _images(28),
+              frozenset({"blocks.0.attn.qkv.weight"})),
     SweepCase("norm before output", "custom-normed-output", _tiny(NormedOutputAttention), _hidden,
               frozenset(_qkv("attn."))),
     # 2b. q/k heads and v heads of different widths
@@ -212,6 +232,11 @@ CASES: list[SweepCase] = [
               _global_tokens,
               frozenset(_qkv("encoder.layer.0.attention.self.", "query", "key", "value")
                         | _qkv("encoder.layer.0.attention.self.", "query_global", "key_global", "value_global"))),
+    SweepCase("two q/k/v sets", "hf-led", _led, lambda: {**_global_tokens(), "decoder_input_ids": torch.randint(3, VOCAB, (2, 6))},
+              frozenset(_qkv("encoder.layers.0.self_attn.longformer_self_attn.", "query", "key", "value")
+                        | _qkv("encoder.layers.0.self_attn.longformer_self_attn.", "query_global", "key_global",
+                               "value_global")
+                        | _qkv("decoder.layers.0.self_attn.") | _qkv("decoder.layers.0.encoder_attn."))),
     SweepCase("two q/k/v sets", "custom-local-global", _tiny(LocalGlobalAttention), _hidden,
               frozenset(_qkv("attn.", "query", "key", "value") | _qkv("attn.", "query_global", "key_global",
                                                                        "value_global"))),

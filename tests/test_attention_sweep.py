@@ -90,6 +90,12 @@ def test_a_second_set_of_projections_left_plain_fails_verify():
     one = {pattern: layout for pattern, layout in both.items() if "global" not in pattern}
     with pytest.raises(VerificationError, match=r"attn\.(query|key|value)_global\.weight: the forward reads it"):
         speccond.verify(_applied(_tiny(LocalGlobalAttention), one), _hidden())
+    plain = _tiny(LocalGlobalAttention)
+    before = {k: v.clone() for k, v in plain.state_dict().items()}
+    with pytest.raises(VerificationError, match=re.escape('exclude=[r"^attn$"]')):
+        speccond.apply(plain, SpectralConfig(layouts=one), verify_with=(_hidden(),))
+    assert not list(attachments(plain)) and plain.state_dict().keys() == before.keys()
+    assert all(torch.equal(before[k], v) for k, v in plain.state_dict().items())
 
 
 def test_heads_as_experts_are_refused_and_a_partial_declaration_fails_verify():

@@ -88,12 +88,14 @@ def projection_set(name: str) -> str:
     return "" if match is None else name[: match.start("core")] + name[match.end("core"):]
 
 
-def projection_roles(name: str) -> Optional[str]:
-    """The roles a q/k/v-like attribute name suggests ("qkv", "q", "kv", ...), or None if it is not one."""
+def projection_roles(name: str, qualified: bool = False) -> Optional[str]:
+    """The roles a q/k/v-like attribute name suggests ("qkv", "q", "kv", ...), or None if it is not one. A name
+    with a qualifier after its role (``query_global``) is one only with ``qualified`` (``owned_projections`` reads
+    such names as a second set where the qualifier sits on two roles or more)."""
     if name in _SPECIAL_ROLES:
         return _SPECIAL_ROLES[name]
     match = _NAME.match(name)
-    if match is None:
+    if match is None or match.group("qualifier") and not qualified:
         return None
     core = match.group("core").lower()
     return _CORE_ROLES.get(core, core)
@@ -292,7 +294,7 @@ def _named_projections(name: str, module: nn.Module) -> list[tuple[tuple[int, st
     prefix = f"{name}." if name else ""
     out = []
     for child_name, child in module.named_children():
-        roles = projection_roles(child_name)
+        roles = projection_roles(child_name, qualified=True)
         found = _weight_owner(child) if roles and not isinstance(child, nn.Embedding) else None  # looked up, not applied
         if found is None:
             continue
@@ -306,7 +308,7 @@ def _named_projections(name: str, module: nn.Module) -> list[tuple[tuple[int, st
     if parametrizations is not None:
         tensors.update({n: getattr(module, n) for n in parametrizations.keys()})
     for param_name, tensor in tensors.items():
-        roles = projection_roles(param_name)
+        roles = projection_roles(param_name, qualified=True)
         if roles and tensor is not None and tensor.dim() == 2:
             projection = Projection(f"{prefix}{param_name}", tuple(tensor.shape), roles, "out_in", param_name)
             out.append(((id(module), param_name), projection))
