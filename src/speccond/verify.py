@@ -405,16 +405,17 @@ class _Context:
     observed at its output.
 
     Where the module normalises the attention output before projecting it (BitNet's ``attn_sub_norm``,
-    DiffLlama's per-head ``groupnorm``, timm's ``scale_attn_norm``), neither is linear in v; :meth:`choose`
-    then observes the input of another direct child called after the last projection (the norm's), the
-    latest one at which the output is linear in v (``_choose_observation``).
+    DiffLlama's per-head ``groupnorm``, timm's ``scale_attn_norm``), neither is linear in v; ``chosen`` (set
+    by ``_choose_observation``) then names another direct child called after the last projection (the norm),
+    the latest one whose input is linear in v and not in q or k, and its input is observed instead.
     """
 
     def __init__(self, probe: nn.Module, projections: list[nn.Module]) -> None:
         from speccond.adapters.base import is_conv1d
 
         self.calls: list[tuple[str, torch.Tensor]] = []  # (child, its input) called after the last projection
-        self.output_projection = ""
+        self.output_projection = ""  # the child named as one, if any
+        self.default = ""  # the output projection when its input was the default point of the last call, else ""
         self.chosen: str | None = None  # the child whose input is observed; None: the default
         projection_ids = {id(m) for m in projections}
         for module in projections:
@@ -447,6 +448,7 @@ class _Context:
         for name, tensor in calls:
             seen.setdefault(name, tensor)
         default = seen.pop(self.output_projection) if self.output_projection in seen else None
+        self.default = self.output_projection if default is not None else ""
         found = {"": default if default is not None else _first_tensor(output)}
         found.update((name, seen[name]) for name in reversed(list(seen)))
         return found
@@ -458,8 +460,8 @@ class _Context:
     def describe(self) -> str:
         if self.chosen:
             return f"the input of its child '{self.chosen}', called after the projections"
-        if self.output_projection:
-            return f"the input of its output projection '{self.output_projection}'"
+        if self.default:
+            return f"the input of its output projection '{self.default}'"
         return "the module's output"
 
 
