@@ -268,3 +268,47 @@ def test_norms_over_the_whole_width_are_predicted_with_their_own_gains(gain, col
     assert len(warned) == int(collapses)
     if collapses:
         assert _entropy(warned[0]) == pytest.approx(lowest, abs=0.1)
+
+
+def _per_head_normed(family: str, first_head_gain: float):
+    """One layer (4 heads of 64) normalising q and k per head in the shape its forward calls the norms: StableLM's
+    per-head LayerNorms split the heads off (B, H, N, dh) on dim 1, Cohere's one norm carries gains of shape
+    (H, dh) over (B, N, H, dh). The first head's gains are ``first_head_gain``."""
+    torch.manual_seed(0)
+    common = dict(hidden_size=256, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                  intermediate_size=512, vocab_size=100, eos_token_id=0, pad_token_id=0, bos_token_id=1,
+                  attn_implementation="eager")
+    if family == "stablelm":
+        model = transformers.StableLmForCausalLM(transformers.StableLmConfig(qk_layernorm=True, **common)).eval()
+        first = [norm.norms[0].weight for norm in (model.model.layers[0].self_attn.q_layernorm,
+                                                   model.model.layers[0].self_attn.k_layernorm)]
+    else:
+        model = transformers.CohereForCausalLM(transformers.CohereConfig(use_qk_norm=True, **common)).eval()
+        first = [norm.weight[0] for norm in (model.model.layers[0].self_attn.q_norm,
+                                             model.model.layers[0].self_attn.k_norm)]
+    with torch.no_grad():
+        for gains in first:
+            gains.fill_(first_head_gain)
+    return model
+
+
+@pytest.mark.parametrize("family", ["stablelm", "cohere"])
+@pytest.mark.parametrize("gain, collapses", [(1.0, False), (4.0, True)])
+def test_norms_per_head_are_called_in_the_shape_the_module_calls_them(family, gain, collapses):
+    """apply raised the norms' RuntimeError on StableLM and Cohere: the prediction called a per-head norm on one
+    head's (N, dh) or the whole (N, H dh), shapes these two norms do not take. It now calls each norm in the shape
+    it accepts, and agrees with the module's own probabilities for 64 unit-variance tokens, without rotation or
+    mask, warning exactly when they collapse."""
+    model = _per_head_normed(family, gain)
+    warned = _collapse_warnings(model, speccond.SpectralConfig(correction="svd"))
+    attention = model.model.layers[0].self_attn
+    tokens = torch.randn(1, 64, 256, generator=torch.Generator().manual_seed(1))
+    cos, sin = model.model.rotary_emb(tokens, torch.arange(64)[None])
+    with torch.no_grad():
+        _, p = attention(hidden_states=tokens, position_embeddings=(torch.ones_like(cos), torch.zeros_like(sin)),
+                         attention_mask=None)  # p: (1, heads, N, N)
+    lowest = float(row_entropy(p.double()).mean((0, 2)).min())  # the lowest head's
+    assert (lowest < COLLAPSE_NATS) == collapses
+    assert len(warned) == int(collapses)
+    if collapses:
+        assert _entropy(warned[0]) == pytest.approx(lowest, abs=0.1)

@@ -16,8 +16,10 @@ diagnostics), where they can rebuild it. Where the module normalises q and k its
 grow with lam, but q and k both become about the token's own direction, so a token's logit with itself
 is about scale * dh (a norm per head: sqrt(dh) at the usual scale) or the logit scale (cosine attention)
 against about sqrt(dh) times less for the others; at head width 64 that is still nearly one-hot. The
-module's own norms are used, learned gains included, whether they act per head or over the projection's
-whole width (OLMo 2, InternVL); a LayerNorm per head where the module has none the prediction can read.
+module's own norms are used, learned gains included, called as the module calls them: per head (heads before
+the tokens, as StableLM's per-head LayerNorms, or after them, as Cohere's gains of shape (H, dh)) or over the
+projection's whole width (OLMo 2, InternVL); a LayerNorm per head where the module has none the prediction can
+call.
 Channel attention and attention whose q and k are pooled to other tokens are exempt; their adapters say
 why (``ProjectionSpec.collapse_exempt``). The prediction ignores what rotary embeddings, masks and
 position biases add to the logits, all of which are bounded independently of lam.
@@ -238,11 +240,8 @@ def _logit_form(
     if not normalised:
         return _LogitForm(lambda q, k, head: scale * q @ k.t())
     if normalised == QK_LAYER_NORM:
-        q_norm, k_norm = _module_norms(module, (head_dim, head_dim))
-        if q_norm is not None:  # per head
-            return _LogitForm(lambda q, k, head: scale * q_norm(q) @ k_norm(k).t())
-        q_norm, k_norm = _module_norms(module, widths)
-        if q_norm is not None:  # over the whole width
+        q_norm, k_norm = _module_norms(module, head_dim, widths)
+        if q_norm is not None:  # the module's own norms, called on q and k as its forward calls them
             return _LogitForm(lambda q, k, head: scale * q @ k.t(), whole_q=q_norm, whole_k=k_norm)
         standardise = lambda t: F.layer_norm(t, (head_dim,))  # noqa: E731  what such norms are at initialisation
         return _LogitForm(lambda q, k, head: scale * standardise(q) @ standardise(k).t())
@@ -255,21 +254,63 @@ def _logit_form(
     return None
 
 
-def _module_norms(module: Optional[nn.Module], widths: tuple[int, int]) -> tuple[Optional[Callable], Optional[Callable]]:
-    """Float64 copies of the module's own q and k norms where their parameters are local (not an FSDP2 shard)
-    and as wide as ``widths`` (q, k); (None, None) where it has no such pair."""
+def _module_norms(
+    module: Optional[nn.Module], head_dim: int, widths: tuple[int, int]
+) -> tuple[Optional[Callable], Optional[Callable]]:
+    """Float64 copies of the module's own q and k norms where their parameters are local (not an FSDP2 shard),
+    each wrapped to take the projection's whole output (N, width) the way the norm accepts it (``_norm_call``);
+    (None, None) where the module has no such pair, or a norm takes none of those shapes."""
     for q_name, k_name in QK_NORM_PAIRS:
         pair = [getattr(module, name, None) for name in (q_name, k_name)]
-        if all(isinstance(norm, nn.Module) and _acts_over(norm, width) for norm, width in zip(pair, widths)):
-            q_norm, k_norm = (copy.deepcopy(norm).double() for norm in pair)
-            return q_norm, k_norm
+        if not all(isinstance(norm, nn.Module) and _local(norm) for norm in pair):
+            continue
+        calls = [_norm_call(copy.deepcopy(norm).double().eval(), head_dim, width) for norm, width in zip(pair, widths)]
+        if all(call is not None for call in calls):
+            return calls[0], calls[1]
     return None, None
 
 
-def _acts_over(norm: nn.Module, width: int) -> bool:
+def _local(norm: nn.Module) -> bool:
     parameters = list(norm.parameters())
-    local = all(type(p.data) is torch.Tensor for p in parameters)  # a DTensor (FSDP2) shard: not copied
-    return local and bool(parameters) and all(p.numel() == width for p in parameters)
+    return bool(parameters) and all(type(p.data) is torch.Tensor for p in parameters)  # a DTensor (FSDP2): not copied
+
+
+# How a q or k norm may be called on a projection's output (N, W), W = H dh: over the whole width (OLMo 2,
+# InternVL), or per head with the heads before the tokens ((1, H, N, dh): StableLM's per-head LayerNorms split on
+# dim 1) or after them ((1, N, H, dh): Cohere's gains of shape (H, dh)); a norm of one head width (Qwen3, timm)
+# takes either, with the same result.
+_NORM_SHAPES: dict[str, tuple[Callable, Callable]] = {
+    "whole width": (lambda t, dh: t, lambda t, dh: t),
+    "heads first": (
+        lambda t, dh: t.unflatten(-1, (-1, dh)).transpose(0, 1).unsqueeze(0),  # (N, W) -> (1, H, N, dh)
+        lambda t, dh: t.squeeze(0).transpose(0, 1).flatten(1),  # -> (N, W)
+    ),
+    "heads last": (
+        lambda t, dh: t.unflatten(-1, (-1, dh)).unsqueeze(0),  # (N, W) -> (1, N, H, dh)
+        lambda t, dh: t.squeeze(0).flatten(1),  # -> (N, W)
+    ),
+}
+
+
+def _norm_call(norm: nn.Module, head_dim: int, width: int) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """``norm`` as a map (N, width) -> (N, width), in the shape it accepts, found by calling it: on a probe
+    whose token count is none of the widths (so a shape that only fits by coincidence fails), each shape of
+    ``_NORM_SHAPES`` that runs and keeps the shape is a candidate; every candidate must agree (a norm of one
+    head width takes both per-head shapes alike). None where none runs, or they disagree."""
+    tokens = width + head_dim + 1  # not H, dh or W: no shape fits by a coincidence of sizes
+    probe = torch.randn(tokens, width, generator=torch.Generator().manual_seed(1), dtype=torch.float64)  # (N', W)
+    results = []
+    for into, back in _NORM_SHAPES.values():
+        try:
+            out = back(norm(into(probe, head_dim)), head_dim)
+        except (RuntimeError, ValueError, IndexError, TypeError):  # a shape this norm does not take
+            continue
+        if out.shape == probe.shape:
+            results.append((into, back, out))
+    if not results or any(not torch.allclose(out, results[0][2]) for *_, out in results):
+        return None
+    into, back, _ = results[0]
+    return lambda t: back(norm(into(t, head_dim)), head_dim)
 
 
 def _scale(module: Optional[nn.Module], head_dim: int) -> float:

@@ -7,7 +7,10 @@ runs each conditioned attention module on its real input (captured from one forw
 the model's own defaults: masks, position embeddings, encoder states of a cross-attention), on a float64
 copy whose projection rows it sets by hand, and checks four signatures of what it observes: the input of
 the module's output projection when it has one (the attention context of every head, linear in v even
-when the module adds a residual and a LayerNorm, as ALBERT does), else the module's output:
+when the module adds a residual and a LayerNorm, as ALBERT does), else the module's output; where the
+module normalises the attention output before projecting it (BitNet, DiffLlama, timm's scale_attn_norm),
+the input of the child it calls after the projections at which the output is linear in v and not in q or k
+(``_choose_observation``):
 
 1. the correction takes effect: zeroing C changes the output;
 2. values: the output is affine in a scaling of the rows declared as v, and not in those declared as
@@ -20,6 +23,12 @@ when the module adds a residual and a LayerNorm, as ALBERT does), else the modul
    changes the output (DeBERTa's relative-position keys from its own pos_key_proj) it is skipped;
 4. value-head pairing: the v rows of value head j change the output only together with the q and k
    rows of a query head of group j.
+
+A module with two sets of q/k/v (Longformer's query, key, value and query_global, key_global, value_global)
+has each set checked on its own. verify fails where the forward reads rows left plain: a q/k/v-named
+projection of the module, not conditioned, in a role conditioned elsewhere in it (one set declared, the
+other not), that moves the output; or no conditioned q (or k) and none named as one (queries from a
+mixture of experts' input projection): the paper's correction would be applied only in part.
 
 A key/value cache the module is called with (a transformers ``Cache``: ``past_key_values``, BART's
 ``cache``) is copied when the module is called during the capture, before the module writes to it, and
@@ -261,7 +270,7 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
     prefix = f"{path}." if path else ""
     probe_found = {(a.module_name, a.param_name): a for a in attachments(probe)}
     names = []
-    blocks: dict[str, _Block] = {}
+    every: list[_Block] = []
     for item in members:
         relative = item.module_name[len(prefix):] if item.module_name.startswith(prefix) else ""
         twin = probe_found[(relative, item.param_name)]
@@ -269,28 +278,102 @@ def _probe(attention: nn.Module, path: str, members: list[Attachment], args: tup
         layout = twin.correction.layout
         for stored_role, acts_as in zip(layout.roles, twin.correction.acts_as):
             rows = layout.block_rows(stored_role, twin.correction.out_features)
-            blocks[acts_as] = _Block(twin, item.qualified_name, acts_as, rows, layout.heads(stored_role))
+            every.append(_Block(twin, item.qualified_name, acts_as, rows, layout.heads(stored_role)))
+    sets = _qkv_sets(every, path)
+    blocks = sets[0]  # the set whose signatures choose the observed point
     result = VerifiedAttention(path, names)
     args, kwargs = _to_double(args), _to_double(kwargs)
     context = _Context(probe, [a.module for a in probe_found.values()])
 
-    def run() -> torch.Tensor:
+    def call() -> Any:
         # Each call gets its own copy of the captured cache state, so no probe sees another's keys.
-        return context.observed(probe(*_fresh(args), **_fresh(kwargs)))
+        return probe(*_fresh(args), **_fresh(kwargs))
 
-    _check_head_counts(attention, path, blocks)
+    def run() -> torch.Tensor:
+        return context.observed(call())
+
+    for one_set in sets:
+        _check_head_counts(attention, path, one_set)
     with torch.no_grad():
         _first_float64_run(run, attention, path)
+        _choose_observation(context, call, blocks)
         result.observed = context.describe()
         _check_correction_takes_effect(probe_found.values(), names, run, result, _same_for_every_token(args, kwargs))
-        skip = next((b.attachment.correction.probe_skip for b in blocks.values() if b.attachment.correction.probe_skip), "")
+        _check_nothing_read_is_plain(probe, path, every, run)
+        skip = next((b.attachment.correction.probe_skip for b in every if b.attachment.correction.probe_skip), "")
         if skip:
             result.skipped.append(f"role and head signatures: {skip}")
             return result
-        _zero_qk_biases(blocks, result, probe)
-        _check_values_are_linear(blocks, run, result)
-        _check_head_pairing(blocks, run, result)
+        for one_set in sets:
+            _zero_qk_biases(one_set, result, probe)
+            _check_values_are_linear(one_set, run, result)
+            _check_head_pairing(one_set, run, result)
     return result
+
+
+def _qkv_sets(blocks: list[_Block], path: str) -> list[dict[str, _Block]]:
+    """The conditioned blocks as sets of {role: block}: one set, unless a role is conditioned twice (a module with
+    two sets of projections, Longformer's query, key, value and query_global, key_global, value_global), then one
+    per set, told apart by the projections' names without their roles (``projection_set``)."""
+    from speccond.adapters.unrecognised import projection_set
+
+    roles = [b.role for b in blocks]
+    if len(set(roles)) == len(roles):
+        return [{b.role: b for b in blocks}]
+    sets: dict[str, dict[str, _Block]] = {}
+    for block in blocks:
+        item = block.attachment
+        key = projection_set(item.module_name.rpartition(".")[2] if item.module_name else item.param_name)
+        one_set = sets.setdefault(key, {})
+        if block.role in one_set:
+            raise VerificationError(
+                f"{block.describe()} and {one_set[block.role].describe()} are both declared as {block.role} of the "
+                f"attention module '{path}', and their names do not tell which q, k and v act together; verify "
+                "cannot check such a layout: read the forward, and apply without verify_with if it is right"
+            )
+        one_set[block.role] = block
+    return list(sets.values())
+
+
+def _check_nothing_read_is_plain(probe: nn.Module, path: str, blocks: list[_Block], run) -> None:
+    """Fail where the module's forward reads q, k or v rows that are left plain: a q/k/v-named projection of the
+    module (``speccond.adapters.unrecognised``'s names) that is not conditioned, plays a role conditioned
+    elsewhere in the module (a second set's query_global beside a conditioned query), and moves the output when
+    zeroed; or no conditioned q (or k) and no projection named as one (queries from a mixture of experts' input
+    projection), where only part of the paper's correction was applied."""
+    from speccond.adapters.unrecognised import owned_projections
+
+    conditioned = {(id(b.attachment.module), b.attachment.param_name) for b in blocks}
+    roles = {b.role for b in blocks}
+    prefix = f"{path}." if path else ""
+    found = owned_projections("", probe)
+    named = {role for _, p in found for role in p.roles}
+    missing = [role for role in "qk" if role not in roles and role not in named]
+    if missing:
+        raise VerificationError(
+            f"{path}: no projection of the module is conditioned as {' or '.join(missing)}, and none is named as one: "
+            f"its {' and '.join({'q': 'queries', 'k': 'keys'}[r] for r in missing)} come from weights no layout "
+            "declares (heads as a mixture of experts read them from the experts' input projection), so conditioning "
+            f"{', '.join(sorted(roles))} alone is not the paper's correction; leave the module plain: "
+            f'SpectralConfig(exclude=[r"{every_layer_pattern(path)}"])'
+        )
+    reference = run()
+    for (owner_id, param_name), projection in found:
+        if (owner_id, param_name) in conditioned or not set(projection.roles) & roles:
+            continue
+        owner = next(m for m in probe.modules() if id(m) == owner_id)
+        weight = getattr(owner, param_name)
+        saved = weight.detach().clone()
+        weight.data.zero_()
+        moved = not _same(run(), reference)
+        weight.data.copy_(saved)
+        if moved:
+            raise VerificationError(
+                f"{prefix}{projection.qualified_name}: the forward reads it as {projection.roles} (zeroing it moves the "
+                f"output) beside the conditioned {', '.join(sorted(set(projection.roles) & roles))} of '{path}', but it "
+                "is left plain: declare its layout too (a second set of q/k/v gets its own lines), or leave the module "
+                f'plain: SpectralConfig(exclude=[r"{every_layer_pattern(path)}"])'
+            )
 
 
 def _first_float64_run(run, attention: nn.Module, path: str) -> None:
@@ -310,47 +393,115 @@ def _first_float64_run(run, attention: nn.Module, path: str) -> None:
 
 
 class _Context:
-    """What the probe observes: the input of the module's output projection when it has one, else its output.
+    """What the probe observes: the attention context, where v acts linearly.
 
-    The output projection is a direct Linear (or Conv1D) child named as one (``OUTPUT_PROJECTIONS``: timm
-    ``proj``, Llama ``o_proj``, BART ``out_proj``, GPT-2 ``c_proj``, ALBERT ``dense``), called after every
-    conditioned projection in the forward. Its input, the attention context softmax(q k^T) v of every head,
-    is linear in v even when the module adds a residual and a LayerNorm after the projection (ALBERT),
-    which its output is not. Other Linear children (DeBERTa's ``pos_key_proj`` on the relative
-    embeddings) are not it. A module without one (BERT's self-attention, nn.MultiheadAttention, which
-    reads ``out_proj.weight`` directly) is observed at its output.
+    By default the input of the module's output projection when it has one, else its output. The output
+    projection is a direct Linear (or Conv1D) child named as one (``OUTPUT_PROJECTIONS``: timm ``proj``, Llama
+    ``o_proj``, BART ``out_proj``, GPT-2 ``c_proj``, ALBERT ``dense``), called after every conditioned
+    projection in the forward. Its input, the attention context softmax(q k^T) v of every head, is linear in v
+    even when the module adds a residual and a LayerNorm after the projection (ALBERT), which its output is
+    not. Other Linear children (DeBERTa's ``pos_key_proj`` on the relative embeddings) are not it. A module
+    without one (BERT's self-attention, nn.MultiheadAttention, which reads ``out_proj.weight`` directly) is
+    observed at its output.
+
+    Where the module normalises the attention output before projecting it (BitNet's ``attn_sub_norm``,
+    DiffLlama's per-head ``groupnorm``, timm's ``scale_attn_norm``), neither is linear in v; ``chosen`` (set
+    by ``_choose_observation``) then names another direct child called after the last projection (the norm),
+    the latest one whose input is linear in v and not in q or k, and its input is observed instead.
     """
 
     def __init__(self, probe: nn.Module, projections: list[nn.Module]) -> None:
         from speccond.adapters.base import is_conv1d
 
-        self.seen: torch.Tensor | None = None
-        self.name = ""
+        self.calls: list[tuple[str, torch.Tensor]] = []  # (child, its input) called after the last projection
+        self.output_projection = ""  # the child named as one, if any
+        self.default = ""  # the output projection when its input was the default point of the last call, else ""
+        self.chosen: str | None = None  # the child whose input is observed; None: the default
         projection_ids = {id(m) for m in projections}
         for module in projections:
             if module is not probe:
                 module.register_forward_pre_hook(self._projection_called)
         for name, child in probe.named_children():
+            if id(child) in projection_ids:
+                continue
+            child.register_forward_pre_hook(self._hook_for(name))
             linear = isinstance(child, nn.Linear) or is_conv1d(child)
-            if name in OUTPUT_PROJECTIONS and id(child) not in projection_ids and linear:
-                child.register_forward_pre_hook(self._hook_for(name))
+            if name in OUTPUT_PROJECTIONS and linear and not self.output_projection:
+                self.output_projection = name
 
     def _projection_called(self, _module: nn.Module, _args: tuple) -> None:
-        self.seen, self.name = None, ""  # only a Linear called after the last projection is the output one
+        self.calls = []  # only children called after the last projection see the attention context
 
     def _hook_for(self, name: str):
         def hook(_module: nn.Module, args: tuple) -> None:
             if args and isinstance(args[0], torch.Tensor):
-                self.seen, self.name = args[0].clone(), name
+                self.calls.append((name, args[0].clone()))
 
         return hook
 
+    def candidates(self, output: Any) -> dict[str, torch.Tensor]:
+        """Every point the probe could observe on this call, most preferred first: the output projection's
+        input (or the module's output, under ""), then the inputs of the other children called after the last
+        projection, latest first (each child's first such call)."""
+        calls, self.calls = self.calls, []
+        seen: dict[str, torch.Tensor] = {}
+        for name, tensor in calls:
+            seen.setdefault(name, tensor)
+        default = seen.pop(self.output_projection) if self.output_projection in seen else None
+        self.default = self.output_projection if default is not None else ""
+        found = {"": default if default is not None else _first_tensor(output)}
+        found.update((name, seen[name]) for name in reversed(list(seen)))
+        return found
+
     def observed(self, output: Any) -> torch.Tensor:
-        seen, self.seen = self.seen, None
-        return seen if seen is not None else _first_tensor(output)
+        found = self.candidates(output)
+        return found.get(self.chosen, found[""]) if self.chosen else found[""]
 
     def describe(self) -> str:
-        return f"the input of its output projection '{self.name}'" if self.name else "the module's output"
+        if self.chosen:
+            return f"the input of its child '{self.chosen}', called after the projections"
+        if self.default:
+            return f"the input of its output projection '{self.default}'"
+        return "the module's output"
+
+
+def _choose_observation(context: _Context, call, blocks: dict[str, _Block]) -> None:
+    """Observe where v acts linearly: the default point (``_Context``) when the output there is affine in the
+    v rows and moves with them, else the first other candidate that is the attention context: affine in v,
+    moving with q and k but not affine in them (the input of a norm the module applies to the attention
+    output; a q norm's input, linear in q and blind to k, is not it). Nothing changes where q, k or v is not
+    conditioned or no candidate qualifies (the values check then reports it)."""
+    if not {"q", "k", "v"} <= blocks.keys():
+        return
+    seen = {"v": _candidates_scaled(context, call, blocks["v"])}
+    if _affine_at("", seen["v"]) or len(seen["v"][0]) == 1:
+        return  # the default point is linear in v (nearly every module), or there is no other
+    seen.update((role, _candidates_scaled(context, call, blocks[role])) for role in "qk")
+    for name in list(seen["v"][0])[1:]:
+        if _affine_at(name, seen["v"]) is True and _affine_at(name, seen["q"]) is _affine_at(name, seen["k"]) is False:
+            context.chosen = name
+            return
+
+
+def _candidates_scaled(context: _Context, call, block: _Block) -> list[dict[str, torch.Tensor]]:
+    """Every candidate point (``_Context.candidates``) with the block's rows scaled by 0, 1 and 2."""
+    original = _effective_rows(block.attachment, block.rows)
+    seen = []
+    for scale in (0.0, 1.0, 2.0):
+        _set_effective_rows(block.attachment, block.rows, scale * original)
+        seen.append(context.candidates(call()))
+    _set_effective_rows(block.attachment, block.rows, original)
+    return seen
+
+
+def _affine_at(name: str, runs: list[dict[str, torch.Tensor]]) -> bool | None:
+    """Whether the point ``name`` is affine in the scaled rows (``_affinity``); None where it does not move with
+    them, is not finite, or is not seen alike on every run."""
+    outputs = [found.get(name) for found in runs]
+    if any(o is None or o.shape != outputs[0].shape for o in outputs):
+        return None
+    affine, change = _affinity(outputs, 1.0)
+    return None if change is None or change <= 1e-9 else affine
 
 
 # Attributes in which attention modules keep their head counts: query heads, key/value heads, and query heads
@@ -499,10 +650,19 @@ def _affine_in_rows(block: _Block, run, step: float) -> tuple[bool, float]:
         _set_effective_rows(block.attachment, block.rows, scale * original)
         outputs.append(run())
     _set_effective_rows(block.attachment, block.rows, original)
+    affine, change = _affinity(outputs, step)
+    if change is None:
+        raise VerificationError(f"{block.describe()}: the attention output is not finite anywhere")
+    return affine, change
+
+
+def _affinity(outputs: list[torch.Tensor], step: float) -> tuple[bool, float | None]:
+    """(whether outputs at scales 0, step and 2 step lie on a line, the largest change between the first two
+    relative to step), over the entries finite in all three; (False, None) where none is."""
     finite = torch.stack([torch.isfinite(o) for o in outputs]).all(0)  # fully masked rows may be NaN
     outputs = [o[finite] for o in outputs]  # each (n_finite,)
     if not outputs[0].numel():
-        raise VerificationError(f"{block.describe()}: the attention output is not finite anywhere")
+        return False, None
     change = float((outputs[1] - outputs[0]).abs().max()) / step
     curvature = float((outputs[2] - 2 * outputs[1] + outputs[0]).abs().max()) / step
     return curvature <= 1e-7 * (change + 1e-12), change

@@ -105,16 +105,21 @@ class HFSeparateQkvAdapter:
         ]
 
     def _head_counts(self, module: nn.Module) -> Optional[tuple[int, int, int]]:
-        """(q, k, v) head counts, or None when they cannot be read consistently."""
+        """(q, k, v) head counts, or None when they cannot be read consistently. A key head is as wide as a
+        query head; v has the key heads' count (each key head's value), at its own width (Perceiver's
+        v_channels: v heads twice as wide as q and k)."""
         heads = _num_heads(module)
         q, k, v = (getattr(module, n) for n in self.names)
         if heads is None or q.out_features % heads:
             return None
         head_dim = q.out_features // heads
         declared = getattr(module, "head_dim", getattr(module, "attention_head_size", head_dim))
-        if declared != head_dim or k.out_features % head_dim or v.out_features % head_dim:
+        if declared != head_dim or k.out_features % head_dim:
             return None
-        return heads, k.out_features // head_dim, v.out_features // head_dim
+        kv_heads = k.out_features // head_dim
+        if v.out_features % kv_heads:
+            return None
+        return heads, kv_heads, kv_heads
 
 
 def _num_heads(module: nn.Module) -> Optional[int]:

@@ -10,6 +10,12 @@ Containers that merely hold an attention module (HF ``BertAttention``, timm ``Bl
 projections own no such projection and are never flagged, and neither are state-space mixers
 (``state_space_mixers``: Mamba's ``in_proj`` is not a q/k/v projection; there is no attention there).
 
+A second set of projections named with a qualifier after the role (Longformer's ``query_global``,
+``key_global``, ``value_global`` beside ``query``, ``key``, ``value``) is found and declared with the first. A
+module whose projections include no q (or no k), its queries read from elsewhere (heads as a mixture of
+experts: JetMoE's queries come from its experts' input projection), gets no declaration: k and v alone are not
+the paper's correction.
+
 A module some of whose rows no ProjectionLayout can leave out (a q projection that also holds gates, as
 Qwen3-Next's [q_h | gate_h] per head; multi-head latent attention, whose k and v come from a shared low-rank
 projection) gets no declaration: the message says why, and offers only ``exclude``.
@@ -28,7 +34,8 @@ from speccond.core.peft_layers import tuned_layer
 
 _NAME = re.compile(  # to_qkv, Wqkv, c_attn's kin, q_proj, query, linear_q (Conformer), project_q (CPM-Ant), q_a_proj (latent)
     r"^(?:to_|w_?|c_|linear_|project_)?(?P<core>query_key_value|qkv|qk|kv|query|key|value|q|k|v)"
-    r"(?:_?(?:[ab]_)?(?:proj|lin|linear|layer))?(?:_with_mqa)?(?:_weight)?$",
+    r"(?:(?:_?(?:[ab]_)?(?:proj|lin|linear|layer))?(?:_with_mqa)?(?:_weight)?"
+    r"|_(?P<qualifier>(?!(?:proj|lin|linear|layer|weight|bias|norm|layernorm)$)[a-z]+))$",  # query_global: Longformer
     re.IGNORECASE,
 )
 _CORE_ROLES = {"query_key_value": "qkv", "query": "q", "key": "k", "value": "v"}
@@ -47,6 +54,7 @@ class Projection:
     shape: tuple[int, ...]
     roles: str  # guessed from the name, block order q, k, v
     storage: str  # "in_out" for a transformers Conv1D, else "out_in"
+    attribute: str = ""  # its name on the attention module (the child's, or the parameter's), e.g. "query_global"
 
 
 @dataclass(frozen=True)
@@ -72,12 +80,22 @@ def declared_attention(module_name: str) -> str:
     return parent
 
 
-def projection_roles(name: str) -> Optional[str]:
-    """The roles a q/k/v-like attribute name suggests ("qkv", "q", "kv", ...), or None if it is not one."""
+def projection_set(name: str) -> str:
+    """Which set of q/k/v a projection named ``name`` belongs to, where a module holds several (Longformer's query,
+    key, value and query_global, key_global, value_global): the name without its role ("_global"); "" for a name
+    that is not a q/k/v-like one."""
+    match = _NAME.match(name)
+    return "" if match is None else name[: match.start("core")] + name[match.end("core"):]
+
+
+def projection_roles(name: str, qualified: bool = False) -> Optional[str]:
+    """The roles a q/k/v-like attribute name suggests ("qkv", "q", "kv", ...), or None if it is not one. A name
+    with a qualifier after its role (``query_global``) is one only with ``qualified`` (``owned_projections`` reads
+    such names as a second set where the qualifier sits on two roles or more)."""
     if name in _SPECIAL_ROLES:
         return _SPECIAL_ROLES[name]
     match = _NAME.match(name)
-    if match is None:
+    if match is None or match.group("qualifier") and not qualified:
         return None
     core = match.group("core").lower()
     return _CORE_ROLES.get(core, core)
@@ -98,7 +116,7 @@ def find_unrecognised(
     for name, module in model.named_modules():
         if id(module) in skip or id(module) in mixers:
             continue
-        projections = _projections(name, module)
+        projections = owned_projections(name, module)
         if not projections or any(key in claimed for key, _ in projections):
             continue
         roles = {r for _, p in projections for r in p.roles}
@@ -151,6 +169,16 @@ def _undeclarable(module: nn.Module, projections: tuple[Projection, ...]) -> str
             f"its queries and keys come from projections whose names speccond cannot read as W_Q and W_K "
             f"({', '.join(unread)}; Conditional DETR sums two for each), so only its values could be declared, and "
             "W_V alone is not the paper's correction; declare q and k yourself where each is one projection"
+        )
+    missing = [role for role in "qk" if role not in found_roles]
+    if missing and found_roles:
+        names = {"q": "queries", "k": "keys"}
+        other = [name for name, p in module.named_parameters() if p.dim() > 2 or p.dim() == 2 and "expert" in name.lower()][:3]
+        where = f" (it also holds {', '.join(other)}: heads as a mixture of experts read their rows from there)" if other else ""
+        return (
+            f"its {' and '.join(names[r] for r in missing)} come from no projection speccond can read as "
+            f"{' or '.join('W_' + r.upper() for r in missing)}{where}, so only "
+            f"{', '.join(sorted(found_roles))} could be declared, and that alone is not the paper's correction"
         )
     heads, dh = _num_heads(module) or _heads_from_groups(module, projections), _head_dim(module)
     q = next((p for p in projections if p.roles == "q"), None)
@@ -244,28 +272,45 @@ def unrecognised_message(found: list[UnrecognisedAttention], model: nn.Module) -
     return "\n".join(lines)
 
 
-def _projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Projection]]:
-    """((id(owner), parameter name), Projection) for each q/k/v-like projection ``module`` owns directly."""
+def owned_projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Projection]]:
+    """((id(owner), parameter name), Projection) for each q/k/v-like projection ``module`` owns directly. Names
+    with a qualifier after their role (``query_global``) count only as a set: the same qualifier on two roles or
+    more (Longformer's query_global, key_global, value_global), not a lone ``query_embed``."""
+    found = _named_projections(name, module)
+    roles_by_qualifier: dict[str, set[str]] = {}
+    for _, p in found:
+        roles_by_qualifier.setdefault(_qualifier(p), set()).update(p.roles)
+    return [(key, p) for key, p in found if not _qualifier(p) or len(roles_by_qualifier[_qualifier(p)]) > 1]
+
+
+def _qualifier(p: Projection) -> str:
+    """The qualifier after the role in the projection's name ("global" for ``query_global``), else ""."""
+    match = _NAME.match(p.attribute)
+    return (match.group("qualifier") or "") if match is not None else ""
+
+
+def _named_projections(name: str, module: nn.Module) -> list[tuple[tuple[int, str], Projection]]:
+    """((id(owner), parameter name), Projection) for each q/k/v-named projection ``module`` owns directly."""
     prefix = f"{name}." if name else ""
     out = []
     for child_name, child in module.named_children():
-        roles = projection_roles(child_name)
-        found = _weight_owner(child) if roles else None
+        roles = projection_roles(child_name, qualified=True)
+        found = _weight_owner(child) if roles and not isinstance(child, nn.Embedding) else None  # looked up, not applied
         if found is None:
             continue
         path, owner = found
         weight = owner.weight
         storage = "in_out" if is_conv1d(owner) else "out_in"
-        projection = Projection(f"{prefix}{child_name}{path}.weight", tuple(weight.shape), roles, storage)
+        projection = Projection(f"{prefix}{child_name}{path}.weight", tuple(weight.shape), roles, storage, child_name)
         out.append(((id(tuned_layer(owner)[0]), "weight"), projection))  # a PEFT tuner layer: the wrapped one
     tensors = dict(module.named_parameters(recurse=False))
     parametrizations = getattr(module, "parametrizations", None)
     if parametrizations is not None:
         tensors.update({n: getattr(module, n) for n in parametrizations.keys()})
     for param_name, tensor in tensors.items():
-        roles = projection_roles(param_name)
+        roles = projection_roles(param_name, qualified=True)
         if roles and tensor is not None and tensor.dim() == 2:
-            projection = Projection(f"{prefix}{param_name}", tuple(tensor.shape), roles, "out_in")
+            projection = Projection(f"{prefix}{param_name}", tuple(tensor.shape), roles, "out_in", param_name)
             out.append(((id(module), param_name), projection))
     return out
 
@@ -327,6 +372,7 @@ def _out_features(p: Projection) -> int:
 
 def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[int]) -> tuple[str, list[str]]:
     """(the ProjectionLayout text for ``p``, the facts it is missing). Complete only where nothing is guessed."""
+    k_width = next((_out_features(k) for k in item.projections if k.roles == "k"), None)
     out, heads, owner = _out_features(p), item.num_heads, p.qualified_name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
     missing: list[str] = []
     comments: list[str] = []
@@ -341,6 +387,8 @@ def _declaration(p: Projection, item: UnrecognisedAttention, q_width: Optional[i
         count = heads
         if p.roles != "q" and heads and (q_width or out) != out:  # a k or v narrower than q: fewer kv heads
             count = out // dh if dh and out % dh == 0 else None
+        if p.roles == "v" and k_width and dh and k_width % dh == 0 and out % (k_width // dh) == 0:
+            count = k_width // dh  # each key head's value, at v's own width (v heads may be wider than q's)
         fields = [f'roles="{p.roles}"', f"num_heads={count if count else '<heads>'}"]
         if count is None and heads:
             missing.append(
