@@ -155,7 +155,7 @@ class StreamedSplits:
         loader = self._loader(dataset, sampler=RankShard(len(dataset), context), batch_size=self.config.data.eval_batch_size)
         device = next(model.parameters()).device
         model.eval()
-        loss, correct, count = 0.0, 0, 0
+        loss, correct, count, counts = 0.0, 0, 0, None
         with torch.no_grad():
             for inputs, labels, _ in loader:
                 logits = model(self.model_inputs(inputs).to(device))  # (b, classes)
@@ -163,8 +163,9 @@ class StreamedSplits:
                 loss += float(F.cross_entropy(logits, target, reduction="sum"))
                 correct += int((logits.argmax(-1) == target).sum())
                 count += target.shape[0]
+                counts = class_counts(counts, target, logits.shape[-1])
         model.train()
-        return reduced(loss, correct, count, context)
+        return reduced(loss, correct, count, context, counts)
 
     def probe(self, split: str) -> torch.Tensor:
         """The first 8 examples of ``split`` as the model reads them: (8, ...)."""
@@ -277,12 +278,22 @@ def streamed_task(config: TrainConfig, context: Context) -> StreamedSplits | Non
     return None
 
 
-def reduced(loss: float, correct: int, count: int, context: Context) -> dict:
-    """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed)."""
+def reduced(loss: float, correct: int, count: int, context: Context, classes: torch.Tensor) -> dict:
+    """{"accuracy", "loss", "majority", "examples"} of the sums over every rank's shard (this rank's alone when
+    not distributed). ``classes``: (C,) how many targets of the split each class has; "majority" is the share
+    of the most common one, the accuracy of always answering it (the report's floor for "nothing learnt"), and
+    "examples" the number of targets scored."""
     if context.distributed:
         sums = all_reduced(torch.tensor([loss, correct, count], dtype=torch.float64), context)
         loss, correct, count = float(sums[0]), int(sums[1]), int(sums[2])
-    return {"accuracy": correct / count, "loss": loss / count}
+        classes = all_reduced(classes, context)
+    return {"accuracy": correct / count, "loss": loss / count, "majority": int(classes.max()) / count, "examples": count}
+
+
+def class_counts(counts: torch.Tensor | None, targets: torch.Tensor, classes: int) -> torch.Tensor:
+    """``counts`` (C,) plus how many of ``targets`` (n,) each of the ``classes`` classes has, on the CPU."""
+    found = torch.bincount(targets.detach().cpu(), minlength=classes)
+    return found if counts is None else counts + found
 
 
 

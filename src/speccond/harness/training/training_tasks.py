@@ -27,7 +27,7 @@ from speccond.harness.tasks.plugins import hook
 from speccond.harness.training.distributed import Context
 from speccond.harness.training.image_transforms import image_seed
 from speccond.harness.training.optimizer import adamw
-from speccond.harness.training.streaming import reduced, streamed_task
+from speccond.harness.training.streaming import class_counts, reduced, streamed_task
 
 
 class TrainingTask(Protocol):
@@ -69,14 +69,15 @@ def augment(images: torch.Tensor, generator: torch.Generator, context: Context |
 
 def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500,
              context: Context | None = None) -> dict:
-    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm).
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm),
+    and the majority class's share of the targets (streaming.reduced).
     Under torchrun (``context`` distributed) each rank evaluates its rows ``rank::world`` and the sums are
     all-reduced, so every example counts once."""
     if context is not None and context.distributed:
         inputs, labels = context.shard(inputs), context.shard(labels)
     device = next(model.parameters()).device
     model.eval()
-    correct, loss, count = 0, 0.0, 0
+    correct, loss, count, counts = 0, 0.0, 0, None
     with torch.no_grad():
         for start in range(0, inputs.shape[0], batch_size):
             logits = model(inputs[start : start + batch_size].to(device))  # (b, classes) or (n, vocab)
@@ -84,8 +85,9 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch
             loss += float(F.cross_entropy(logits, target, reduction="sum"))
             correct += int((logits.argmax(-1) == target).sum())
             count += target.shape[0]
+            counts = class_counts(counts, target, logits.shape[-1])
     model.train()
-    return reduced(loss, correct, count, context or Context())
+    return reduced(loss, correct, count, context or Context(), counts)
 
 
 class Supervised:
