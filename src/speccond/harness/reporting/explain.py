@@ -62,9 +62,13 @@ def within_noise(accuracies: Sequence[float], bottom: Floor) -> bool:
     return interval.mean - math.hypot(seeds, split) <= bottom.rate
 
 
-def nothing_learnt_line(bottom: Floor, split: str) -> str:
-    return (f"**Nothing learnt**: every group's final {split} accuracy is within noise of the {bottom} (95 % interval "
-            "over seeds and the split's sampling), so the table compares models that learnt nothing: raise epochs or lr.")
+def nothing_learnt_line(bottom: Floor, split: str, every: bool) -> str:
+    """The line above the table: every group learnt nothing, or which mark says that some did not."""
+    noise = "(95 % interval over seeds and the split's sampling)"
+    if every:
+        return (f"**Nothing learnt**: every group's final {split} accuracy is within noise of the {bottom} {noise}, "
+                "so the table compares models that learnt nothing: raise epochs or lr.")
+    return f"(nothing learnt): the group's final {split} accuracy is within noise of the {bottom} {noise}."
 
 
 def warmup_text(runs: Sequence, asked: str) -> str:

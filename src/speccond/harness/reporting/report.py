@@ -149,7 +149,7 @@ def _classes(groups: Sequence[Group]) -> Optional[int]:
     tasks = {r.config.data.task for g in groups for r in g.runs}
     try:
         return task_shape(tasks.pop()).classes if len(tasks) == 1 else None
-    except (ValueError, KeyError, AttributeError):
+    except (ValueError, KeyError, AttributeError, OSError):
         return None
 
 
@@ -191,9 +191,9 @@ def _markdown(report: Report) -> str:
     lines += [f"- {line}" for line in _settings(shared, report.reference, split, runs_scored, bounded)]
     lines.append("")
     judged = [s.nothing_learnt for s in report.summaries]
-    if judged and all(judged):
+    if any(judged):
         bottom = explain.floor(runs_scored, _classes([g for g in report.groups if g.included]))
-        lines += [explain.nothing_learnt_line(bottom, split), ""]
+        lines += [explain.nothing_learnt_line(bottom, split, every=all(judged)), ""]
     if report.summaries:
         kappa = ("kappa(W_q,k,v) of the whole block at end | largest per-head kappa at end" if bounded
                  else "kappa(W_q,k,v) at end")
