@@ -1,4 +1,4 @@
-"""The report explains itself (issue 53, item 2): runs that learnt nothing are flagged by a statistical
+"""The report explains itself: runs that learnt nothing are flagged by a statistical
 criterion against the majority class of the scored split; a warm-up not shorter than the run is adapted,
 recorded and said; every setting that differs from the defaults is listed; where a correction is sized per
 head, the largest per-head kappa of W + C stands beside the block's, labelled, in the table and the figure;
@@ -21,7 +21,7 @@ from speccond.harness.training.train import train
 from speccond.harness.training.training_tasks import training_task
 from speccond.harness.models.run_model import model_for
 
-# digits: 1438 training images, batch 45: 32 steps an epoch (the issue's 32-step run)
+# digits: 1438 training images, batch 45: 32 steps an epoch (a run shorter than the default warm-up of 50)
 SETS = ["task=digits", "embed_dim=32", "depth=1", "num_heads=2", "patch_size=2", "batch_size=45", "test_size=128",
         "checkpoint_every=100"]
 LEARNS = ("depth=2", "batch_size=64", "epochs=15", "lr=3e-3", "warmup_steps=20")  # 345 steps: 30 % on digits
@@ -66,7 +66,7 @@ def test_runs_that_learnt_nothing_are_flagged_against_the_majority_class(tmp_pat
 
 
 @pytest.mark.parametrize("accuracies, examples, expected", [
-    ([0.52, 0.51, 0.50], 2000, True),  # the issue's 50.92 %: every seed at the majority class
+    ([0.52, 0.51, 0.50], 2000, True),  # a text run at 50.92 %: every seed at the majority class
     ([0.62, 0.63, 0.61], 2000, False),
     ([0.53], 100, True),  # one seed, 100 targets: 1.96 sqrt(0.5 * 0.5 / 100) = 9.8 points of noise
     ([0.53], 100_000, False),
