@@ -23,6 +23,7 @@ from tests.hidden_attention import Pooled, Router, SdpaMixer
 
 timm = pytest.importorskip("timm")
 RTOL = 1e-4  # float32 spectra and entropy against the diagnostics' float64
+MEASURED_AT = [0, 2]  # every=2 over 3 or 4 steps: the global steps of the forwards measured, logged as such by all front ends
 
 
 def vit(correction: dict | None = None):
@@ -147,7 +148,7 @@ def test_plain_loop_writes_tensorboard_and_csv(tmp_path):
     train_steps(model, csv_monitor, steps=3, batch=batch)
     scalars, rows = event_scalars(tmp_path / "tb"), read_csv_metrics(tmp_path / "m.csv")
     assert set(scalars) == set(rows) == set(csv_monitor.last)
-    assert [step for step, _ in scalars["speccond/kappa/mean"]] == [0, 2] == [s for s, _ in rows["speccond/kappa/mean"]]
+    assert [step for step, _ in scalars["speccond/kappa/mean"]] == MEASURED_AT == [s for s, _ in rows["speccond/kappa/mean"]]
     assert rows["speccond/kappa/layer1/v/head2"][-1][1] == csv_monitor.last["speccond/kappa/layer1/v/head2"]
 
 
@@ -236,6 +237,9 @@ def test_import_speccond_loads_neither_transformers_nor_lightning_nor_tensorboar
 # -- front ends: transformers.Trainer -------------------------------------------------------------------------------
 @pytest.mark.parametrize("place", ["after", "before"], ids=["callbacks-arg-after-tensorboard", "inserted-first"])
 def test_trainer_callback_reaches_tensorboard_whatever_the_order(tmp_path, place):
+    """Logged at the global step of the forward measured (0, 2: the plain loop's steps, not the Trainer's count
+    after the update, 1, 3), without changing when the Trainer logs its loss (every logging_steps=3: at 3, the
+    end of the forward measured at 2, as well; not forced at 1)."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     pytest.importorskip("tensorboard")
@@ -252,7 +256,7 @@ def test_trainer_callback_reaches_tensorboard_whatever_the_order(tmp_path, place
     data = [{"input_ids": ids[i], "labels": torch.tensor(i % 2)} for i in range(8)]
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), max_steps=4, report_to=["tensorboard"], use_cpu=True, save_strategy="no",
-        per_device_train_batch_size=2, learning_rate=1e-3, disable_tqdm=True, logging_steps=50,
+        per_device_train_batch_size=2, learning_rate=1e-3, disable_tqdm=True, logging_steps=3,
     )
     callback = SpecCondCallback(every=2)
     trainer = transformers.Trainer(
@@ -262,17 +266,20 @@ def test_trainer_callback_reaches_tensorboard_whatever_the_order(tmp_path, place
         trainer.callback_handler.callbacks.insert(0, callback)
     trainer.train()
     assert len(calls) == 4  # one forward per step: the monitor adds none
-    assert trainer.callback_handler.callbacks[0] is callback
     scalars = {tag.removeprefix("train/"): v for tag, v in event_scalars(tmp_path).items()}  # the Trainer's prefix
     assert {tag for tag in scalars if tag.startswith("speccond/")} == set(callback.last)
-    assert [step for step, _ in scalars["speccond/kappa/mean"]] == [1, 3]  # measured at steps 0, 2; logged after
+    assert [step for step, _ in scalars["speccond/kappa/mean"]] == MEASURED_AT
+    assert [step for step, _ in scalars["loss"]] == [3]  # the Trainer's own log, every logging_steps
+    history = [row["step"] for row in trainer.state.log_history if "speccond/kappa/mean" in row]
+    assert history == MEASURED_AT
     assert math.isclose(scalars["speccond/entropy/layer1/head3"][-1][1], callback.last["speccond/entropy/layer1/head3"], rel_tol=1e-6)
 
 
 # -- front ends: Lightning ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("accumulate, logged_at", [(1, [1, 3]), (2, [0, 2])], ids=["each-batch", "accumulating-2"])
-def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path, accumulate, logged_at):
-    """Logged once per due step; accumulating, at the end of its first micro-batch (before the update)."""
+@pytest.mark.parametrize("accumulate", [1, 2], ids=["each-batch", "accumulating-2"])
+def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path, accumulate):
+    """Logged once per due step, at the global step of the forward measured (0, 2: the plain loop's steps, not
+    trainer.global_step after the update, 1, 3); accumulating, at the end of its first micro-batch."""
     pl = pytest.importorskip("lightning.pytorch")
     pytest.importorskip("tensorboard")
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -305,10 +312,10 @@ def test_lightning_callback_reaches_csv_and_tensorboard_loggers(tmp_path, accumu
         rows = list(csv.DictReader(handle))
     logged = {key for row in rows for key, value in row.items() if key.startswith("speccond/") and value}
     assert logged == set(callback.last)
-    assert [int(r["step"]) for r in rows if r["speccond/kappa/mean"]] == logged_at
+    assert [int(r["step"]) for r in rows if r["speccond/kappa/mean"]] == MEASURED_AT
     scalars = event_scalars(tmp_path / "tb")
     assert {tag for tag in scalars if tag.startswith("speccond/")} == set(callback.last)
-    assert [step for step, _ in scalars["speccond/entropy/mean"]] == logged_at
+    assert [step for step, _ in scalars["speccond/entropy/mean"]] == MEASURED_AT
 
 
 # -- a model the schedule cannot measure in full is refused before the first measurement -----------------------

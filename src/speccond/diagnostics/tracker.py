@@ -6,8 +6,9 @@
         tracker.step(step)
 
 Each measurement appends one JSON line per row, tagged with ``step`` and ``kind`` ("spectra",
-"entropy", and "jacobian" when asked). Projection spectra are per projection
-(whole q, k, v blocks) to keep it cheap; entropy is per head on the probe batch.
+"entropy", and "jacobian" when asked). Projection spectra are one row per projection (whole q, k, v
+blocks) to keep the file small, each with ``head_kappa_max``, the largest kappa of one head's rows of that
+block (the figure a correction sized per head bounds); entropy is per head on the probe batch.
 
 Under torch.distributed (DDP, FSDP2) make it, and call ``step``, on every rank: every rank measures (a
 sharded weight is gathered by a collective all ranks must join) and returns its rows, and rank 0 alone
@@ -86,7 +87,7 @@ class Tracker:
     def measure(self, step: int) -> list[dict]:
         rows = []
         if self.spectra:
-            rows += [dict(row, kind="spectra") for row in projection_spectra(self.model, per_head=False)]
+            rows += [dict(row, kind="spectra") for row in block_rows(projection_spectra(self.model, per_head=True))]
         if self.entropy:
             rows += [dict(row, kind="entropy") for row in attention_entropy(self.model, self.probe, self.layers)]
         if self.jacobian:
@@ -98,3 +99,15 @@ class Tracker:
             append_rows(self.path, rows)
         log.debug("tracked %d rows at step %d", len(rows), step)
         return rows
+
+
+def block_rows(spectra) -> list[dict]:
+    """The whole-block rows of per-head ``spectra`` (projection_spectra), each with ``head_kappa_max``: the
+    largest kappa among its heads' rows."""
+    heads: dict[tuple, float] = {}
+    for row in spectra:
+        if row["head"] is not None:
+            key = (row["layer"], row["module"], row["projection"])
+            heads[key] = max(heads.get(key, 0.0), float(row["kappa"]))
+    return [dict(row, head_kappa_max=heads.get((row["layer"], row["module"], row["projection"])))
+            for row in spectra if row["head"] is None]

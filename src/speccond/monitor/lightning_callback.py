@@ -4,9 +4,10 @@
 
 On a due batch (``trainer.global_step % every == 0`` when it starts) the batch's training forward is
 measured through hooks; at its end the metrics are written with ``logger.log_metrics(metrics, step)``
-for each of ``trainer.loggers`` (as Lightning's LearningRateMonitor does), at ``trainer.global_step``
-when the batch ends (after the update), so ``log_every_n_steps`` does not drop them. With gradient
-accumulation the first micro-batch of a due step is measured and logged when it ends (before the update).
+for each of ``trainer.loggers`` (as Lightning's LearningRateMonitor does), so ``log_every_n_steps`` does
+not drop them, at the global step of the forward measured (``trainer.global_step`` when the batch starts):
+the step the plain loop's Monitor and the Trainer callback log too. With gradient accumulation the first
+micro-batch of a due step is measured and logged when it ends (before the update).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ class SpecCondLightningCallback(pl.Callback):
             return
         self.last = metrics
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
+            logger.log_metrics(metrics, step=self._measurement.measured_step)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._measurement.close()

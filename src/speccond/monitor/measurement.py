@@ -122,6 +122,12 @@ class Measurement:
         metrics.update(summaries(metrics))
         return metrics
 
+    @property
+    def measured_step(self) -> Optional[int]:
+        """The step whose metrics ``finish`` returned last: the global step of the forward measured, the step
+        every front end logs them at."""
+        return self._measured_step
+
     def close(self) -> None:
         """Remove any hook left armed (training stopped between begin and finish)."""
         self._entropy.disarm()

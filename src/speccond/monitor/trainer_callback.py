@@ -4,18 +4,17 @@
                       callbacks=[speccond.monitor.SpecCondCallback(every=100)])
 
 On a due step (``state.global_step % every == 0`` when the step begins) the step's forward is measured
-through hooks and, at its end, the callback asks the Trainer to log (``control.should_log``) and adds
-its metrics to the ``logs`` dict in ``on_log``, so whatever ``report_to`` names (TensorBoard, W&B,
-MLflow, ...) writes them at the Trainer's step, beside the loss.
+through hooks and, at its end, the metrics are handed to every callback's ``on_log`` (the way
+``Trainer.log`` does), so whatever ``report_to`` names (TensorBoard, W&B, MLflow, ...) writes them, at the
+global step of the forward measured: the step the plain loop's Monitor and the Lightning callback log too
+(a step's forward at global step s is logged at s, not at s + 1, the Trainer's count after the update).
 
-Order: the Trainer calls its callbacks in list order, and it puts the reporting callbacks
-(TensorBoardCallback, ...) before the ones passed in ``callbacks=[...]``, so metrics added in a late
-``on_log`` reach the console but no logger. The callback therefore moves itself to the front of the
-Trainer's callback list when the Trainer first calls it (``on_init_end``, or ``on_train_begin`` when
-added later with ``trainer.add_callback``); it only adds keys, so leading changes nothing for the others.
+The Trainer's own logging is left alone: its ``logging_steps`` and its averaging of the loss are not
+touched, and every callback sees the metrics whatever its place in the Trainer's list.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from typing import Optional, Sequence
@@ -46,14 +45,9 @@ class SpecCondCallback(TrainerCallback):
     ) -> None:
         self.schedule = Schedule(every, layers, heads, spectra, per_head, entropy)
         self._measurement = Measurement(self.schedule)
-        self._unlogged: dict[str, float] = {}
         self.last: dict[str, float] = {}  # the metrics of the last measured step
 
-    def on_init_end(self, args, state, control, **kwargs):
-        _lead(self, sys._getframe(1))
-
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        _lead(self, sys._getframe(1))
         if model is not None:  # refused before the first step (Measurement.check)
             self._measurement.check(model)
         # The Trainer has no callback for an exception, so the first measured step is watched forward by
@@ -66,31 +60,21 @@ class SpecCondCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         metrics = self._measurement.finish(model)
-        if metrics:
-            self._unlogged, self.last = metrics, metrics
-            control.should_log = True
+        if not metrics:
+            return control
+        self.last = metrics
+        handler = sys._getframe(1).f_locals.get("self")  # the CallbackHandler whose call_event called this
+        if not isinstance(handler, CallbackHandler):
+            log.warning("SpecCondCallback.on_step_end was not called by a Trainer's CallbackHandler, so its "
+                        "metrics reach no logger; they are kept in callback.last")
+            return control
+        measured = copy.copy(state)  # the loggers read the step from the state: the measured forward's
+        measured.global_step = self._measurement.measured_step
+        state.log_history.append({**metrics, "step": measured.global_step})  # as Trainer.log records its logs
+        should_log = control.should_log  # the handler's on_log clears it: the Trainer's own log stays due
+        control = handler.on_log(args, measured, control, dict(metrics))
+        control.should_log = should_log
         return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if self._unlogged and logs is not None:
-            logs.update(self._unlogged)
-            self._unlogged = {}
 
     def on_train_end(self, args, state, control, **kwargs):
         self._measurement.close()
-
-
-def _lead(callback: TrainerCallback, caller) -> None:
-    """Move ``callback`` to the front of the list of the CallbackHandler calling it (``caller``'s frame).
-
-    Safe while the handler iterates over that list: the callbacks after it keep their positions."""
-    handler = caller.f_locals.get("self")
-    if not isinstance(handler, CallbackHandler):
-        log.warning(
-            "SpecCondCallback could not find the Trainer's callback list; put it first yourself "
-            "(trainer.callback_handler.callbacks.insert(0, ...)) or loggers called before it miss its metrics"
-        )
-        return
-    if handler.callbacks and handler.callbacks[0] is not callback and callback in handler.callbacks:
-        handler.callbacks.remove(callback)
-        handler.callbacks.insert(0, callback)

@@ -3,7 +3,8 @@
 Its top row: (a) training loss over steps, (b) validation (or, without a validation split, test)
 accuracy after each epoch, left out when the runs have one epoch, (c) final accuracy per seed (a cross
 at chance for a diverged run). Its second row, only when some run was tracked: kappa of W_q, W_k, W_v
-over training (mean over layers), and the attention entropy (mean over layers and heads) when tracked;
+over training (mean over layers), with, dotted, the largest per-head kappa of the groups whose correction is
+sized per head (the figure it bounds), and the attention entropy (mean over layers and heads) when tracked;
 there the baseline is dashed and the key of the groups is below the row. Everything is read from each
 run's metrics.jsonl.
 """
@@ -85,6 +86,7 @@ def _outcome_row(figure, groups: Sequence, rows: dict, scored: str) -> str:
 def _conditioning_row(figure, groups: Sequence, tracked: dict, entropy: bool) -> str:
     """kappa of W_q, W_k, W_v over training, and attention entropy when tracked; what they show."""
     axes = figure.subplots(1, 3 + entropy)
+    per_head = False
     for index, group in enumerate(groups):
         # The baseline dashed and on top: a group with the same curves (lam = 0) no longer hides it.
         style = dict(color=f"C{index % 10}", alpha=0.7, marker="o", markersize=2, linestyle="-", zorder=2)
@@ -93,14 +95,18 @@ def _conditioning_row(figure, groups: Sequence, tracked: dict, entropy: bool) ->
         for number, run in enumerate(group.included):
             label = group.label if number == 0 else None
             spectra = [r for r in tracked[run.path] if r["kind"] == "spectra" and r.get("head") is None]
+            bounded = run.kappa_per_head and any(finite_number(r.get("head_kappa_max")) for r in spectra)
             for axis, role in zip(axes, ROLES):
                 axis.plot(*mean_by_step(spectra, "kappa", projection=role), label=label, **style)
+                if bounded:
+                    axis.plot(*largest_by_step(spectra, "head_kappa_max", role), **dict(style, linestyle=":"))
+            per_head = per_head or bounded
             if entropy:
                 rows_ = [r for r in tracked[run.path] if r["kind"] == "entropy"]
                 axes[3].plot(*mean_by_step(rows_, "entropy"), **style)
     for axis, role in zip(axes, ROLES):
         axis.set(xlabel="training step", ylabel=f"kappa(W_{role}), mean over layers", yscale="log",
-                 title=f"effective W_{role.upper()}")
+                 title=f"effective W_{role.upper()}" + (" (dotted: largest per-head kappa)" if per_head else ""))
     if entropy:
         uniform = uniform_reference([r for found in tracked.values() for r in found])
         if uniform is not None:
@@ -109,5 +115,18 @@ def _conditioning_row(figure, groups: Sequence, tracked: dict, entropy: bool) ->
         axes[3].set(xlabel="training step", ylabel="attention entropy, nats (mean over layers, heads)")
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize="small")
     return ("kappa of W_q, W_k, W_v" + (" and attention entropy" if entropy else "")
-            + " over training, mean over layers" + ("" if entropy else
+            + " over training, mean over layers"
+            + (" (dotted: the largest per-head kappa, over layers, of the groups whose correction is sized per head)"
+               if per_head else "") + ("" if entropy else
             "; no entropy: the tracker cannot rebuild these models' attention"))
+
+
+def largest_by_step(rows: list[dict], field: str, role: str) -> tuple[list[int], list[float]]:
+    """(steps, the largest ``field`` over the layers of projection ``role`` at each step), finite values only."""
+    by_step: dict[int, float] = {}
+    for row in rows:
+        if row.get("projection") == role and finite_number(row.get(field)):
+            step = int(row["step"])
+            by_step[step] = max(by_step.get(step, float(row[field])), float(row[field]))
+    steps = sorted(by_step)
+    return steps, [by_step[step] for step in steps]

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from speccond.diagnostics.records import json_value
+from speccond.harness.reporting import explain
 from speccond.harness.reporting.groups import Group, default_out, group_runs
 from speccond.harness.reporting.numbers import METRIC_NAMES, duration, percent, signed_percent
 from speccond.harness.reporting.stats import Interval, mean_interval, paired_difference
@@ -51,6 +52,10 @@ class Summary:
     kappa_qkv: Optional[float]  # finished runs only
     entropy: Optional[Interval]  # attention entropy at the end, nats; finished, tracked runs only
     seconds: Optional[float]  # mean per run, over the runs with a complete timing.json
+    head_kappa_max: Optional[float] = None  # the largest per-head kappa over the finished runs (runs.py)
+    kappa_per_head: bool = False  # the group's correction is sized per head: it bounds head_kappa_max
+    entropy_fraction: Optional[Interval] = None  # entropy / the entropy of uniform attention, per run
+    nothing_learnt: Optional[bool] = None  # within noise of the floor (explain.py); None: nothing to judge
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,8 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     groups = group_runs([read_run(path) for path in find_runs(folders)])
     tabled = [g for g in groups if g.included]
     reference = next((g for g in tabled if g.method == "baseline"), tabled[0] if tabled else None)
-    summaries = [summarize(g, reference) for g in tabled]
+    bottom = explain.floor([r for g in tabled for r in g.included], _classes(tabled))
+    summaries = [summarize(g, reference, bottom) for g in tabled]
     out.mkdir(parents=True, exist_ok=True)
     described = figures.write_plots(tabled, out, scored_split(groups)) if tabled else {}
     plots = list(described)
@@ -100,7 +106,8 @@ def write_report(folders: Sequence[str | Path], out: Optional[str | Path] = None
     return report
 
 
-def summarize(group: Group, reference: Group) -> Summary:
+def summarize(group: Group, reference: Group, bottom: Optional[explain.Floor] = None) -> Summary:
+    """The group's row; ``bottom``: the accuracy of learning nothing (explain.floor), None to not judge it."""
     runs = group.included
     finished = [r for r in runs if r.status == "finished"]
     timed = [r.seconds for r in runs if r.seconds is not None]
@@ -113,6 +120,8 @@ def summarize(group: Group, reference: Group) -> Summary:
             difference = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
     kappas = [r.kappa_qkv for r in finished if r.kappa_qkv is not None]
     entropies = [r.entropy for r in finished if r.entropy is not None]
+    fractions = [r.entropy / r.uniform_entropy for r in finished if r.entropy is not None and r.uniform_entropy]
+    heads = [r.head_kappa_max for r in finished if r.head_kappa_max is not None]
     return Summary(
         label=group.label,
         is_reference=group is reference,
@@ -125,7 +134,23 @@ def summarize(group: Group, reference: Group) -> Summary:
         kappa_qkv=sum(kappas) / len(kappas) if kappas else None,
         entropy=mean_interval(entropies) if entropies else None,
         seconds=sum(timed) / len(timed) if timed else None,
+        head_kappa_max=max(heads) if heads else None,
+        kappa_per_head=bool(runs) and all(r.kappa_per_head for r in runs),
+        entropy_fraction=mean_interval(fractions) if fractions and len(fractions) == len(entropies) else None,
+        nothing_learnt=(explain.within_noise([r.accuracy for r in finished], bottom)
+                        if finished and bottom is not None else None),
     )
+
+
+def _classes(groups: Sequence[Group]) -> Optional[int]:
+    """The number of classes of the groups' task (chance is 1 / classes), None when they differ or it is unknown."""
+    from speccond.harness.tasks.datasets import task_shape
+
+    tasks = {r.config.data.task for g in groups for r in g.runs}
+    try:
+        return task_shape(tasks.pop()).classes if len(tasks) == 1 else None
+    except (ValueError, KeyError, AttributeError, OSError):
+        return None
 
 
 def shared_reading(folders: Sequence[str | Path]) -> str:
@@ -161,15 +186,23 @@ def _markdown(report: Report) -> str:
     split = scored_split(report.groups)
     lines = [f"# speccond report: {_title(shared)}", "",
              f"Regenerate this report from the run directories (no training): `{report.command}`", ""]
-    lines += [f"- {line}" for line in _settings(shared, report.reference, split)]
+    runs_scored = [r for g in report.groups for r in g.included]
+    bounded = [s.label for s in report.summaries if s.kappa_per_head]
+    lines += [f"- {line}" for line in _settings(shared, report.reference, split, runs_scored, bounded)]
     lines.append("")
+    judged = [s.nothing_learnt for s in report.summaries]
+    if any(judged):
+        bottom = explain.floor(runs_scored, _classes([g for g in report.groups if g.included]))
+        lines += [explain.nothing_learnt_line(bottom, split, every=all(judged)), ""]
     if report.summaries:
+        kappa = ("kappa(W_q,k,v) of the whole block at end | largest per-head kappa at end" if bounded
+                 else "kappa(W_q,k,v) at end")
         lines += [
             f"| method | seeds | diverged | accuracy, % | difference vs {report.reference}, % | final {split} loss | "
-            "kappa(W_q,k,v) at end | attention entropy at end, nats | wall time per run |",
-            "|---|---|---|---|---|---|---|---|---|",
+            f"{kappa} | attention entropy at end, nats (fraction of uniform) | wall time per run |",
+            "|---|---|---|---|---|---|---|---|---|" + ("---|" if bounded else ""),
         ]
-        lines += [_summary_row(s) for s in report.summaries]
+        lines += [_summary_row(s, bool(bounded)) for s in report.summaries]
         lines += declared_figures(report.groups, shared.get("task", ""), split)
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
@@ -230,7 +263,8 @@ def _example_noun(shared: dict) -> str:
     return "images" if "task" not in shared or task_shape(shared["task"]).kind == "image" else "examples"
 
 
-def _settings(shared: dict, reference: Optional[str], split: str = "test") -> list[str]:
+def _settings(shared: dict, reference: Optional[str], split: str = "test", runs: Sequence[RunRecord] = (),
+              bounded: Sequence[str] = ()) -> list[str]:
     fields = ("epochs", "train_size", "batch_size", "lr", "weight_decay", "warmup_steps", "grad_clip", "test_size")
     value = {f: show_value(shared[f]) if f in shared else VARIES for f in fields}
     unit = _example_noun(shared)
@@ -244,10 +278,13 @@ def _settings(shared: dict, reference: Optional[str], split: str = "test") -> li
         test = (f"the {held_out} validation {unit} held out of the training data (tuning runs: test not scored)"
                 if split == "validation" else f"{test} for final runs; the held-out validation {unit} for tuning runs")
     note = f" {VARIES}: differs between the groups, given in their labels." if VARIES in value.values() else ""
+    optimizer, decay = explain.schedule_text(shared)
+    others = explain.other_settings(shared)
     return [
-        f"Training: {value['epochs']} epoch(s) on {train}, batch {value['batch_size']}, AdamW lr "
-        f"{value['lr']}, weight decay {value['weight_decay']}, {value['warmup_steps']} warm-up steps then cosine "
-        f"decay, gradient clip {value['grad_clip']} (0 = off). Evaluation: {test}.{note}",
+        f"Training: {value['epochs']} epoch(s) on {train}, batch {value['batch_size']}, {optimizer} lr "
+        f"{value['lr']}, weight decay {value['weight_decay']}, {explain.warmup_text(runs, value['warmup_steps'])} "
+        f"then {decay}, gradient clip {value['grad_clip']} (0 = off). Evaluation: {test}.{note}"
+        + (f" Other settings that differ from the defaults: {', '.join(others)}." if others else ""),
         f"Accuracy: final {split} accuracy, mean +- 95 % t interval over seeds (Student t, n - 1 degrees of freedom). "
         f"Difference: paired by seed against `{reference}` (over the seeds both groups ran), mean +- 95 % t interval.",
         "Diverged runs (training loss NaN or inf: training stopped, the last good checkpoint kept) stay in the "
@@ -256,17 +293,19 @@ def _settings(shared: dict, reference: Optional[str], split: str = "test") -> li
         "They are left out of the loss and kappa columns. Unfinished runs are left out of all statistics.",
         "kappa: condition number of the effective W_q, W_k, W_v blocks (W + C when conditioned), mean over layers "
         "and the three roles, at the final step; read from the tracker's rows when the run was tracked at that "
-        "step, else computed from the final checkpoint. Wall time: training time per run from timing.json "
+        "step, else computed from the final checkpoint. " + (explain.head_kappa_note(bounded) + " " if bounded else "")
+        + "Wall time: training time per run from timing.json "
         "(written by speccond compare and speccond tune), mean over the runs whose record is complete (a run "
         "killed between two records of its time is left out).",
         "Attention entropy: the tracker's, in nats, mean over layers and heads at the last tracked step of each "
-        "finished run, then mean +- 95 % t interval over those runs (comparison.png draws it over training, with "
-        "uniform attention as a dotted line); - when the runs were not tracked or the tracker cannot rebuild "
+        "finished run, then mean +- 95 % t interval over those runs, and in brackets as a fraction of the entropy of "
+        "uniform attention over the same keys (1 = uniform, near 0 = one-hot; comparison.png draws it over training, "
+        "with uniform attention as a dotted line); - when the runs were not tracked or the tracker cannot rebuild "
         "the model's attention.",
     ]
 
 
-def _summary_row(s: Summary) -> str:
+def _summary_row(s: Summary, per_head_column: bool = False) -> str:
     if s.is_reference:
         difference = "- (reference)"
     elif s.difference is None:
@@ -275,9 +314,14 @@ def _summary_row(s: Summary) -> str:
         some = "" if s.difference_seeds == len(s.seeds) else f" ({s.difference_seeds} seeds)"
         difference = signed_percent(s.difference) + some
     kappa = "-" if s.kappa_qkv is None else f"{s.kappa_qkv:.3g}"
-    return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {percent(s.accuracy)} | {difference} | "
-            f"{s.loss if s.loss is not None else '-'} | {kappa} | {s.entropy if s.entropy is not None else '-'} | "
-            f"{duration(s.seconds)} |")
+    if per_head_column:
+        kappa += " | " + ("-" if s.head_kappa_max is None else f"{s.head_kappa_max:.3g}")
+    entropy = "-" if s.entropy is None else str(s.entropy)
+    if s.entropy is not None and s.entropy_fraction is not None:
+        entropy += f" ({s.entropy_fraction.mean:.2f})"
+    accuracy = percent(s.accuracy) + (" (nothing learnt)" if s.nothing_learnt else "")
+    return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {accuracy} | {difference} | "
+            f"{s.loss if s.loss is not None else '-'} | {kappa} | {entropy} | {duration(s.seconds)} |")
 
 
 def declared_figures(groups: Sequence[Group], task_name: str, split: str) -> list[str]:
@@ -345,7 +389,9 @@ def _json(report: Report) -> dict:
         "runs": [
             {"group": g.label, "method": r.config.method.name, "seed": r.seed, "status": r.status, "step": r.step,
              "total_steps": r.total_steps, "accuracy": r.accuracy, "loss": r.loss, "kappa_qkv": r.kappa_qkv,
-             "kappa_step": r.kappa_step, "entropy": r.entropy, "seconds": r.seconds, "last_eval": r.last_eval,
+             "kappa_step": r.kappa_step, "head_kappa_max": r.head_kappa_max, "entropy": r.entropy,
+             "uniform_entropy": r.uniform_entropy, "majority": r.majority, "warmup_adapted": r.warmup or None,
+             "seconds": r.seconds, "last_eval": r.last_eval,
              "diverged_loss": r.diverged_loss, "path": os.path.relpath(r.path, report.out)}
             for g in report.groups for r in g.runs
         ],

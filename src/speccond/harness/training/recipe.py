@@ -20,11 +20,36 @@ from torch import nn
 from speccond.harness.config.train_config import TIMM_PREFIX, TrainConfig
 
 
+WARMUP_SHARE_OF_RUN = 0.1  # the warm-up a run uses when the one asked for is not shorter than the run
+
+
+def warmup_steps(config: TrainConfig, total_steps: int) -> int:
+    """The warm-up the run's schedule uses: ``warmup_steps`` when shorter than the run's ``total_steps``.
+    A warm-up as long as the run or longer would never reach the peak lr and never decay, so it is adapted
+    to a tenth of the run (rounded down; 0 below 10 steps: the cosine decay from the peak lr alone).
+    train.py records the adaptation in config.json (``ADAPTED_WARMUP``) and the report says so."""
+    asked = config.optimizer.warmup_steps
+    return asked if asked < total_steps else int(WARMUP_SHARE_OF_RUN * total_steps)
+
+
+ADAPTED_WARMUP = "warmup_adapted"  # config.json's key: {"asked", "used", "total_steps"} when warmup_steps was adapted
+
+
+def adapted_warmup(config: TrainConfig, total_steps: int) -> dict:
+    """config.json's record of an adapted warm-up ({} when the asked one is used as it is)."""
+    used = warmup_steps(config, total_steps)
+    if used == config.optimizer.warmup_steps:
+        return {}
+    return {"asked": config.optimizer.warmup_steps, "used": used, "total_steps": total_steps}
+
+
 def learning_rate(config: TrainConfig, step: int, total_steps: int) -> float:
-    """Linear warm-up to config.optimizer.lr, then cosine decay to 0 (scheduler "cosine", every published run's)."""
-    if step < config.optimizer.warmup_steps:
-        return config.optimizer.lr * (step + 1) / config.optimizer.warmup_steps
-    progress = (step - config.optimizer.warmup_steps) / max(1, total_steps - config.optimizer.warmup_steps)
+    """Linear warm-up to config.optimizer.lr over :func:`warmup_steps`, then cosine decay to 0 (scheduler
+    "cosine", every published run's)."""
+    warmup = warmup_steps(config, total_steps)
+    if step < warmup:
+        return config.optimizer.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total_steps - warmup)
     return config.optimizer.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
@@ -60,7 +85,7 @@ def make_optimizer(config: TrainConfig, task, model: nn.Module) -> torch.optim.O
 
 class Schedule:
     """The lr of every step. "cosine": ``learning_rate`` into every group. timm:<name>: ``create_scheduler_v2``
-    counted in optimiser steps (its "epochs" are steps here: a linear warm-up over ``warmup_steps`` from lr 0
+    counted in optimiser steps (its "epochs" are steps here: a linear warm-up over :func:`warmup_steps` from lr 0
     to config.optimizer.lr, then the schedule over the run's remaining steps down to 0), read by ``step_update(step)``:
     a function of the step alone, so a resumed run sets the same lrs."""
 
@@ -70,9 +95,10 @@ class Schedule:
         if config.optimizer.scheduler.startswith(TIMM_PREFIX):
             from timm.scheduler import create_scheduler_v2
 
+            warmup = warmup_steps(config, total_steps)
             self.timm, _ = create_scheduler_v2(optimizer, sched=config.optimizer.scheduler[len(TIMM_PREFIX):],
-                                               num_epochs=max(1, total_steps - config.optimizer.warmup_steps),
-                                               warmup_epochs=config.optimizer.warmup_steps, warmup_prefix=True, warmup_lr=0.0,
+                                               num_epochs=max(1, total_steps - warmup),
+                                               warmup_epochs=warmup, warmup_prefix=True, warmup_lr=0.0,
                                                min_lr=0.0, step_on_epochs=False, updates_per_epoch=1)
 
     def set(self, step: int) -> None:

@@ -38,14 +38,16 @@ VOCABULARY_RECORD = "vocabulary_sha256"  # config.json's key: the vocabulary a r
 
 
 def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None,
-                 vocabulary: str = "") -> None:
+                 vocabulary: str = "", warmup: Optional[dict] = None) -> None:
     """Create ``run_dir`` and write its config.json, or check that the one there records ``config``.
 
     ``config`` is a TrainConfig (anything with ``to_dict`` and ``from_record``); config.json records its
     ``"config_form"`` (train_config.py: how its "config" says lam="auto"). ``libraries`` are imported
     to record their versions beside speccond's, torch's and python's; ``splits`` (when not empty) says how
     the validation split was drawn (its size, seed and the SHA-256 of its indices); ``vocabulary`` (when not empty)
-    is the SHA-256 of the vocabulary a text task of your own tokenised with (pretrained.py reads it). Detection runs written before the
+    is the SHA-256 of the vocabulary a text task of your own tokenised with (pretrained.py reads it); ``warmup`` (when not
+    empty) is the warm-up the schedule adapted because the one asked for was not shorter than the run
+    (recipe.adapted_warmup, under recipe.ADAPTED_WARMUP). Detection runs written before the
     one harness also carry ``"kind": "detection"``; their config, read as a TrainConfig, is what counts.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -65,6 +67,10 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), sp
         record["splits"] = splits
     if vocabulary:
         record[VOCABULARY_RECORD] = vocabulary
+    if warmup:
+        from speccond.harness.training.recipe import ADAPTED_WARMUP
+
+        record[ADAPTED_WARMUP] = warmup
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(record, indent=2))
     partial.replace(path)

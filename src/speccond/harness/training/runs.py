@@ -18,12 +18,20 @@ diverged one), from the tracker's "spectra" rows at that step when the run was t
 computed from the checkpoint itself. A run kept without its checkpoints (harness/protocol/kept_runs.py: the
 records of a finished run committed to the repository) carries that figure in kappa.json, written by
 :func:`write_kept_kappa` while the checkpoint was still there.
+
+head_kappa_max: the largest kappa of one head's rows of W + C over every layer's q, k, v blocks, at the same
+step: the figure a correction sized per head bounds (speccond.report's ``head_kappa_eff_max``), where the
+block's kappa can stay in the hundreds. From the tracker's rows (``head_kappa_max``), else the checkpoint,
+else kappa.json; None for runs recorded before the tracker wrote it and kept without their checkpoints.
+``kappa_per_head``: whether the run's correction is sized per head and so bounds that figure.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -31,6 +39,7 @@ from typing import Iterable, Optional
 from speccond.diagnostics.records import read_metrics
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.training import checkpoint
+from speccond.harness.training.recipe import ADAPTED_WARMUP
 from speccond.harness.training.timing import recorded_seconds
 
 log = logging.getLogger(__name__)
@@ -52,6 +61,12 @@ class RunRecord:
     kappa_step: Optional[int]  # the step kappa_qkv was measured at
     entropy: Optional[float]  # attention entropy, nats, mean over layers and heads at the last tracked step
     #   up to ``step`` (None: not tracked, or unfinished)
+    uniform_entropy: Optional[float]  # the entropy of uniform attention over the same keys (None as entropy)
+    head_kappa_max: Optional[float]  # the largest per-head kappa of W + C at kappa_step (module docstring)
+    kappa_per_head: bool  # the run's correction is sized per head: it bounds head_kappa_max, not kappa_qkv
+    majority: Optional[float]  # the share of the scored split's most common class (None: not recorded)
+    examples: Optional[int]  # how many targets the final row scored (None: not recorded)
+    warmup: dict  # config.json's adapted warm-up (recipe.adapted_warmup; {} when the asked one was used)
     seconds: Optional[float]  # training wall time from timing.json (None: not recorded, or incomplete)
     last_eval: Optional[dict]  # the last eval row (before divergence for a diverged run)
     diverged_loss: Optional[str]  # the non-finite loss ("nan", "inf") of a diverged run
@@ -104,16 +119,57 @@ def read_run(run_dir: str | Path) -> RunRecord:
         accuracy, loss = float(final["accuracy"]), float(final["loss"])
     else:
         status, step, last_eval = "unfinished", checkpoint_step, evals[-1] if evals else None
-    kappa = kappa_step = None
-    entropy = _tracked_entropy(rows, step) if status != "unfinished" else None
+    kappa = kappa_step = head_kappa = None
+    entropy, uniform = _tracked_entropy(rows, step) if status != "unfinished" else (None, None)
     if status != "unfinished":
-        kappa, kappa_step = _final_kappa(run_dir, config, rows, latest)
+        kappa, kappa_step, head_kappa = _final_kappa(run_dir, config, rows, latest)
+    scored = final or {}
     return RunRecord(
         path=run_dir, config=config, command=_command(record.get("command")), status=status, step=step,
         total_steps=total_steps, accuracy=accuracy, loss=loss, kappa_qkv=kappa, kappa_step=kappa_step,
-        entropy=entropy, seconds=recorded_seconds(run_dir), last_eval=last_eval,
+        entropy=entropy, uniform_entropy=uniform, head_kappa_max=head_kappa, kappa_per_head=sized_per_head(config),
+        majority=_number(scored.get("majority")), examples=_number(scored.get("examples"), int),
+        warmup=record.get(ADAPTED_WARMUP) or {}, seconds=recorded_seconds(run_dir), last_eval=last_eval,
         diverged_loss=None if diverged is None else str(diverged["loss"]),
     )
+
+
+def sized_per_head(config: TrainConfig) -> bool:
+    """Whether the run's method leaves a correction sized per head on q, k, v, as speccond.report reads one
+    (``per_head``: granularity "head" with the SVD correction or lam="auto"), so that it bounds each head's
+    kappa rather than the block's. Asked of the library on a small model with the method applied, so that a
+    method added to the registry is read the same way."""
+    from speccond.harness import methods
+
+    method = methods.REGISTRY.get(config.method.name)
+    if method is None or not method.conditions:
+        return False
+    return _per_head_after(config.method)
+
+
+@functools.lru_cache(maxsize=None)
+def _per_head_after(settings) -> bool:
+    """speccond.describe's ``per_head`` of a one-layer, two-head timm ViT the method ``settings`` is applied to."""
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    import speccond
+    from speccond.harness.methods import apply_method
+
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the collapse warning of a lam on this tiny model is not the run's
+        torch.manual_seed(0)
+        model = VisionTransformer(img_size=8, patch_size=4, embed_dim=16, depth=1, num_heads=2, num_classes=2)
+        try:
+            apply_method(model, settings)
+        except (ValueError, TypeError) as error:  # a method this probe cannot take: read as not sized per head
+            log.info("whether %s is sized per head is not known (%s); its kappa is read per block", settings.name, error)
+            return False
+    return speccond.is_conditioned(model) and any(row.per_head for row in speccond.describe(model))
+
+
+def _number(value, kind=float):
+    return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def run_status(run_dir: str | Path) -> str:
@@ -128,39 +184,42 @@ def run_status(run_dir: str | Path) -> str:
     return "finished" if _final_eval(evals, config) is not None else "unfinished"
 
 
-KEPT_KAPPA = "kappa.json"  # {"kappa_qkv": float or null, "step": int}: read_run's kappa of a run kept without checkpoints
+KEPT_KAPPA = "kappa.json"  # {"kappa_qkv", "step", "head_kappa_max"}: read_run's kappas of a run kept without checkpoints
 
 
 def write_kept_kappa(run_dir: Path, target: Path) -> None:
-    """TARGET/kappa.json: the kappa that :func:`read_run` gives the finished run in RUN_DIR (which must still
-    have its checkpoints), so that a copy of its records without them reports the same figure."""
+    """TARGET/kappa.json: the kappas that :func:`read_run` gives the finished run in RUN_DIR (which must still
+    have its checkpoints), so that a copy of its records without them reports the same figures."""
     config = _config(run_dir / "config.json", _read_config(run_dir / "config.json"))
-    kappa, step = _final_kappa(run_dir, config, read_metrics(run_dir / "metrics.jsonl"), checkpoint.latest(run_dir))
-    (target / KEPT_KAPPA).write_text(json.dumps({"kappa_qkv": kappa, "step": step}) + "\n")
+    kappa, step, head = _final_kappa(run_dir, config, read_metrics(run_dir / "metrics.jsonl"), checkpoint.latest(run_dir))
+    (target / KEPT_KAPPA).write_text(json.dumps({"kappa_qkv": kappa, "step": step, "head_kappa_max": head}) + "\n")
 
 
 def _final_kappa(run_dir: Path, config: TrainConfig, rows: list[dict],
-                 latest: Optional[Path]) -> tuple[Optional[float], Optional[int]]:
-    """(kappa, its step) of a finished or diverged run: at its LATEST checkpoint, from the tracker's rows at
-    that step or else from the checkpoint; from kappa.json when only the kept records are here."""
+                 latest: Optional[Path]) -> tuple[Optional[float], Optional[int], Optional[float]]:
+    """(kappa, its step, the largest per-head kappa) of a finished or diverged run: at its LATEST checkpoint,
+    from the tracker's rows at that step or else from the checkpoint; from kappa.json when only the kept
+    records are here."""
     if latest is None:
-        return _read_kept_kappa(run_dir / KEPT_KAPPA) if (run_dir / KEPT_KAPPA).is_file() else (None, None)
+        return _read_kept_kappa(run_dir / KEPT_KAPPA) if (run_dir / KEPT_KAPPA).is_file() else (None, None, None)
     step = checkpoint.manifest_step(latest)
-    kappa = _tracked_kappa(rows, step)
-    if kappa is not None:
-        return kappa, step
+    kappa, head = _tracked_kappa(rows, step)
+    if kappa is not None and head is not None:
+        return kappa, step, head
     try:
-        return checkpoint_kappa(config, latest), step
+        measured, head = checkpoint_kappas(config, latest)
     except checkpoint.DamagedCheckpoint as error:
         log.warning("%s; its kappa is left blank (run the same compare or train --resume to write it again)", error)
-        return None, None
+        return kappa, (None if kappa is None else step), None
+    return (measured if kappa is None else kappa), step, head
 
 
-def _read_kept_kappa(path: Path) -> tuple[Optional[float], Optional[int]]:
+def _read_kept_kappa(path: Path) -> tuple[Optional[float], Optional[int], Optional[float]]:
     try:
         record = json.loads(path.read_text())
-        kappa, step = record["kappa_qkv"], record["step"]
-        return (None if kappa is None else float(kappa)), (None if step is None else int(step))
+        kappa, step, head = record["kappa_qkv"], record["step"], record.get("head_kappa_max")
+        return ((None if kappa is None else float(kappa)), (None if step is None else int(step)),
+                (None if head is None else float(head)))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path}: unreadable kept kappa ({error}); expected JSON with \"kappa_qkv\" and "
                          "\"step\", as harness/protocol/kept_runs.py writes it") from None
@@ -185,10 +244,20 @@ def checkpoint_kappa(config: TrainConfig, folder: Path) -> Optional[float]:
     from speccond.diagnostics import projection_spectra
     from speccond.diagnostics.spectra import spectra_refusal
 
+    return checkpoint_kappas(config, folder)[0]
+
+
+def checkpoint_kappas(config: TrainConfig, folder: Path) -> tuple[Optional[float], Optional[float]]:
+    """(mean kappa of the effective q, k, v blocks over layers, the largest kappa of one head's rows) of the
+    model saved in ``folder``; (None, None) when the weights do not tell q, k, v (qk-norm's LayerNorms)."""
+    from speccond.diagnostics import projection_spectra
+    from speccond.diagnostics.spectra import spectra_refusal
+
     model, _ = load_model(config, folder)
     if spectra_refusal(model):
-        return None
-    return _mean_kappa(projection_spectra(model, per_head=False))
+        return None, None
+    rows = projection_spectra(model, per_head=True)
+    return _mean_kappa([r for r in rows if r["head"] is None]), _largest_head_kappa(rows)
 
 
 def read_config(run_dir: str | Path) -> TrainConfig:
@@ -239,25 +308,39 @@ def _is_final(row: dict, config: TrainConfig) -> bool:
     return row.get("epoch") == config.optimizer.epochs
 
 
-def _tracked_kappa(rows: list[dict], step: int) -> Optional[float]:
+def _tracked_kappa(rows: list[dict], step: int) -> tuple[Optional[float], Optional[float]]:
+    """(mean block kappa, largest per-head kappa) from the tracker's spectra rows at ``step`` (None where the
+    rows do not hold it: not tracked then, or tracked before the rows carried ``head_kappa_max``)."""
     spectra = [r for r in rows if r.get("kind") == "spectra" and r.get("step") == step and r.get("head") is None]
-    return _mean_kappa(spectra) if spectra else None
+    if not spectra:
+        return None, None
+    heads = [r.get("head_kappa_max") for r in spectra if r["projection"] in ("q", "k", "v")]
+    known = all(isinstance(h, (int, float)) for h in heads)
+    return _mean_kappa(spectra), (max(float(h) for h in heads) if heads and known else None)
 
 
-def _tracked_entropy(rows: list[dict], step: int) -> Optional[float]:
-    """The mean attention entropy over layers and heads at the last tracked step up to ``step``, or None."""
+def _tracked_entropy(rows: list[dict], step: int) -> tuple[Optional[float], Optional[float]]:
+    """(the mean attention entropy over layers and heads at the last tracked step up to ``step``, the mean
+    entropy of uniform attention over the same rows' keys), or (None, None)."""
     tracked = [r for r in rows if r.get("kind") == "entropy" and int(r["step"]) <= step
                and isinstance(r.get("entropy"), (int, float)) and math.isfinite(r["entropy"])]
     if not tracked:
-        return None
-    last = max(int(r["step"]) for r in tracked)
-    values = [float(r["entropy"]) for r in tracked if int(r["step"]) == last]
-    return sum(values) / len(values)
+        return None, None
+    last = [r for r in tracked if int(r["step"]) == max(int(r["step"]) for r in tracked)]
+    uniform = [r.get("uniform_entropy", r.get("log_n")) for r in last]
+    known = all(isinstance(u, (int, float)) and u > 0 for u in uniform)
+    return (sum(float(r["entropy"]) for r in last) / len(last),
+            sum(uniform) / len(uniform) if known else None)
 
 
 def _mean_kappa(rows) -> float:
     values = [float(r["kappa"]) for r in rows if r["projection"] in ("q", "k", "v")]
     return sum(values) / len(values)
+
+
+def _largest_head_kappa(rows) -> Optional[float]:
+    values = [float(r["kappa"]) for r in rows if r["projection"] in ("q", "k", "v") and r["head"] is not None]
+    return max(values) if values else None
 
 
 def _classes(config: TrainConfig) -> int:

@@ -282,11 +282,12 @@ def two_class_figures(config: TrainConfig) -> bool:
 
 
 class Tally:
-    """The sums of one evaluation: cross-entropy, correct predictions, their count and, when asked, the two-class
-    confusion matrix [target, predicted] that "mcc" and "f1" are read from."""
+    """The sums of one evaluation: cross-entropy, correct predictions, their count, how many targets each class
+    has and, when asked, the two-class confusion matrix [target, predicted] that "mcc" and "f1" are read from."""
 
     def __init__(self, confusion: bool):
         self.loss, self.correct, self.count = 0.0, 0, 0
+        self.classes: torch.Tensor | None = None  # (C,) targets per class, on the CPU
         self.confusion = torch.zeros(2, 2, dtype=torch.int64) if confusion else None
 
     def add(self, logits: torch.Tensor, target: torch.Tensor) -> None:
@@ -295,24 +296,32 @@ class Tally:
         predicted = logits.argmax(-1)  # (n,)
         self.correct += int((predicted == target).sum())
         self.count += target.shape[0]
+        found = torch.bincount(target.detach().cpu(), minlength=logits.shape[-1])  # (C,)
+        self.classes = found if self.classes is None else self.classes + found
         if self.confusion is not None:
             if logits.shape[-1] != 2:
                 raise ValueError(f"MCC and F1 score two classes; this model scores {logits.shape[-1]}")
             self.confusion += torch.bincount((2 * target + predicted).cpu(), minlength=4).view(2, 2)
 
     def figures(self, context: Context) -> dict:
-        return reduced(self.loss, self.correct, self.count, context, self.confusion)
+        return reduced(self.loss, self.correct, self.count, context, self.classes, self.confusion)
 
 
-def reduced(loss: float, correct: int, count: int, context: Context, confusion: torch.Tensor | None = None) -> dict:
-    """{"accuracy", "loss"} of the sums over every rank's shard (this rank's alone when not distributed); with a
-    two-class ``confusion`` (int64 (2, 2), [target, predicted]) also "mcc" and "f1" (binary_figures)."""
+def reduced(loss: float, correct: int, count: int, context: Context, classes: torch.Tensor,
+            confusion: torch.Tensor | None = None) -> dict:
+    """{"accuracy", "loss", "majority", "examples"} of the sums over every rank's shard (this rank's alone when
+    not distributed). ``classes``: (C,) how many targets of the split each class has; "majority" is the share
+    of the most common one, the accuracy of always answering it (the report's floor for "nothing learnt"), and
+    "examples" the number of targets scored. With a two-class ``confusion`` (int64 (2, 2), [target, predicted])
+    also "mcc" and "f1" (binary_figures)."""
     if context.distributed:
         sums = all_reduced(torch.tensor([loss, correct, count], dtype=torch.float64), context)
         loss, correct, count = float(sums[0]), int(sums[1]), int(sums[2])
+        classes = all_reduced(classes, context)
         if confusion is not None:
             confusion = all_reduced(confusion.to(torch.float64), context).round().to(torch.int64)
-    figures = {"accuracy": correct / count, "loss": loss / count}
+    figures = {"accuracy": correct / count, "loss": loss / count, "majority": int(classes.max()) / count,
+               "examples": count}
     return figures if confusion is None else {**figures, **binary_figures(confusion)}
 
 

@@ -38,7 +38,7 @@ from speccond.harness.training.run_dir import (
 from speccond.harness.training.precision import MixedPrecision
 from speccond.harness.training.preflight import built_model
 from speccond.harness.training.recipe import (  # learning_rate: the default schedule, kept importable here
-    Schedule, WeightAverage, check_recipe, learning_rate, make_optimizer, prepared,
+    Schedule, WeightAverage, adapted_warmup, check_recipe, learning_rate, make_optimizer, prepared,
 )
 from speccond.harness.training.training_tasks import TrainingTask, training_task
 
@@ -84,19 +84,24 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     if config.model.init_from and not (run_dir / "config.json").exists():  # a new run: its pre-training checked first
         with torch.random.fork_rng(devices=[]):  # reading the pre-training run's kappa builds a model
             pretrained_config(config)
+    samples = task.samples
+    steps_per_epoch = math.ceil(samples / config.data.batch_size)
+    total_steps = steps_per_epoch * config.optimizer.epochs
+    warmup = adapted_warmup(config, total_steps)  # a warm-up not shorter than the run: a tenth of it (recipe.py)
+    if warmup:
+        log.warning("warmup_steps=%d is not shorter than the run's %d steps, so the lr would never reach its peak "
+                    "nor decay: %d warm-up steps used (a tenth of the run; recorded in config.json). Set "
+                    "warmup_steps below %d to choose", warmup["asked"], total_steps, warmup["used"], total_steps)
     with ExitStack() as held:
         if context.is_main:  # one writer per run directory (folder_lock.py); released however the process ends
             held.enter_context(writing(run_dir))
             write_config(run_dir, config, libraries=task.libraries, splits=task.splits,
-                         vocabulary=run_vocabulary(config))
+                         vocabulary=run_vocabulary(config), warmup=warmup)
         context.barrier()
         diverged = recorded_divergence(run_dir)
         if diverged is not None:
             return diverged
-        samples = task.samples
         _check_shards(samples, config.data.batch_size, context)
-        steps_per_epoch = math.ceil(samples / config.data.batch_size)
-        total_steps = steps_per_epoch * config.optimizer.epochs
         finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
         if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
             return finished[-1]

@@ -69,8 +69,9 @@ def augment(images: torch.Tensor, generator: torch.Generator, context: Context |
 
 def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int = 500,
              context: Context | None = None, two_class: bool = False) -> dict:
-    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm);
-    ``two_class``: also "mcc" (Matthews correlation) and "f1" (of class 1), as GLUE scores CoLA and MRPC.
+    """Accuracy and mean cross-entropy over the predictions: one per example, or one per masked token (mlm), the
+    majority class's share of the targets (streaming.reduced); ``two_class``: also "mcc" (Matthews correlation)
+    and "f1" (of class 1), as GLUE scores CoLA and MRPC.
     Under torchrun (``context`` distributed) each rank evaluates its rows ``rank::world`` and the sums are
     all-reduced, so every example counts once."""
     if context is not None and context.distributed:

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import dataclasses
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,12 @@ from typing import Optional, Sequence
 
 from speccond.diagnostics.records import read_metrics
 from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.reporting import explain
 from speccond.harness.reporting.groups import Group, default_out, group_runs
 from speccond.harness.reporting.numbers import METRIC_NAMES as NAMES, duration, percent, signed_percent
 from speccond.harness.reporting.stats import Interval, mean_interval, paired_difference
 from speccond.harness.tasks.detection.plots import FILE as PLOT, write_detection_plot
+from speccond.harness.training.recipe import ADAPTED_WARMUP
 from speccond.harness.training.runs import find_runs
 from speccond.harness.training.timing import recorded_seconds
 from speccond.harness.values import show_value
@@ -46,6 +49,7 @@ class DetectionRun:
     total_steps: Optional[int]
     metrics: Optional[dict]  # the final test row's COCO figures (fractions); all 0 when diverged; None unfinished
     seconds: Optional[float]  # training wall time from timing.json (None: not recorded, or incomplete)
+    warmup: dict = dataclasses.field(default_factory=dict)  # config.json's adapted warm-up (recipe.adapted_warmup)
 
     @property
     def seed(self) -> int:
@@ -69,7 +73,7 @@ def read_detection_run(run_dir: str | Path) -> DetectionRun:
     seconds = recorded_seconds(run_dir)
     command = record.get("command") or ()
     return DetectionRun(run_dir, config, (command,) if isinstance(command, str) else tuple(map(str, command)),
-                        status, step, total, metrics, seconds)
+                        status, step, total, metrics, seconds, record.get(ADAPTED_WARMUP) or {})
 
 
 @dataclass(frozen=True)
@@ -133,12 +137,15 @@ def _markdown(report: DetectionReport) -> str:
     lines = [f"# speccond detection report: {shared.get('task', 'several tasks')}, Mask R-CNN on {trunk} ({sizes})", "",
              f"Regenerate this report from the run directories (no training): `{report.command}`", ""]
     setting = lambda f: show_value(shared[f]) if f in shared else "(varies)"  # noqa: E731
+    optimizer, decay = explain.schedule_text(shared)
+    others = explain.other_settings(shared)
     lines += [
         f"- Training: {setting('epochs')} epoch(s) on {'all' if setting('train_size') == '0' else setting('train_size')} "
-        f"training scenes, batch {setting('batch_size')}, AdamW lr {setting('lr')}, weight decay "
-        f"{setting('weight_decay')}, {setting('warmup_steps')} warm-up steps then cosine decay, gradient clip "
+        f"training scenes, batch {setting('batch_size')}, {optimizer} lr {setting('lr')}, weight decay "
+        f"{setting('weight_decay')}, {explain.warmup_text(runs, setting('warmup_steps'))} then {decay}, gradient clip "
         f"{setting('grad_clip')}. Evaluation: {'all' if setting('test_size') == '0' else 'the first ' + setting('test_size')} "
-        "test scenes (their source items are disjoint from the training ones).",
+        "test scenes (their source items are disjoint from the training ones)."
+        + (f" Other settings that differ from the defaults: {', '.join(others)}." if others else ""),
         "- COCO metrics by pycocotools (harness/tasks/detection/metrics.py), in %: box AP (IoU 0.50:0.95), AP50, AP75 and mask AP, "
         "maxDets 100. Mean +- 95 % t interval over seeds; differences paired by seed against "
         f"`{report.reference}`. Diverged runs count with AP 0; unfinished runs are left out.",
