@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from audit_statements import INTERVAL, Sources, Text, decimals, matches, rows_of, statement_errors  # noqa: E402
+from audit_statements import INTERVAL, NUMBER, Sources, Text, decimals, matches, rows_of, statement_errors  # noqa: E402
 from speccond.harness import table_of_choice  # noqa: E402
 
 DOCUMENTS = ("README.md", "docs/RESULTS.md", "docs/RECOMMENDATIONS.md", "docs/GUIDE.md", "docs/MODELS.md",
@@ -144,7 +144,7 @@ def unbacked(root: Path = ROOT) -> list[str]:
         for passage in passages:
             body, sources = passage.group("body"), passage.group("sources")
             missing += [f"{document}: {item}" for item in passage_unbacked(body, sources, results)]
-            missing += [f"{document}: {item}" for item in statement_errors(body, passage_rows(sources, results))]
+            missing += [f"{document}: {item}" for item in statement_errors(body, passage_rows(sources, results), True)]
         for passage in reversed(passages):  # checked above, against their own sources only
             text = text[:passage.start()] + text[passage.end():]
         words = Text(text)
@@ -160,7 +160,6 @@ def unbacked(root: Path = ROOT) -> list[str]:
 
 
 PASSAGE = re.compile(r"<!-- figures: (?P<sources>[^>]*?) -->\n(?P<body>.*?)<!-- /figures -->", re.S)
-NUMBER = re.compile(r"(?<![\w.])([-+]?\d+\.\d+|\d+(?=\s?%))(?![\w.])")
 
 
 def passage_files(sources: str, results: Path) -> list[tuple[str, list[Path]]]:

@@ -4,10 +4,15 @@ A figure in the docs is a claim about one cell of a committed table: an arm's di
 Holm p, its verdict, one seed's score. audit_numbers.py checks that the number exists; this module checks
 that it is the right one, by what sits beside it:
 
-- **Sign.** A quoted "-0.54" or "+0.52" must match the source's sign. A number written without a sign stands
-  for a positive one, unless the words that govern it say the direction ("loses 25.7 +- 4.0", "22.10 points
-  behind"): its table cell with the column's header, else the parenthesis around it, else its sentence
-  (parenthesised asides left out), so "loses (6.0 +- 3.7, Holm p 0.0331)" must write -6.0.
+- **Sign** (applied by audit_numbers.py, with :meth:`Text.negative_ok`). A quoted "-0.54" or "+0.52" must
+  match the source's sign. A number written without a sign stands for a positive one, unless the words
+  that govern it say the direction ("loses 25.7 +- 4.0", "22.10 points behind"): its table cell with the
+  column's header, else the parenthesis around it, else its sentence (parenthesised asides left out), so
+  "loses (6.0 +- 3.7, Holm p 0.0331)" must write -6.0.
+- **The arm.** In a doc's table row, a figure must be in a source row that names the doc row's first cell
+  (its arm: "lam = 10 on q only", also within "qk-norm - baseline (paired)") wherever a source table
+  holding the figure names that arm; in a figures passage, every number of such a row, not only its
+  intervals. Another arm's figure in the row fails even where it exists for that arm.
 - **The row.** An interval quoted with a p-value beside it ("-6.0 +- 3.7 (Holm p 0.0331)", "(-0.98 +- 0.57,
   Holm 0.0267)", "-6.0 +- 3.7 (0.0331)", or the Holm column of the doc's table row) must find one source
   row that holds both: the interval and that p in its "Holm p" column ("p" for "p 0.011"; either for a bare
@@ -42,6 +47,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from speccond.harness import verdict  # noqa: E402  (the project's one verdict rule)
 
 NUM = r"\d+(?:\.\d+)?(?:e-\d+)?"
+NUMBER = re.compile(r"(?<![\w.])([-+]?\d+\.\d+|\d+(?=\s?%))(?![\w.])")
 INTERVAL = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)\s*\+-\s*(\d+(?:\.\d+)?)(?![\w.])")
 VERDICTS = {"win": "win", "wins": "win", "won": "win", "ahead": "win",
             "loss": "loss", "loses": "loss", "lose": "loss", "lost": "loss", "behind": "loss",
@@ -98,6 +104,20 @@ class Row:
     headers: tuple[str, ...]
     cells: tuple[str, ...]
 
+    @cached_property
+    def names(self) -> frozenset[str]:
+        """The row's cells that are words, not figures: its arm, method, task, setting (as :func:`name` reads them)."""
+        return frozenset(name(c) for c in self.cells if re.search(r"[a-z]", re.sub(NUM, "", c.lower())))
+
+    def named(self, label: str) -> bool:
+        """Whether a cell of the row names ``label`` (a key), alone or within ("qk-norm - baseline (paired)")."""
+        pattern = re.compile(rf"(?<![\w-]){re.escape(label)}(?![\w-])")
+        return any(pattern.search(key) for key in self.names)
+
+    @cached_property
+    def numbers(self) -> list[float]:
+        return [float(m.group(1)) for cell in self.cells for m in NUMBER.finditer(cell)]
+
     def cell(self, wanted) -> str | None:
         for header, cell in zip(self.headers, self.cells):
             if wanted(header.lower()):
@@ -130,6 +150,11 @@ class Row:
     def seed(self) -> int | None:
         cell = self.cell(lambda h: h == "seed")
         return int(cell) if cell and cell.strip().isdigit() else None
+
+
+def name(cell: str) -> str:
+    """A table cell as a key: "**lam = auto (kappa <= 2)**" and "lam = auto (kappa <= 2)" are one."""
+    return re.sub(r"[*`\s]+", " ", cell).strip().lower()
 
 
 def split_cells(line: str) -> list[str]:
@@ -265,6 +290,10 @@ class Sources:
             for m, h in row.intervals:
                 for scale in (1.0, 100.0):
                     self.by_half.setdefault(int(abs(h) * scale * 10), []).append((row, m, h))
+        self.by_name: dict[str, list[Row]] = {}
+        for row in rows:
+            for key in row.names:
+                self.by_name.setdefault(key, []).append(row)
         self.seed_groups: dict[tuple[str, str], dict[int, Row]] = {}
         for row in rows:
             if row.seed is not None:
@@ -281,9 +310,10 @@ class Sources:
         return list(found.values())
 
 
-def statement_errors(text: str, sources: Sources) -> list[str]:
-    """Every quoted figure of ``text`` (a document, or one figures passage of it) whose Holm p, verdict or
-    seed does not follow from the source rows it stands for."""
+def statement_errors(text: str, sources: Sources, every_number: bool = False) -> list[str]:
+    """Every quoted figure of ``text`` (a document, or one figures passage of it) whose row, Holm p, verdict
+    or seed does not follow from the source rows it stands for; with ``every_number`` (a figures passage),
+    every number of a table row that names a source row's arm, not its intervals alone."""
     document = Text(text)
     errors: list[str] = []
     previous_end = 0
@@ -292,6 +322,12 @@ def statement_errors(text: str, sources: Sources) -> list[str]:
         quoted = f"{mean} +- {half}"
         negative_ok = document.negative_ok(match.start())
         candidates = sources.interval_rows(mean, half, negative_ok)
+        label = _row_label(text, match.start())
+        if label in sources.by_name:  # a table that names this row's arm must hold the figure in its row
+            tables = {r.table for r in sources.by_name[label]}
+            if any(r.table in tables for r, _ in candidates) and not any(r.named(label) for r, _ in candidates):
+                errors.append(f"{quoted}: not in a row of {label!r}")
+            candidates = [(r, m) for r, m in candidates if r.named(label)] or candidates
         after = text[match.end():match.end() + 200].split("\n|")[0]
         if text.startswith("|", text.rfind("\n", 0, match.start()) + 1):
             after = after.split("|")[0]
@@ -314,6 +350,29 @@ def statement_errors(text: str, sources: Sources) -> list[str]:
             possible = " or ".join(sorted({verdict(1.0, float(p)), verdict(-1.0, float(p))}))
             errors.append(f"{match.group(0)}: a Holm p of {p} makes it a {possible}")
     errors += seed_errors(text, sources.seed_groups)
+    if every_number:
+        errors += row_number_errors(document, sources)
+    return errors
+
+
+def _row_label(text: str, position: int) -> str | None:
+    """The first cell of the doc's table row at ``position`` (what the row is about), as a key."""
+    in_table = table_cell(text, position)
+    return name(in_table[1][0]) if in_table and in_table[2] > 0 else None
+
+
+def row_number_errors(document: Text, sources: Sources) -> list[str]:
+    """Numbers of the doc's table rows that name a source row (their first cell) and that no such row holds."""
+    errors = []
+    text = document.text
+    blank = INTERVAL.sub(lambda m: " " * len(m.group(0)), text)  # intervals are checked as pairs above
+    for match in NUMBER.finditer(blank):
+        label = _row_label(text, match.start())
+        if label not in sources.by_name:
+            continue
+        negative_ok = document.negative_ok(match.start())
+        if not any(matches(match.group(1), v, negative_ok) for row in sources.by_name[label] for v in row.numbers):
+            errors.append(f"{match.group(1)}: not in a row of {label!r}")
     return errors
 
 

@@ -75,6 +75,10 @@ PLANTED = {
         "docs/RESULTS.md", "(Holm p 0.0331), loss", "(Holm p 0.9), loss"),
     "a Holm p from another row of the same table (ListOps, lam = auto given q only's 0.598)": (
         "docs/RESULTS.md", "| -0.40 +- 0.63 | 0.473 | tie |", "| -0.40 +- 0.63 | 0.598 | tie |"),
+    "another arm's difference in a table row (RESULTS' width-64 table, q only given SVD per head's)": (
+        "docs/RESULTS.md", "| lam = 10 on q only | -0.7 +- 1.4, tie |", "| lam = 10 on q only | 0.68 +- 0.81, tie |"),
+    "another arm's entropy in a table row (RESULTS' width-64 table, lam = auto given q only's 0.675)": (
+        "docs/RESULTS.md", "| 74.75 (lr 0.0003) | 0.557 -> 0.558 |", "| 74.75 (lr 0.0003) | 0.675 -> 0.558 |"),
     # a per-seed score that exists elsewhere on the page
     "a per-seed score from another arm (width 64, lam = auto's seed 102 given the baseline's 81.95)": (
         "docs/RESULTS.md", "seed 102: 71.04 %", "seed 102: 81.95 %"),
@@ -150,6 +154,7 @@ SOURCE = """| arm | seed | accuracy, % |
     ("a loses -6.0 +- 3.7 points (Holm p 0.0855)", 2),  # b's Holm p: not its row's, and no loss
     ("a loses -6.0 +- 3.7 points (p 0.0331)", 1),  # its Holm p quoted as its raw p
     ("b wins, +0.52 +- 0.49", 1),
+    ("| arm | difference |\n|---|---|\n| a | 0.52 +- 0.49, tie |", 1),  # b's difference in a's row
     ("| arm | difference |\n|---|---|\n| b | 0.52 +- 0.49, win |", 1),
     ("| arm | difference, points | Holm p | verdict |\n|---|---|---|---|\n| a | -6.0 +- 3.7 | 0.0855 | loss |", 2),
     ("a scores 80.10 % on test (seed 101: 71.40 %)", 1),  # b's seed 101
