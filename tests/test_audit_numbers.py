@@ -1,5 +1,6 @@
-"""Every interval README.md and docs/RESULTS.md quote comes from a committed results file
-(scripts/audit_numbers.py over docs/results/)."""
+"""Every interval README.md and docs/RESULTS.md quote comes from a committed results file, with its sign, and
+the Holm p, verdict, arm and seed beside it are those of the source row it stands for
+(scripts/audit_numbers.py and scripts/audit_statements.py over docs/results/)."""
 from __future__ import annotations
 
 import re
@@ -128,6 +129,7 @@ def test_a_passage_is_checked_against_its_own_sources_not_every_file():
     corpus = "| -25.7 +- 4.0 | ... | -15.1 +- 1.9 |"
     assert not audit.backed("5.7", "4.0", corpus, [], True) and audit.backed("-25.7", "4.0", corpus, [], False)
     assert audit.backed("25.7", "4.0", corpus, [], True) and audit.backed("-15.1", "1.9", corpus, [], False)
+    assert not audit.backed("25.7", "4.0", corpus, [], False)  # a loss quoted as a gain
     assert audit.passage_unbacked("ties (-5.7 +- 9.6) at 31.2 %", "protocol-lra-listops/final", audit.RESULTS) == []
     assert audit.passage_unbacked("ties (-15.1 +- 1.9)", "protocol-lra-listops/final", audit.RESULTS) == [
         "-15.1 +- 1.9 (not an interval of protocol-lra-listops/final)"]
