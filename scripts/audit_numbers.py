@@ -15,6 +15,9 @@ backed when a committed file holds one that rounds to it at the decimals quoted:
 in a .json there, or a number in a column headed "p", "Holm p" or "Holm p (m)" of a markdown table there.
 
 A quotation is a whole token: "5.7 +- 4.0" is not backed by "-25.7 +- 4.0", so a dropped digit fails.
+Its sign counts: "-0.54" is not backed by "+0.54"; a number without a sign is a positive one, unless the
+words that govern it say the direction ("loses 25.7 +- 4.0", "22.10 points behind"; see audit_statements.py
+for which words govern a figure: its table cell, the parenthesis around it, else its sentence).
 
 Where a passage says which figures it quotes, every number in it is checked against those figures only
 (same task and arm, not the whole folder). The passage starts at a line holding
@@ -23,9 +26,13 @@ docs/results/ (a file or a folder, whose .md and .json files count, kept/ left o
 ``#text``: then only the lines of its .md files that contain that text (a table's row: task and arm).
 In the passage, every decimal number (per-seed scores, range bounds, means, p-values, Holm p) and every
 whole number followed by "%" must round, at the decimals quoted, to a number of those sources (as
-written, or in a .json as stored or times 100; a number quoted without a sign matches either sign), and
-every "a +- b" to an interval of theirs, as a pair. Numbers between the headline markers are the
+written, or in a .json as stored or times 100; with its sign, as above), and every "a +- b" to an
+interval of theirs, as a pair. Numbers between the headline markers are the
 headline script's, regenerated and compared by tests/test_headline.py.
+
+Then, in and out of passages, each figure must be the one of the source row it stands for
+(audit_statements.py): the Holm p beside an interval is that row's, a verdict word beside it is what
+``speccond.harness.verdict`` gives for its Holm p, and per-seed scores are one arm's, each at its seed.
 
 Quotations that no file holds are listed in docs/results/unbacked-numbers.md, each with the reason it
 stays in the text. The test suite runs this (tests/test_audit_numbers.py), so a new quotation without a
@@ -42,17 +49,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT / "src"))
 
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from audit_statements import INTERVAL, NUMBER, Sources, Text, decimals, matches, rows_of, statement_errors  # noqa: E402
 from speccond.harness import table_of_choice  # noqa: E402
+
 DOCUMENTS = ("README.md", "docs/RESULTS.md", "docs/RECOMMENDATIONS.md", "docs/GUIDE.md", "docs/MODELS.md",
              "docs/HARNESS.md", "docs/GPU.md")
 KNOWN = RESULTS / "unbacked-numbers.md"
-INTERVAL = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)\s*\+-\s*(\d+(?:\.\d+)?)(?![\w.])")
 P_VALUE = re.compile(r"(?<![\w.])(?:p\s*=?|adjusted(?: p)?|Holm p)\s+(0\.\d+|1\.0*)(?![\w.])")
 P_COLUMNS = ("p", "Holm p", "Holm p (m)", "adjusted p")
-
-
-def decimals(text: str) -> int:
-    return len(text.split(".")[1]) if "." in text else 0
 
 
 def objects(value):
@@ -72,17 +78,23 @@ def stored_intervals(results: Path = RESULTS) -> list[tuple[float, float]]:
             if "mean" in o and "half_width" in o and o["half_width"] is not None]
 
 
-def backed(mean: str, half: str, corpus: str, intervals: list[tuple[float, float]]) -> bool:
-    quoted = re.escape(f"{mean.lstrip('+-')} +- {half}")
-    if re.search(rf"(?<![\w.+-]){'[-+]?' if mean[0] not in '+-' else re.escape(mean[0]) + '?'}{quoted}(?![\w.])", corpus):
+def verbatim(corpus: str) -> set[tuple[str, str]]:
+    """Every "a +- b" written in ``corpus``, as (a with its sign as written, b)."""
+    return set(INTERVAL.findall(corpus))
+
+
+def backed(mean: str, half: str, corpus: str | set[tuple[str, str]], intervals: list[tuple[float, float]],
+           negative_ok: bool) -> bool:
+    """Whether a committed file holds "mean +- half" with its sign: written so in ``corpus`` (its text or
+    :func:`verbatim` of it), or as numbers of ``intervals`` that round to it. A mean without a sign is a
+    positive one, or a magnitude of either sign where ``negative_ok`` (the words around it say "loses")."""
+    written = verbatim(corpus) if isinstance(corpus, str) else corpus
+    magnitude = mean.lstrip("+-")
+    signs = [mean[0]] if mean[0] in "+-" else ["", "+"] + (["-"] if negative_ok else [])
+    if any((sign + magnitude, half) in written for sign in signs) or (
+            mean[0] == "+" and (magnitude, half) in written):
         return True
-    a, b = float(mean), float(half)
-    tolerance_a, tolerance_b = 0.5 * 10 ** -decimals(mean) + 1e-9, 0.5 * 10 ** -decimals(half) + 1e-9
-    for m, h in intervals:
-        for scale in (1.0, 100.0):
-            if abs(m * scale - a) <= tolerance_a and abs(h * scale - b) <= tolerance_b:
-                return True
-    return False
+    return any(matches(half, h) and matches(mean, m, negative_ok) for m, h in intervals)
 
 
 def stored_p_values(results: Path = RESULTS) -> list[float]:
@@ -115,46 +127,64 @@ def p_backed(quoted: str, stored: list[float]) -> bool:
 def unbacked(root: Path = ROOT) -> list[str]:
     """ "document: quotation" for every quoted figure no committed file backs, in document order: in a
     figures passage, every number against that passage's sources; elsewhere, intervals and p-values
-    against every committed file."""
+    against every committed file. Then, everywhere, each figure against the source row it stands for:
+    its sign, the Holm p and verdict beside it, its seed (audit_statements.py)."""
     results = root / "docs" / "results"
     known_list = results / KNOWN.name
-    corpus = "\n".join([p.read_text(errors="ignore") for p in sorted(results.rglob("*"))
-                        if p.suffix in (".md", ".json", ".txt") and p != known_list]
-                       + [table_of_choice(json.loads(p.read_text())) for p in sorted(results.rglob("choice.json"))])
+    files = [p for p in sorted(results.rglob("*")) if p.suffix in (".md", ".json", ".txt") and p != known_list]
+    choices = [(str(p.relative_to(results)), table_of_choice(json.loads(p.read_text())))
+               for p in sorted(results.rglob("choice.json"))]
+    written = verbatim("\n".join([p.read_text(errors="ignore") for p in files] + [text for _, text in choices]))
     intervals, p_values = stored_intervals(results), stored_p_values(results)
+    every_row = Sources(rows_of(files, results, extra=choices))
     missing = []
     for document in DOCUMENTS:
         text = (root / document).read_text()
         passages = list(PASSAGE.finditer(text))
-        missing += [f"{document}: {item}" for passage in passages
-                    for item in passage_unbacked(passage.group("body"), passage.group("sources"), results)]
+        for passage in passages:
+            body, sources = passage.group("body"), passage.group("sources")
+            missing += [f"{document}: {item}" for item in passage_unbacked(body, sources, results)]
+            missing += [f"{document}: {item}" for item in statement_errors(body, passage_rows(sources, results), True)]
         for passage in reversed(passages):  # checked above, against their own sources only
             text = text[:passage.start()] + text[passage.end():]
+        words = Text(text)
         for match in INTERVAL.finditer(text):
             mean, half = match.groups()
-            if not backed(mean, half, corpus, intervals):
+            if not backed(mean, half, written, intervals, words.negative_ok(match.start())):
                 missing.append(f"{document}: {mean} +- {half}")
         for match in P_VALUE.finditer(text):
             if not p_backed(match.group(1), p_values):
                 missing.append(f"{document}: {match.group(0)}")
+        missing += [f"{document}: {item}" for item in statement_errors(text, every_row)]
     return missing
 
 
 PASSAGE = re.compile(r"<!-- figures: (?P<sources>[^>]*?) -->\n(?P<body>.*?)<!-- /figures -->", re.S)
-NUMBER = re.compile(r"(?<![\w.])([-+]?\d+\.\d+|\d+(?=\s?%))(?![\w.])")
+
+
+def passage_files(sources: str, results: Path) -> list[tuple[str, list[Path]]]:
+    """(the text a source keeps its lines to, its files) of each SOURCE of "path[#text]; ...", under ``results``."""
+    found = []
+    for source in (s.strip() for s in sources.split(";") if s.strip()):
+        path, _, only = source.partition("#")
+        where = results / path.strip()
+        if not where.exists():
+            raise ValueError(f"figures source {source!r}: no {where}; name a file or folder under docs/results")
+        found.append((only, [where] if where.is_file() else [f for f in sorted(where.rglob("*"))
+                                                             if f.suffix in (".md", ".json") and "kept" not in f.parts]))
+    return found
+
+
+def passage_rows(sources: str, results: Path) -> Sources:
+    """The table rows (and per-seed .json figures) of a passage's sources."""
+    return Sources([row for only, files in passage_files(sources, results) for row in rows_of(files, results, only)])
 
 
 def passage_figures(sources: str, results: Path) -> tuple[list[float], list[tuple[float, float]]]:
     """(numbers, intervals) of a passage's sources: "path[#text]; ...", paths under ``results``."""
     numbers: list[float] = []
     intervals: list[tuple[float, float]] = []
-    for source in (s.strip() for s in sources.split(";") if s.strip()):
-        path, _, only = source.partition("#")
-        where = results / path.strip()
-        if not where.exists():
-            raise ValueError(f"figures source {source!r}: no {where}; name a file or folder under docs/results")
-        files = [where] if where.is_file() else [f for f in sorted(where.rglob("*"))
-                                                  if f.suffix in (".md", ".json") and "kept" not in f.parts]
+    for only, files in passage_files(sources, results):
         for file in files:
             if file.suffix == ".json" and not only:
                 for o in objects(json.loads(file.read_text())):
@@ -187,25 +217,20 @@ def _lines_about(lines: list[str], only: str) -> list[str]:
     return kept
 
 
-def _rounds_to(quoted: str, value: float) -> bool:
-    a = float(quoted)
-    tolerance = 0.5 * 10 ** -decimals(quoted) + 1e-9
-    signed = quoted[0] in "+-"
-    return any(abs((v if signed else abs(v)) - (a if signed else abs(a))) <= tolerance
-               for v in (value, value * 100))
-
-
 def passage_unbacked(body: str, sources: str, results: Path) -> list[str]:
-    """Every interval and number of ``body`` that its sources do not hold (same task and arm)."""
+    """Every interval and number of ``body`` that its sources do not hold (same task and arm), with its sign."""
     numbers, intervals = passage_figures(sources, results)
+    words = Text(body)
     missing = []
     for match in INTERVAL.finditer(body):
         mean, half = match.groups()
-        if not any(_rounds_to(mean, m) and _rounds_to(half, h) for m, h in intervals):
+        negative_ok = words.negative_ok(match.start())
+        if not any(matches(mean, m, negative_ok) and matches(half, h) for m, h in intervals):
             missing.append(f"{mean} +- {half} (not an interval of {sources})")
-    rest = INTERVAL.sub(" ", body)
+    rest = INTERVAL.sub(lambda m: " " * len(m.group(0)), body)
     for match in NUMBER.finditer(rest):
-        if not any(_rounds_to(match.group(1), value) for value in numbers):
+        negative_ok = words.negative_ok(match.start())
+        if not any(matches(match.group(1), value, negative_ok) for value in numbers):
             missing.append(f"{match.group(1)} (not a figure of {sources})")
     return missing
 

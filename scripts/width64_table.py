@@ -125,7 +125,7 @@ def finals_table(finals: dict[str, dict]) -> list[str]:
 def secondary_reading(comparisons: list[dict]) -> list[str]:
     """The registered secondary reading: Holm over every comparison of the protocol (REGISTERED_COMPARISONS), the
     ones that did not run counted as p = 1 (the most conservative reading)."""
-    from speccond.harness import holm
+    from speccond.harness import holm, verdict
 
     unrun = REGISTERED_COMPARISONS - len(comparisons)
     adjusted = holm([c["p"] for c in comparisons] + [1.0] * unrun)
@@ -134,8 +134,7 @@ def secondary_reading(comparisons: list[dict]) -> list[str]:
              "p = 1, the most conservative reading.", "",
              f"| arm | p | Holm p over {REGISTERED_COMPARISONS} | verdict |", "|---|---|---|---|"]
     for c, p in zip(comparisons, adjusted):
-        verdict = ("win" if c["difference"]["mean"] > 0 else "loss") if p < 0.05 else "tie"
-        lines.append(f"| {c['arm']} | {c['p']:.3g} | {p:.3g} | {verdict} |")
+        lines.append(f"| {c['arm']} | {c['p']:.3g} | {p:.3g} | {verdict(c['difference']['mean'], p)} |")
     return lines + [""]
 
 

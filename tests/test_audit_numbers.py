@@ -1,5 +1,6 @@
-"""Every interval README.md and docs/RESULTS.md quote comes from a committed results file
-(scripts/audit_numbers.py over docs/results/)."""
+"""Every interval README.md and docs/RESULTS.md quote comes from a committed results file, with its sign, and
+the Holm p, verdict, arm and seed beside it are those of the source row it stands for
+(scripts/audit_numbers.py and scripts/audit_statements.py over docs/results/)."""
 from __future__ import annotations
 
 import re
@@ -19,9 +20,9 @@ def test_every_quoted_interval_has_a_committed_source_or_a_listed_reason():
 def test_the_audit_matches_by_rounding_and_catches_an_invented_figure():
     audit = load_script("audit_numbers")
     intervals = [(0.66254, 0.00569)]  # a fraction, as results.json stores accuracy
-    assert audit.backed("66.25", "0.57", "", intervals) and audit.backed("66.3", "0.6", "", intervals)
-    assert not audit.backed("66.4", "0.6", "", intervals) and not audit.backed("66.25", "0.7", "", intervals)
-    assert audit.backed("+3.9", "1.4", "... +3.9 +- 1.4 ...", [])
+    assert audit.backed("66.25", "0.57", "", intervals, False) and audit.backed("66.3", "0.6", "", intervals, False)
+    assert not audit.backed("66.4", "0.6", "", intervals, False) and not audit.backed("66.25", "0.7", "", intervals, False)
+    assert audit.backed("+3.9", "1.4", "... +3.9 +- 1.4 ...", [], False)
     assert [m.groups() for m in audit.INTERVAL.finditer("a -27.2 +- 10 % and 0.71 +- 0.62, v1.2+-3")] == [
         ("-27.2", "10"), ("0.71", "0.62")]
 
@@ -45,7 +46,8 @@ def test_quoted_p_values_are_found_in_their_forms_and_checked_by_rounding():
 
 
 # Each edit is planted in a scratch copy of README.md and docs/RESULTS.md (docs/results/ is the
-# committed one) and must make the audit report a quotation without a source.
+# committed one) and must make the audit report a quotation without a source. The first group quotes a
+# number that exists nowhere; the second a number that exists, but not in the cell it stands for.
 PLANTED = {
     "a difference swapped in from another task (CIFAR-10's lam = 10 into ListOps' table)": (
         "docs/RESULTS.md", "| 33.00, 17.50, 32.20, 32.10, 18.90 | -5.7 +- 9.6 |",
@@ -60,6 +62,42 @@ PLANTED = {
         "docs/RESULTS.md", "| 31.20, 32.20, 32.60, 32.10, 32.10 |", "| 31.20, 32.20, 32.90, 32.10, 32.10 |"),
     "a per-encoder difference from the rounded averages (language, auto: 1.26 for 1.25)": (
         "docs/RESULTS.md", "is 1.46 and 1.25 points below", "is 1.46 and 1.26 points below"),
+    # a sign flipped: the number exists, with the other sign
+    "a flipped sign in a table (RESULTS' width-64 table, qk-norm: -0.54 as 0.54)": (
+        "docs/RESULTS.md", "| -0.54 +- 0.76 (Holm p 0.121), tie |", "| 0.54 +- 0.76 (Holm p 0.121), tie |"),
+    "a flipped sign in parentheses (the README's lam = auto at width 64: -6.0 as 6.0)": (
+        "README.md", "(-6.0 +- 3.7 points, Holm p 0.0331)", "(6.0 +- 3.7 points, Holm p 0.0331)"),
+    "a flipped sign of a peer comparison (XCiT, auto against sigma-reparam: +1.77 as -1.77)": (
+        "docs/RECOMMENDATIONS.md", "(+1.77 +- 0.67, Holm 0.00403)", "(-1.77 +- 0.67, Holm 0.00403)"),
+    # a Holm p that exists elsewhere, beside an interval whose row holds another
+    "a Holm p from elsewhere in prose (the README's 0.0331 as 0.9, which the long budget's q only holds)": (
+        "README.md", "(-6.0 +- 3.7 points, Holm p 0.0331)", "(-6.0 +- 3.7 points, Holm p 0.9)"),
+    "a Holm p from elsewhere in a table cell (RESULTS' width-64 table, lam = auto: 0.0331 as 0.9)": (
+        "docs/RESULTS.md", "(Holm p 0.0331), loss", "(Holm p 0.9), loss"),
+    "a Holm p from another row of the same table (ListOps, lam = auto given q only's 0.598)": (
+        "docs/RESULTS.md", "| -0.40 +- 0.63 | 0.473 | tie |", "| -0.40 +- 0.63 | 0.598 | tie |"),
+    "another arm's difference in a table row (RESULTS' width-64 table, q only given SVD per head's)": (
+        "docs/RESULTS.md", "| lam = 10 on q only | -0.7 +- 1.4, tie |", "| lam = 10 on q only | 0.68 +- 0.81, tie |"),
+    "another arm's entropy in a table row (RESULTS' width-64 table, lam = auto given q only's 0.675)": (
+        "docs/RESULTS.md", "| 74.75 (lr 0.0003) | 0.557 -> 0.558 |", "| 74.75 (lr 0.0003) | 0.675 -> 0.558 |"),
+    # a per-seed score that exists elsewhere on the page
+    "a per-seed score from another arm (width 64, lam = auto's seed 102 given the baseline's 81.95)": (
+        "docs/RESULTS.md", "seed 102: 71.04 %", "seed 102: 81.95 %"),
+    "a per-seed score from another seed of the same arm (ListOps, lam = auto's seed 102 given seed 103's)": (
+        "docs/RESULTS.md", "| 31.20, 32.20, 32.60, 32.10, 32.10 |", "| 31.20, 32.20, 32.10, 32.10, 32.10 |"),
+    "the figure a seed list follows from another arm (width 64, lam = auto's seed 100 given q only's)": (
+        "docs/RESULTS.md", "lam = auto at lr 3e-4 74.05 %", "lam = auto at lr 3e-4 74.95 %"),
+    # a verdict word its statistics do not give
+    "tie as win in a table cell (RESULTS' width-64 table, SVD per head at width 16)": (
+        "docs/RESULTS.md", "| SVD per head | 0.68 +- 0.81, tie |", "| SVD per head | 0.68 +- 0.81, win |"),
+    "tie as win beside its Holm p (RESULTS' width-64 table, SVD per head at width 64)": (
+        "docs/RESULTS.md", "0.52 +- 0.49 (Holm p 0.0855), tie", "0.52 +- 0.49 (Holm p 0.0855), win"),
+    "tie as win in a verdict column (ListOps, qk-norm)": (
+        "docs/RESULTS.md", "| 0.58 +- 0.81 | 0.473 | tie |", "| 0.58 +- 0.81 | 0.473 | win |"),
+    "behind as ties in prose (ListOps, auto against qk-norm)": (
+        "docs/RECOMMENDATIONS.md", "is behind qk-norm\n  (-0.98 +- 0.57", "ties with qk-norm\n  (-0.98 +- 0.57"),
+    "a tie as a loss beside a Holm p alone (the secondary reading at width 64, lam = auto)": (
+        "docs/RESULTS.md", "a tie (0.143)", "a loss (0.143)"),
 }
 
 
@@ -89,8 +127,57 @@ def test_a_passage_is_checked_against_its_own_sources_not_every_file():
     inside -25.7 +- 4.0 and must not be taken for it."""
     audit = load_script("audit_numbers")
     corpus = "| -25.7 +- 4.0 | ... | -15.1 +- 1.9 |"
-    assert not audit.backed("5.7", "4.0", corpus, []) and audit.backed("-25.7", "4.0", corpus, [])
-    assert audit.backed("25.7", "4.0", corpus, []) and audit.backed("-15.1", "1.9", corpus, [])
+    assert not audit.backed("5.7", "4.0", corpus, [], True) and audit.backed("-25.7", "4.0", corpus, [], False)
+    assert audit.backed("25.7", "4.0", corpus, [], True) and audit.backed("-15.1", "1.9", corpus, [], False)
+    assert not audit.backed("25.7", "4.0", corpus, [], False)  # a loss quoted as a gain
     assert audit.passage_unbacked("ties (-5.7 +- 9.6) at 31.2 %", "protocol-lra-listops/final", audit.RESULTS) == []
     assert audit.passage_unbacked("ties (-15.1 +- 1.9)", "protocol-lra-listops/final", audit.RESULTS) == [
         "-15.1 +- 1.9 (not an interval of protocol-lra-listops/final)"]
+
+
+SOURCE = """| arm | seed | accuracy, % |
+|---|---|---|
+| a | 100 | 80.10 |
+| a | 101 | 81.20 |
+| b | 100 | 70.30 |
+| b | 101 | 71.40 |
+
+| arm | difference, points | p | Holm p | verdict |
+|---|---|---|---|---|
+| a | -6.0 +- 3.7 | 0.011 | 0.0331 | loss |
+| b | 0.52 +- 0.49 | 0.0428 | 0.0855 | tie |
+"""
+
+
+@pytest.mark.parametrize("text, errors", [
+    ("a loses -6.0 +- 3.7 points (Holm p 0.0331), b ties at +0.52 +- 0.49 (0.0855)", 0),
+    ("| arm | difference |\n|---|---|\n| a | -6.0 +- 3.7 (Holm p 0.0331), loss |\n| b | 0.52 +- 0.49, tie |", 0),
+    ("a scores 80.10 % on test (seed 101: 81.20 %); b a tie (0.0855)", 0),
+    ("a loses -6.0 +- 3.7 points (Holm p 0.0855)", 2),  # b's Holm p: not its row's, and no loss
+    ("a loses -6.0 +- 3.7 points (p 0.0331)", 1),  # its Holm p quoted as its raw p
+    ("b wins, +0.52 +- 0.49", 1),
+    ("| arm | difference |\n|---|---|\n| a | 0.52 +- 0.49, tie |", 1),  # b's difference in a's row
+    ("| arm | difference |\n|---|---|\n| b | 0.52 +- 0.49, win |", 1),
+    ("| arm | difference, points | Holm p | verdict |\n|---|---|---|---|\n| a | -6.0 +- 3.7 | 0.0855 | loss |", 2),
+    ("a scores 80.10 % on test (seed 101: 71.40 %)", 1),  # b's seed 101
+    ("a scores 70.30 % on test (seed 101: 81.20 %)", 1),  # the lead figure is b's
+    ("| arm | per seed (100 to 101) |\n|---|---|\n| a | 81.20, 80.10 |", 1),  # a's, in the wrong order
+    ("b a win (0.0855)", 1),
+])
+def test_a_figure_is_checked_against_the_row_it_stands_for(text, errors):
+    statements = load_script("audit_statements")
+    sources = statements.Sources(statements.table_rows(SOURCE, "source.md"))
+    assert len(statements.statement_errors(text, sources)) == errors, statements.statement_errors(text, sources)
+
+
+@pytest.mark.parametrize("text, figure, negative", [
+    ("it loses 25.7 +- 4.0 points", "25.7", True),
+    ("it loses (6.0 +- 3.7 points, Holm p 0.0331)", "6.0", False),  # the parenthesis is the statistic itself
+    ("lam = 10 22.10 points behind, auto 6.35 (one seed)", "6.35", True),
+    ("it ties (the loss of 0.3 is noise) at 0.54 +- 0.76", "0.54", False),  # an aside does not govern it
+    ("| arm | difference |\n|---|---|\n| a | 0.54 +- 0.76, loss |", "0.54", True),
+    ("| arm | difference |\n|---|---|\n| a | 0.54 +- 0.76, tie |", "0.54", False),
+])
+def test_a_figure_without_a_sign_is_negative_only_where_its_own_words_say_so(text, figure, negative):
+    statements = load_script("audit_statements")
+    assert statements.Text(text).negative_ok(text.index(figure)) is negative

@@ -43,6 +43,7 @@ PUBLIC = {
     "paired_difference": "speccond.harness.reporting.stats",
     "family": "speccond.harness.reporting.stats",
     "holm": "speccond.harness.reporting.stats",
+    "verdict": "speccond.harness.reporting.stats",
     "ARM_NAMES": "speccond.harness.protocol.tuning",
     "PEERS": "speccond.harness.protocol.tuning",
     "best_peer": "speccond.harness.protocol.tuning",

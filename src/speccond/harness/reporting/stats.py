@@ -48,10 +48,16 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """"win" or "loss" (by the sign of the mean difference) when the adjusted p < 0.05, else "tie"."""
-        if self.holm < 0.05:
-            return "win" if self.difference.mean > 0 else "loss"
-        return "tie"
+        """:func:`verdict` of this comparison's difference and Holm-adjusted p."""
+        return verdict(self.difference.mean, self.holm)
+
+
+def verdict(difference: float, adjusted_p: float) -> str:
+    """The project's one verdict: "win" or "loss" (by the sign of the mean ``difference``, arm - reference) when
+    the ``adjusted_p`` (Holm) < 0.05, else "tie"."""
+    if adjusted_p < 0.05:
+        return "win" if difference > 0 else "loss"
+    return "tie"
 
 
 def against_reference(arms: dict[str, dict[int, float]], reference: dict[int, float],
