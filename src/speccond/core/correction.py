@@ -20,7 +20,7 @@ Two representations:
   weights at the moment it was computed, so it is saved in the state_dict.
 
 Every correction also saves a marker, the buffer ``speccond``: its description (kind, lam per role,
-granularity and target_kappa where they matter, layout) as UTF-8 JSON in a uint8 tensor, so a state dict
+granularity, target_kappa and key_basis where they matter, layout) as UTF-8 JSON in a uint8 tensor, so a state dict
 of a conditioned model says so under either backend. Loading it into a plain model gives unexpected keys
 under strict loading; loading it into a conditioned model checks that the correction is the one saved (a
 numeric lam is not saved otherwise: lam = 10 loaded into a lam = 1 model would pass silently). State
@@ -335,7 +335,7 @@ class SpectralCorrection(nn.Module):
     # -- the marker -----------------------------------------------------------------------------------
     def description(self) -> dict:
         """What determines C given W, as JSON-ready values: the marker's content. Granularity is given only
-        where it matters (svd, "auto") and target_kappa only with an "auto" lam."""
+        where it matters (svd, "auto"), target_kappa only with an "auto" lam, key_basis only when k is turned."""
         scales = {role: lam if lam == AUTO else float(lam) for role, lam in self.scales.items()}
         described = {"format": MARKER_FORMAT, "kind": self.kind, "scales": scales, "layout": self.layout.to_dict()}
         if self.follows_weights:
