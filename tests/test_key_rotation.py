@@ -372,3 +372,13 @@ def test_config_round_trips_its_key_basis():
     assert config.to_dict()["key_basis"] == "orthogonal"
     assert speccond.SpectralConfig.from_dict(config.to_dict()) == config
     assert speccond.SpectralConfig().key_basis == "identity"
+
+
+@pytest.mark.parametrize("backend", ["weight", "activation"])
+def test_model_torch_compile_matches_eager(backend):
+    case = MODEL_CASES["timm-vit"]
+    model, inputs = build_case(case), case_inputs(case)
+    _apply(model, _config(case, backend=backend))
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        assert_close(compiled(*inputs), model(*inputs))
