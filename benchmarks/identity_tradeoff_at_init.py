@@ -19,16 +19,17 @@ the width-64 protocol is about, against the identity on q, k, v and on q alone:
   bound is what (b) can promise.
 The bound is on the corrected blocks: with q alone corrected, k and v keep their own kappa.
 
-The corrections are added to the fused qkv weight by hand (W + C, per head); a check at the start confirms
-the hand-built identity equals speccond's effective weight. The last setting is speccond's own
+The corrections are added to the fused qkv weight by hand (W + C, per head); a check at the start confirms the
+hand-built identity equals speccond's effective weight. The last setting is speccond's own
 ``SpectralConfig(lam=lam, key_basis="orthogonal")`` (merged into the weights): the hand-built lam R draws a
-new R for every head of every layer, speccond one R_h per head index (``speccond.core.spectral.key_rotations``),
-the same in every layer; a second check confirms the hand-built setting with speccond's R_h is speccond's. Models (seed 0): the width-64 protocol's ViT
-(width 192, 3 heads of 64, depth 4, patch 4, 28 px grey: 50 tokens) on the first 8 Fashion-MNIST test images
-(what it trains on; their patches are correlated) and on random-normal images (independent tokens, what the
-collapse predictor assumes), timm vit_small_patch16_224 (6 heads of 64, depth 2, 32 px, patch 8: 17 tokens)
-on random-normal images, and the main job's ViT (4 heads of 16) on Fashion-MNIST. Needs the Fashion-MNIST
-data (``speccond data prepare fashion-mnist``). About a minute on one core.
+new R for every head of every layer, speccond one R_h per head index
+(``speccond.core.spectral.key_rotations``), the same in every layer; a second check confirms the hand-built
+setting with speccond's R_h is speccond's. Models (seed 0): the width-64 protocol's ViT (width 192, 3 heads of
+64, depth 4, patch 4, 28 px grey: 50 tokens) on the first 8 Fashion-MNIST test images (what it trains on;
+their patches are correlated) and on random-normal images (independent tokens, what the collapse predictor
+assumes), timm vit_small_patch16_224 (6 heads of 64, depth 2, 32 px, patch 8: 17 tokens) on random-normal
+images, and the main job's ViT (4 heads of 16) on Fashion-MNIST. Needs the Fashion-MNIST data (``speccond data
+prepare fashion-mnist``). About a minute on one core.
 """
 from __future__ import annotations
 

@@ -20,12 +20,12 @@ Two representations:
   weights at the moment it was computed, so it is saved in the state_dict.
 
 Every correction also saves a marker, the buffer ``speccond``: its description (kind, lam per role,
-granularity, target_kappa and key_basis where they matter, layout) as UTF-8 JSON in a uint8 tensor, so a state dict
-of a conditioned model says so under either backend. Loading it into a plain model gives unexpected keys
-under strict loading; loading it into a conditioned model checks that the correction is the one saved (a
-numeric lam is not saved otherwise: lam = 10 loaded into a lam = 1 model would pass silently). State
-dicts written before the marker existed have none: loading tolerates its absence (``speccond.checkpoint``
-reads the marker keys to rebuild the conditioning).
+granularity, target_kappa and key_basis where they matter, layout) as UTF-8 JSON in a uint8 tensor, so a
+state dict of a conditioned model says so under either backend. Loading it into a plain model gives
+unexpected keys under strict loading; loading it into a conditioned model checks that the correction is the
+one saved (a numeric lam is not saved otherwise: lam = 10 loaded into a lam = 1 model would pass silently).
+State dicts written before the marker existed have none: loading tolerates its absence
+(``speccond.checkpoint`` reads the marker keys to rebuild the conditioning).
 """
 from __future__ import annotations
 
@@ -127,7 +127,8 @@ class SpectralCorrection(nn.Module):
                 rotations = key_rotations(heads, head_dim).to(values.dtype)
                 # Drawn from a fixed seed, saved all the same: a load gives back the very R it was trained with.
                 self.register_buffer("key_rotations", rotations.to(values.device))  # (heads_k, dh, dh)
-                self.register_buffer("key_rows", layout.block_rows("k", self.out_features), persistent=False)  # (width_k,)
+                key_rows = layout.block_rows("k", self.out_features)  # (width_k,)
+                self.register_buffer("key_rows", key_rows, persistent=False)
                 offset = self._offsets()["k"]
                 positions = torch.arange(values.numel())  # (n,)
                 kept = (positions < offset) | (positions >= offset + self._diagonal("k"))
