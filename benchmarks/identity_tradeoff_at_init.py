@@ -19,13 +19,17 @@ the width-64 protocol is about, against the identity on q, k, v and on q alone:
   bound is what (b) can promise.
 The bound is on the corrected blocks: with q alone corrected, k and v keep their own kappa.
 
-The corrections are added to the fused qkv weight by hand (W + C, per head); a check at the start confirms
-the hand-built identity equals speccond's effective weight. Models (seed 0): the width-64 protocol's ViT
-(width 192, 3 heads of 64, depth 4, patch 4, 28 px grey: 50 tokens) on the first 8 Fashion-MNIST test images
-(what it trains on; their patches are correlated) and on random-normal images (independent tokens, what the
-collapse predictor assumes), timm vit_small_patch16_224 (6 heads of 64, depth 2, 32 px, patch 8: 17 tokens)
-on random-normal images, and the main job's ViT (4 heads of 16) on Fashion-MNIST. Needs the Fashion-MNIST
-data (``speccond data prepare fashion-mnist``). About a minute on one core.
+The corrections are added to the fused qkv weight by hand (W + C, per head); a check at the start confirms the
+hand-built identity equals speccond's effective weight. The last setting is speccond's own
+``SpectralConfig(lam=lam, key_basis="orthogonal")`` (merged into the weights): the hand-built lam R draws a
+new R for every head of every layer, speccond one R_h per head index
+(``speccond.core.spectral.key_rotations``), the same in every layer; a second check confirms the hand-built
+setting with speccond's R_h is speccond's. Models (seed 0): the width-64 protocol's ViT (width 192, 3 heads of
+64, depth 4, patch 4, 28 px grey: 50 tokens) on the first 8 Fashion-MNIST test images (what it trains on;
+their patches are correlated) and on random-normal images (independent tokens, what the collapse predictor
+assumes), timm vit_small_patch16_224 (6 heads of 64, depth 2, 32 px, patch 8: 17 tokens) on random-normal
+images, and the main job's ViT (4 heads of 16) on Fashion-MNIST. Needs the Fashion-MNIST data (``speccond data
+prepare fashion-mnist``). About a minute on one core.
 """
 from __future__ import annotations
 
@@ -41,12 +45,14 @@ import torch
 
 import speccond
 from speccond import diagnostics as dx
+from speccond.core.spectral import key_rotations
 from speccond.harness.models.timm_family import build_backbone
 
 LAMS = (0.03, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 10.0)
 TARGETS = (2.0, 5.0)  # kappa bounds whose lam (lam = "auto" at that target_kappa, one lam for all heads) joins the grid
 KEEP = 0.9  # fraction of the plain model's entropy that counts as spread
-SETTINGS = ("identity on q, k, v", "identity on q only", "identity on q and v, lam R on k (R orthogonal)")
+SETTINGS = ("identity on q, k, v", "identity on q only", "identity on q and v, lam R on k (R orthogonal)",
+            "speccond's key_basis='orthogonal' (the same, one R per head for every layer)")
 
 
 def models() -> dict[str, Callable[[], tuple[torch.nn.Module, torch.Tensor]]]:
@@ -92,11 +98,17 @@ def _qkv_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if hasattr(m, "qkv") and hasattr(m, "num_heads")]
 
 
-def corrected(model: torch.nn.Module, lam: float, setting: str) -> torch.nn.Module:
+def corrected(model: torch.nn.Module, lam: float, setting: str,
+              rotation: Callable[[int, int], torch.Tensor] | None = None) -> torch.nn.Module:
     """A copy of ``model`` with W + C on every fused qkv weight (3D, D): per head h, C_Q (and C_V) = lam times
     the head's rows of I, and C_K = lam times those rows or, for the orthogonal setting, lam R_h times them
-    (R_h a fixed random dh x dh orthogonal matrix: the same singular values, all lam)."""
+    (R_h a fixed random dh x dh orthogonal matrix: the same singular values, all lam). ``rotation``: (head, dh)
+    -> R_h; default a new one for every head of every layer, from one generator seeded 7. speccond's setting
+    is applied by speccond and merged."""
     model = copy.deepcopy(model)
+    if setting == SETTINGS[3]:
+        speccond.apply(model, speccond.SpectralConfig(lam=lam, key_basis="orthogonal"))
+        return speccond.remove(model, merge=True)
     generator = _seeded(7)
     for attention in _qkv_modules(model):
         weight = attention.qkv.weight  # (3D, D): q rows, then k rows, then v rows
@@ -111,8 +123,11 @@ def corrected(model: torch.nn.Module, lam: float, setting: str) -> torch.nn.Modu
                     rows = slice(head * head_dim, (head + 1) * head_dim)
                     added = eye[rows]  # (dh, D): the head's rows of I
                     if role == "k" and setting == SETTINGS[2]:
-                        rotation, _ = torch.linalg.qr(torch.randn(head_dim, head_dim, generator=generator))
-                        added = rotation @ added  # (dh, D), singular values all 1
+                        if rotation is None:
+                            turned, _ = torch.linalg.qr(torch.randn(head_dim, head_dim, generator=generator))
+                        else:
+                            turned = rotation(head, head_dim)  # (dh, dh)
+                        added = turned @ added  # (dh, D), singular values all 1
                     block[rows] += roles[role] * added
     return model
 
@@ -158,6 +173,18 @@ def check_hand_built_identity(model: torch.nn.Module, probe: torch.Tensor) -> No
         torch.testing.assert_close(conditioned(probe), corrected(model, 3.0, SETTINGS[0])(probe), rtol=1e-5, atol=1e-5)
 
 
+def speccond_rotation(head: int, head_dim: int) -> torch.Tensor:
+    """speccond's R_h for ``head`` (key_rotations), in float32: (dh, dh)."""
+    return key_rotations(head + 1, head_dim)[head].float()
+
+
+def check_hand_built_rotation(model: torch.nn.Module) -> None:
+    """The hand-built lam R on k, given speccond's R_h, is what speccond's key_basis='orthogonal' adds."""
+    hand, applied = corrected(model, 3.0, SETTINGS[2], speccond_rotation), corrected(model, 3.0, SETTINGS[3])
+    for mine, theirs in zip(_qkv_modules(hand), _qkv_modules(applied)):
+        torch.testing.assert_close(mine.qkv.weight, theirs.qkv.weight, rtol=0, atol=0)
+
+
 def report() -> str:
     lines = [__doc__.split("\n\n")[0].strip(), "", "Made by `.venv/bin/python benchmarks/identity_tradeoff_at_init.py`.", ""]
     for name, make in models().items():
@@ -168,6 +195,7 @@ def report() -> str:
 def section(name: str, model: torch.nn.Module, probe: torch.Tensor) -> list[str]:
     """The report's lines for one model and probe: its table and each setting's largest spread lam."""
     check_hand_built_identity(model, probe)
+    check_hand_built_rotation(model)
     rows = dx.attention_entropy(model, (probe,))
     plain = sum(r["entropy"] for r in rows) / len(rows)
     lines = [f"## {name}", "", f"Plain: {plain:.3f} nats mean entropy (log N = {rows[0]['log_n']:.2f}).", ""]

@@ -289,6 +289,24 @@ def test_q_only_is_the_natural_eye_3d_d_reading_of_the_paper_on_a_fused_qkv():
     assert torch.equal(natural[32:], plain[32:])  # k and v rows untouched
 
 
+@pytest.mark.parametrize("name", ["spectral", "shifted-init", "spectral-qk-norm"])
+def test_the_spectral_methods_pass_key_basis_to_the_correction(name):
+    """key_basis=orthogonal reaches SpectralConfig in every method that reads it: the k block carries lam R per
+    head (speccond.core.spectral.key_rotations), q and v lam I; shifted-init bakes exactly that in."""
+    from speccond.core.spectral import key_rotations
+
+    model = vit()
+    qkv = model.blocks[0].attn.qkv
+    plain = qkv.weight.detach().clone()  # (3D, D), D = 32, 2 heads of 16
+    apply_method(model, MethodConfig(name=name, lam=3.0, key_basis="orthogonal"))
+    added = (qkv.weight.detach() - plain).double()
+    rotations = key_rotations(2, 16)  # (heads, dh, dh)
+    expected_k = torch.block_diag(*(3.0 * rotations))  # (D, D): lam R_h on head h's rows and columns
+    torch.testing.assert_close(added[32:64], expected_k, rtol=0, atol=1e-5)
+    torch.testing.assert_close(added[:32], 3.0 * torch.eye(32, dtype=torch.float64), rtol=0, atol=1e-5)
+    assert speccond.is_conditioned(model) == (name != "shifted-init")
+
+
 def test_spectral_svd_reads_no_lam_so_every_lam_conditions_alike():
     """spectral-svd does not read lam (its registry entry), so lam = 0, 10 or auto give the same conditioned
     model: for the SVD correction a projection's lam only says corrected or not, and lam = 0 once meant none."""

@@ -40,7 +40,8 @@ TUNERS = {
     "vera": lambda: peft.VeraConfig(target_modules=TARGETS, r=4, init_weights=False),
 }
 RESCALING = {"dora", "ia3"}  # rescale the base layer's output: not with the activation backend
-CORRECTIONS = {"identity": dict(lam=10.0), "svd": dict(correction="svd"), "auto": dict(lam="auto")}
+CORRECTIONS = {"identity": dict(lam=10.0), "svd": dict(correction="svd"), "auto": dict(lam="auto"),
+               "rotated": dict(lam="auto", target_kappa=5.0, key_basis="orthogonal")}  # k: lam R per head
 ORDERS = ("lora_on_conditioned", "conditioned_peft_model")
 TOLERANCE = 1e-5  # relative, float32: a merge rounds each weight entry once (and W + C + delta - C once more)
 

@@ -36,7 +36,8 @@ def test_a_key_set_by_string_or_by_value_lands_in_its_section(key):
     changed = {"model": "deit", "method": "baseline", "optimizer": "timm:lamb", "scheduler": "timm:step",
                "task": "digits", "lam": "auto", "corrected": "q", "correction": "svd", "granularity": "projection",
                "attention_norm": "none", "precision": "bfloat16", "device": "cpu", "auto_augment": "rand-m9",
-               "init_from": "runs/mlm/{method}/seed-{seed}", "model_args": "", "embed_dim": 256, "num_heads": 8, "target_kappa": 3.0}
+               "init_from": "runs/mlm/{method}/seed-{seed}", "model_args": "", "embed_dim": 256, "num_heads": 8, "target_kappa": 3.0,
+               "key_basis": "orthogonal"}
     default = TrainConfig().value(key)
     if key in changed:
         value = changed[key]

@@ -482,3 +482,24 @@ def test_an_arm_chosen_on_the_grids_edge_runs_one_step_past_it_and_chooses_over_
     no_extension = [a for a in arms if a != "--extend-edges"]
     assert main(["tune", *TWO_EPOCHS, *no_extension, "--stage", "report", "--choice", str(out / "choice.json"),
                  "--out", str(tmp_path / "other")]) == 2
+
+
+def test_the_rotated_key_arm_trains_with_its_correction_and_is_named_in_the_tables(tmp_path):
+    """"spectral:lam=auto+target_kappa=5+key_basis=orthogonal" (lam = auto at kappa <= 5, k corrected by lam R per
+    head) trains in its own folder, its runs record the setting, carry k's rotation in their checkpoint, and
+    the tables name it (ARM_NAMES)."""
+    arm = "spectral:lam=auto+target_kappa=5+key_basis=orthogonal"
+    name, config = tuning.arm_config(TrainConfig(), arm)
+    assert name == "spectral-target_kappa=5-key_basis=orthogonal" and name in tuning.ARM_NAMES
+    assert (config.method.lam, config.method.target_kappa, config.method.key_basis) == ("auto", 5.0, "orthogonal")
+    out = tmp_path / "tune"
+    assert main(["tune", *TWO_EPOCHS, "--arms", f"baseline,{arm}", "--lrs", "1e-3", "--tuning-seeds", "1",
+                 "--final-seeds", "1", "--out", str(out)]) == 0
+    run = out / "final" / name / "seed-100"
+    record = json.loads((run / "config.json").read_text())
+    assert record["config"]["key_basis"] == "orthogonal" and [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "eval"]
+    from safetensors.torch import load_file
+
+    state = load_file(str(next(run.rglob("*.safetensors"))))
+    assert any(key.endswith("key_rotations") for key in state)
+    assert record["label"] == "spectral lam=auto(kappa<=5) key_basis=orthogonal"

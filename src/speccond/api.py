@@ -196,7 +196,7 @@ def _build(sites: list[ProjectionSite], config: SpectralConfig, precision: torch
         try:
             correction = SpectralCorrection(
                 site.layout, weight.shape, scales, config.correction, config.granularity, weight=weight,
-                notes=site.notes, target_kappa=config.target_kappa, precision=precision,
+                notes=site.notes, target_kappa=config.target_kappa, precision=precision, key_basis=config.key_basis,
             )
         except ValueError as err:
             raise ValueError(f"{site.qualified_name} ({site.source}): {err}") from None

@@ -240,8 +240,8 @@ def inferred_config(model: nn.Module, recorded: Mapping[str, dict]) -> SpectralC
     """A SpectralConfig that conditions exactly the parameters ``recorded`` names, with their corrections,
     when applied to ``model`` (plain, or already conditioned so: it is read, not changed).
 
-    ``recorded``: :func:`conditioning`'s result. lam per role, the correction, granularity, target_kappa
-    and backend come from the descriptions; projections no adapter finds with the recorded layout become
+    ``recorded``: :func:`conditioning`'s result. lam per role, the correction, granularity, target_kappa,
+    key_basis and backend come from the descriptions; projections no adapter finds with the recorded layout become
     declared ``layouts``; ``targets`` and ``exclude`` stay None when the default selection is the recorded
     one, else they name the conditioned modules exactly. Raises ValueError when one config cannot do it
     (corrections of different kinds or lams, mixed backends).
@@ -249,7 +249,7 @@ def inferred_config(model: nn.Module, recorded: Mapping[str, dict]) -> SpectralC
     if not recorded:
         raise ValueError("no conditioned parameter recorded: nothing to infer a SpectralConfig from")
     fields = {}
-    for field in ("backend", "kind", "granularity", "target_kappa"):
+    for field in ("backend", "kind", "granularity", "target_kappa", "key_basis"):
         values = {json.dumps(r.get(field)) for r in recorded.values() if field in r}
         if len(values) > 1:
             raise ValueError(
@@ -270,6 +270,7 @@ def inferred_config(model: nn.Module, recorded: Mapping[str, dict]) -> SpectralC
         lam=0.0, **{f"lam_{role}": lams.get(role, 0.0) for role in "qkv"},
         correction=fields["kind"], backend=fields["backend"],
         granularity=fields.get("granularity", "head"), target_kappa=fields.get("target_kappa", 2.0),
+        key_basis=fields.get("key_basis", "identity"),
     )
     with warnings.catch_warnings():  # apply warned about a lam in (0, 2] when it was applied
         warnings.simplefilter("ignore", UserWarning)

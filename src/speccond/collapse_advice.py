@@ -67,8 +67,10 @@ def _settings(config: SpectralConfig) -> Iterator[tuple[str, SpectralConfig]]:
 
 
 def _variant(config: SpectralConfig, **changes) -> SpectralConfig:
-    """``config`` with ``changes`` on the identity/svd choice and lams; targets, layouts, backend kept."""
-    changes = {"lam_q": None, "lam_k": None, "lam_v": None, "correction": "identity", **changes}
+    """``config`` with ``changes`` on the identity/svd choice and lams; targets, layouts, backend kept; k's
+    correction the identity's (key_basis="identity"), as the advice's text, which does not name it, says."""
+    changes = {"lam_q": None, "lam_k": None, "lam_v": None, "correction": "identity", "key_basis": "identity",
+               **changes}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lam <= 2 warns about Theorem 3.8; the advice says what it predicts
         return dataclasses.replace(config, **changes)

@@ -17,7 +17,8 @@ remove), reading refuses with what to do instead of reporting other weights' fig
 
 The ``correction`` column names the correction and its lam: "identity lam=10", or for lam="auto" the
 lam it chose from the weights, "identity lam=auto(3.1)" (one value: every head carries it) or
-"identity lam=auto(2.9..3.4)" (per head: smallest..largest; ``head_lams`` lists them).
+"identity lam=auto(2.9..3.4)" (per head: smallest..largest; ``head_lams`` lists them). A k block corrected by
+lam R_h per head (``SpectralConfig(key_basis="orthogonal")``) reads "rotated lam=10".
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ class ReportRow:
     kappa_eff: float
     head_kappa_eff_max: float
     notes: tuple[str, ...] = ()
-    head_lams: tuple[float, ...] = ()  # identity: lam on each head's slice of C (0.0: none there); svd: ()
+    head_lams: tuple[float, ...] = ()  # identity, rotated: lam on each head's slice of C (0.0: none there); svd: ()
     head_kappas_eff: tuple[float, ...] = ()  # kappa of W + C on each head's rows, head 0 first
     per_head: bool = False  # C is sized per head (svd/head, lam="auto" per head): it bounds each head's kappa
 
@@ -191,7 +192,8 @@ def rows_for(found: Attachment) -> list[ReportRow]:
             name, scale = f"svd/{correction.granularity}", spectrum(stored[index]).sigma_max
         else:
             head_lams = correction.head_lams(role)
-            name, scale = f"identity lam={_lam_text(lam, head_lams)}", max(head_lams) if lam == AUTO else lam
+            kind = "rotated" if role == "k" and correction.rotates_key else "identity"
+            name, scale = f"{kind} lam={_lam_text(lam, head_lams)}", max(head_lams) if lam == AUTO else lam
         rows.append(
             ReportRow(
                 module=found.module_name,

@@ -26,6 +26,7 @@ Correction = Literal["identity", "svd"]
 Granularity = Literal["head", "projection"]
 Backend = Literal["weight", "activation"]
 Init = Literal["add", "preserve"]
+KeyBasis = Literal["identity", "orthogonal"]
 Patterns = Union[str, Sequence[str], None]
 Lam = Union[float, Literal["auto"]]
 
@@ -36,6 +37,7 @@ _CORRECTIONS = ("identity", "svd")
 _GRANULARITIES = ("head", "projection")
 _BACKENDS = ("weight", "activation")
 _INITS = ("add", "preserve")
+_KEY_BASES = ("identity", "orthogonal")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ class SpectralConfig:
             head's slice of I_k holds a full diagonal) or one lam per q (k, v) block. Numeric lams ignore it.
         backend: "weight" (a torch parametrization: ``module.weight`` reads W + C) or "activation"
             (a forward hook adds x C^T to the projection's output; needs an nn.Linear-like module).
+        key_basis: the identity correction's k block, per k head h with E_h its rows of the rectangular
+            identity I_k: "identity" (the paper: C_K = lam E_h) or "orthogonal" (C_K = lam R_h E_h, R_h a
+            fixed random dh x dh orthogonal matrix, ``speccond.core.spectral.key_rotations``; the same
+            singular values, all lam, so the same Weyl bound kappa(W + C) <= (lam + sigma_max) /
+            (lam - sigma_max), and lam="auto" the same lams). The logits then carry lam^2 x_i^T E^T R_h E x_j,
+            a fixed random bilinear form, instead of lam^2 times each token's self-similarity x_i^T x_j.
+            R_h is drawn once from a fixed seed and saved in the state_dict (refresh keeps it). Identity
+            correction only, with k corrected.
         init: "add" (W_eff = W + C, the paper) or "preserve" (stored W becomes W - C, so the model's
             outputs are unchanged at the moment of attaching: for fine-tuning pretrained models).
         targets: regular expressions (``re.search``) on module names; only attention modules or
@@ -81,6 +91,7 @@ class SpectralConfig:
     correction: Correction = "identity"
     granularity: Granularity = "head"
     backend: Backend = "weight"
+    key_basis: KeyBasis = "identity"
     init: Init = "add"
     targets: Patterns = None
     exclude: Patterns = None
@@ -123,6 +134,7 @@ class SpectralConfig:
         _check_choice("granularity", self.granularity, _GRANULARITIES)
         _check_choice("backend", self.backend, _BACKENDS)
         _check_choice("init", self.init, _INITS)
+        _check_choice("key_basis", self.key_basis, _KEY_BASES)
         object.__setattr__(self, "targets", _compile_patterns("targets", self.targets))
         object.__setattr__(self, "exclude", _compile_patterns("exclude", self.exclude))
         if not isinstance(self.layouts, Mapping):
@@ -138,6 +150,18 @@ class SpectralConfig:
                     f"got {type(layout).__name__}"
                 )
         object.__setattr__(self, "layouts", dict(self.layouts))
+        if self.key_basis == "orthogonal" and self.correction != "identity":
+            raise ValueError(
+                f"key_basis='orthogonal' turns the identity correction's k block into lam R (R orthogonal), got "
+                f"correction={self.correction!r}, whose C = sigma_max U V^T has no lam I to turn; use "
+                "correction='identity', or leave key_basis='identity'"
+            )
+        if self.key_basis == "orthogonal" and self.scale("k") == 0:
+            raise ValueError(
+                "key_basis='orthogonal' turns k's correction into lam R (R orthogonal), but lam_k=0 leaves k "
+                "uncorrected, so it would change nothing; give k a lam (lam_k=None takes lam), or leave "
+                "key_basis='identity'"
+            )
         if self.correction == "identity":
             small = {r: s for r, s in self.role_scales().items() if s != AUTO and 0 < s <= 2}
             if small:
@@ -191,6 +215,7 @@ class SpectralConfig:
             "correction": self.correction,
             "granularity": self.granularity,
             "backend": self.backend,
+            "key_basis": self.key_basis,
             "init": self.init,
             "targets": [p.pattern for p in self.targets] if self.targets else None,
             "exclude": [p.pattern for p in self.exclude] if self.exclude else None,

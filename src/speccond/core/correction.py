@@ -12,16 +12,20 @@ Two representations:
   lams all of it derives from the config, so nothing is saved in the state_dict. With lam "auto" the
   values vary per block or per head (lam = sigma_max (t + 1) / (t - 1) of that part of W, t =
   target_kappa) and depend on the weights they were chosen from, so ``values`` is saved.
+  With ``key_basis="orthogonal"`` the k block's entries are dense per head instead: lam R_h E_h, R_h a fixed
+  random dh x dh orthogonal matrix per k head (``speccond.core.spectral.key_rotations``), saved as the
+  buffer ``key_rotations`` (heads_k, dh, dh); ``values`` still holds k's lam on each diagonal entry (the lam
+  of column j of head h's block), so "auto", refresh and the reports read k's lams as they read q's.
 - svd (Theorem 3.5): a dense (out, in) matrix, sigma_max U V^T per head or per block. It depends on the
   weights at the moment it was computed, so it is saved in the state_dict.
 
 Every correction also saves a marker, the buffer ``speccond``: its description (kind, lam per role,
-granularity and target_kappa where they matter, layout) as UTF-8 JSON in a uint8 tensor, so a state dict
-of a conditioned model says so under either backend. Loading it into a plain model gives unexpected keys
-under strict loading; loading it into a conditioned model checks that the correction is the one saved (a
-numeric lam is not saved otherwise: lam = 10 loaded into a lam = 1 model would pass silently). State
-dicts written before the marker existed have none: loading tolerates its absence (``speccond.checkpoint``
-reads the marker keys to rebuild the conditioning).
+granularity, target_kappa and key_basis where they matter, layout) as UTF-8 JSON in a uint8 tensor, so a
+state dict of a conditioned model says so under either backend. Loading it into a plain model gives
+unexpected keys under strict loading; loading it into a conditioned model checks that the correction is the
+one saved (a numeric lam is not saved otherwise: lam = 10 loaded into a lam = 1 model would pass silently).
+State dicts written before the marker existed have none: loading tolerates its absence
+(``speccond.checkpoint`` reads the marker keys to rebuild the conditioning).
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from speccond.core.config import AUTO
 from speccond.core.effective_weight import EffectiveWeight
 from speccond.core.layout import ProjectionLayout
 from speccond.core.sharded import gathered, is_sharded, shaped_like
-from speccond.core.spectral import auto_lam, rounded_auto_bound, svd_correction
+from speccond.core.spectral import auto_lam, key_rotations, rounded_auto_bound, svd_correction
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,9 @@ class SpectralCorrection(nn.Module):
         precision: the dtype the SVD and sigma_max behind "svd" and "auto" are computed in. float64 for
             every correction apply attaches (the published runs' bits depend on it); apply's collapse
             advice passes float32 for the candidate settings it only predicts from and never attaches.
+        key_basis: "identity" or "orthogonal" (identity only): k's block per k head h is lam E_h or
+            lam R_h E_h (SpectralConfig.key_basis). Without a corrected k in ``layout`` (a separate q or
+            v projection) there is nothing to turn and it is ignored.
     """
 
     def __init__(
@@ -81,6 +88,7 @@ class SpectralCorrection(nn.Module):
         notes: tuple[str, ...] = (),
         target_kappa: float = 2.0,
         precision: torch.dtype = torch.float64,
+        key_basis: str = "identity",
     ) -> None:
         super().__init__()
         self.precision = precision  # what "svd" and "auto" compute C in (see the class docstring)
@@ -97,6 +105,12 @@ class SpectralCorrection(nn.Module):
         self.out_features, self.in_features = layout.check_shape(shape, "SpectralCorrection")
         # Output features of each role's block: its heads times dh (k, v narrower under grouped-query).
         self.block_widths = {role: layout.block_width(role, self.out_features) for role in layout.roles}
+        if key_basis not in ("identity", "orthogonal"):
+            raise ValueError(f"key_basis must be 'identity' or 'orthogonal', got {key_basis!r}")
+        if key_basis == "orthogonal" and kind != "identity":
+            raise ValueError(f"key_basis='orthogonal' turns the identity correction's k block, got kind={kind!r}")
+        # Whether k's block is lam R_h E_h per head (dense) rather than lam E_h (on the diagonal).
+        self.rotates_key = key_basis == "orthogonal" and self.scales.get("k", 0) != 0
         if self.auto_roles:
             self._check_auto(weight)
         if kind == "identity" and weight is not None:
@@ -108,6 +122,18 @@ class SpectralCorrection(nn.Module):
             self.register_buffer("in_index", in_index, persistent=False)  # (n,)
             # Saved only when some lam is "auto": then the values depend on the weights they came from.
             self.register_buffer("values", values, persistent=bool(self.auto_roles))  # (n,)
+            if self.rotates_key:
+                heads, head_dim = layout.heads("k"), layout.head_dim(self.out_features)
+                rotations = key_rotations(heads, head_dim).to(values.dtype)
+                # Drawn from a fixed seed, saved all the same: a load gives back the very R it was trained with.
+                self.register_buffer("key_rotations", rotations.to(values.device))  # (heads_k, dh, dh)
+                key_rows = layout.block_rows("k", self.out_features)  # (width_k,)
+                self.register_buffer("key_rows", key_rows, persistent=False)
+                offset = self._offsets()["k"]
+                positions = torch.arange(values.numel())  # (n,)
+                kept = (positions < offset) | (positions >= offset + self._diagonal("k"))
+                # The entries added one by one (q's, v's diagonals): positions in values, out_index, in_index.
+                self.register_buffer("direct", positions[kept], persistent=False)  # (n - diagonal_k,)
             # Blocked layouts put each role's diagonal on contiguous output rows fed by x[..., :k]:
             # then the activation backend adds lam * x[..., :k] to a slice in place, saving nothing for
             # backward. (start_row, length, offset into values) per corrected role; None when rows are
@@ -250,6 +276,8 @@ class SpectralCorrection(nn.Module):
     def _contiguous_segments(self, out_index: torch.Tensor, in_index: torch.Tensor):
         segments = []
         for role, offset in self._offsets().items():
+            if role == "k" and self.rotates_key:
+                continue  # added as a dense block (add_to_output)
             diagonal = self._diagonal(role)
             rows = out_index[offset : offset + diagonal]
             cols = in_index[offset : offset + diagonal]
@@ -308,13 +336,15 @@ class SpectralCorrection(nn.Module):
     # -- the marker -----------------------------------------------------------------------------------
     def description(self) -> dict:
         """What determines C given W, as JSON-ready values: the marker's content. Granularity is given only
-        where it matters (svd, "auto") and target_kappa only with an "auto" lam."""
+        where it matters (svd, "auto"), target_kappa only with an "auto" lam, key_basis only when k is turned."""
         scales = {role: lam if lam == AUTO else float(lam) for role, lam in self.scales.items()}
         described = {"format": MARKER_FORMAT, "kind": self.kind, "scales": scales, "layout": self.layout.to_dict()}
         if self.follows_weights:
             described["granularity"] = self.granularity
         if self.auto_roles:
             described["target_kappa"] = self.target_kappa
+        if self.rotates_key:
+            described["key_basis"] = "orthogonal"
         return described
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
@@ -355,8 +385,33 @@ class SpectralCorrection(nn.Module):
         dense = torch.zeros(
             self.out_features, self.in_features, dtype=dtype or self.values.dtype, device=self.values.device
         )
-        dense[self.out_index, self.in_index] = self.values.to(dense.dtype)
+        out_index, in_index, values = self._direct_entries(dense.dtype)
+        dense[out_index, in_index] = values
+        if self.rotates_key:
+            dense[self.key_rows] = self.key_block(dense.dtype)
         return dense
+
+    def _direct_entries(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(out_index, in_index, values) of the entries added one by one: every diagonal entry, but k's when
+        k's block is rotated (:meth:`key_block` adds it): (m,) each, values in ``dtype``."""
+        if not self.rotates_key:
+            return self.out_index, self.in_index, self.values.to(dtype)
+        return self.out_index[self.direct], self.in_index[self.direct], self.values[self.direct].to(dtype)
+
+    def key_block(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Rotated k only: k's block of C, (width_k, in): head h's rows hold lam R_h E_h, that is lam_j R_h[:, j]
+        on the head's j-th diagonal column (lam_j its lam from ``values``, one per head or per block), zero
+        elsewhere: block diagonal in the first min(width_k, in) columns."""
+        dtype = dtype or self.values.dtype
+        heads, head_dim, _ = self.key_rotations.shape
+        diagonal, offset = self._diagonal("k"), self._offsets()["k"]
+        lams = torch.zeros(heads * head_dim, dtype=dtype, device=self.values.device)  # (width_k,) per column
+        lams[:diagonal] = self.values[offset : offset + diagonal].to(dtype)  # past the diagonal: 0
+        scaled = self.key_rotations.to(dtype) * lams.reshape(heads, 1, head_dim)  # (heads, dh, dh) lam_j R_h[:, j]
+        block = torch.block_diag(*scaled.unbind())  # (width_k, width_k)
+        if self.in_features >= heads * head_dim:
+            return F.pad(block, (0, self.in_features - heads * head_dim))  # (width_k, in)
+        return block[:, : self.in_features]  # columns past in carry no diagonal entry (their lam is 0)
 
     def dense(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """C in the parameter's stored orientation."""
@@ -381,10 +436,14 @@ class SpectralCorrection(nn.Module):
             return weight + shaped_like(self.dense(weight.dtype), weight)
         if self.kind == "svd":
             return weight + self.layout.out_in(self.matrix).to(weight.dtype)
-        index = (self.out_index, self.in_index)
-        if self.layout.storage == "in_out":
-            index = (self.in_index, self.out_index)
-        return weight.index_put(index, self.values.to(weight.dtype), accumulate=True)
+        out_index, in_index, values = self._direct_entries(weight.dtype)
+        out_axis = 0 if self.layout.storage == "out_in" else 1
+        index = (out_index, in_index) if out_axis == 0 else (in_index, out_index)
+        effective = weight.index_put(index, values, accumulate=True)
+        if not self.rotates_key:
+            return effective
+        block = self.key_block(weight.dtype)  # (width_k, in)
+        return effective.index_add(out_axis, self.key_rows, block if out_axis == 0 else block.t())
 
     def right_inverse(self, effective: torch.Tensor) -> torch.Tensor:
         """Assigning ``module.weight = W_eff`` stores W_eff - C."""
@@ -394,6 +453,9 @@ class SpectralCorrection(nn.Module):
         """Activation backend: y + x C^T, where y = x W^T (+ b) is the projection's output (..., out)."""
         if self.kind == "svd":
             return output + F.linear(inputs, self.matrix.to(inputs.dtype)).to(output.dtype)
+        if self.rotates_key:  # k's dense block first, out of place: the diagonals below may then add in place
+            added = F.linear(inputs, self.key_block(inputs.dtype)).to(output.dtype)  # (..., width_k)
+            output = output.index_add(-1, self.key_rows, added)
         if self.segments is not None:
             # In place on the projection's fresh output (Linear saves its input and weight, not its
             # output, for backward), so no (..., out) temporary is created or kept for backward.
@@ -401,14 +463,17 @@ class SpectralCorrection(nn.Module):
                 lam = self.values[offset : offset + length].to(output.dtype)  # (length,): per head with "auto"
                 output[..., start : start + length].add_(inputs[..., :length].to(output.dtype) * lam)
             return output
-        shifted = inputs.index_select(-1, self.in_index) * self.values.to(inputs.dtype)  # (..., n)
-        return output.index_add(-1, self.out_index, shifted.to(output.dtype))
+        out_index, in_index, values = self._direct_entries(inputs.dtype)
+        shifted = inputs.index_select(-1, in_index) * values  # (..., m)
+        return output.index_add(-1, out_index, shifted.to(output.dtype))
 
     def extra_repr(self) -> str:
         scales = ", ".join(f"{r}={s}" if s == AUTO else f"{r}={s:g}" for r, s in self.scales.items())
         if self.auto_roles:
             scales += f", target_kappa={self.target_kappa:g}"
         kind = self.kind if self.kind == "identity" else f"svd/{self.granularity}"
+        if self.rotates_key:
+            scales += ", key_basis=orthogonal"
         return f"{kind}, {scales}, layout=({self.layout.describe()})"
 
 
@@ -466,6 +531,8 @@ def describe_marker(described: dict) -> str:
         )
         if "target_kappa" in described:
             text += f" target_kappa={described['target_kappa']:g} ({described.get('granularity')})"
+        if "key_basis" in described:
+            text += f" key_basis={described['key_basis']}"
     return text + " (" + ", ".join(f"{k}={v}" for k, v in sorted(layout.items())) + ")"
 
 

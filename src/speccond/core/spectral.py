@@ -1,4 +1,4 @@
-"""The correction math: condition numbers, the rectangular identity, the SVD correction.
+"""The correction math: condition numbers, the rectangular identity, the SVD correction, the key rotations.
 
 Pure functions on matrices; nothing here knows about modules. All spectra are computed in float64.
 """
@@ -72,6 +72,28 @@ def kappa(matrix: torch.Tensor) -> float:
 def rectangular_identity(rows: int, cols: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """I_k of shape (rows, cols): ones at (i, i) for i < min(rows, cols) (Theorem 3.8)."""
     return torch.eye(rows, cols, dtype=dtype)
+
+
+KEY_ROTATION_SEED = 0  # the seed of key_rotations: every rotated k correction draws the same R_h
+
+
+def key_rotations(heads: int, head_dim: int, seed: int = KEY_ROTATION_SEED) -> torch.Tensor:
+    """R_0, ..., R_{heads-1}: fixed random dh x dh orthogonal matrices, (heads, dh, dh), float64.
+
+    Head after head, a standard-normal dh x dh matrix G_h is drawn from a CPU ``torch.Generator`` seeded with
+    ``seed`` (so the same on every machine and device, and R_h depends on h and dh only, not on ``heads``),
+    and R_h is the Q of G_h = Q R with the signs that make R's diagonal positive (a Haar-distributed
+    rotation). ``SpectralConfig(key_basis="orthogonal")`` corrects each k head by lam R_h E_h instead of
+    lam E_h (E_h: the head's rows of the rectangular identity): R_h E_h has the singular values of E_h, so
+    the Weyl bound of :func:`weyl_identity_bound` holds unchanged.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    gaussians = torch.stack(
+        [torch.randn(head_dim, head_dim, generator=generator, dtype=torch.float64) for _ in range(heads)]
+    )  # (heads, dh, dh)
+    q, r = torch.linalg.qr(gaussians)  # q, r: (heads, dh, dh)
+    signs = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))  # (heads, dh)
+    return (q * signs.unsqueeze(-2)).contiguous()  # column j of each Q times the sign of r_jj; row-major, as saved
 
 
 def svd_correction(matrix: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--model", help="model family, as for compare")
     tuning.add_argument("--arms", default="baseline,spectral",
                         help="comma-separated methods, each optionally with settings after a colon joined by '+' "
-                             "(spectral:corrected=q, spectral:lam=auto, spectral:lam=auto+target_kappa=3); default "
+                             "(spectral:corrected=q, spectral:lam=auto, spectral:lam=auto+target_kappa=3, "
+                             "spectral:lam=auto+target_kappa=5+key_basis=orthogonal); default "
                              "baseline,spectral")
     tuning.add_argument("--lrs", default="3e-4,1e-3,3e-3", help="peak learning rates tried (default 3e-4,1e-3,3e-3)")
     tuning.add_argument("--val-size", type=positive_int, required=True, metavar="N",

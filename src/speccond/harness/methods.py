@@ -5,7 +5,10 @@ Every method targets the same q, k, v projections that ``speccond.apply`` condit
 fixed correction only in what they do to those projections:
 
 - "baseline": nothing.
-- "spectral": W + C with the fixed correction C (lam, correction) of Saratchandran and Lucey (2025).
+- "spectral": W + C with the fixed correction C (lam, correction) of Saratchandran and Lucey (2025);
+  ``key_basis=orthogonal`` corrects k by lam R per head instead of lam I (R a fixed random orthogonal matrix,
+  SpectralConfig.key_basis): the arm "spectral:lam=auto+target_kappa=5+key_basis=orthogonal" is lam = auto at
+  the bound kappa <= 5 with k so corrected.
 - "spectral-svd": W + C with the fixed SVD correction C = sigma_max U V^T.
 - "shifted-init": W0 + lam I baked into the initial weights, no correction afterwards (the ablation that
   asks whether the fixed correction matters beyond initialisation, docs/THEORY.md section 3).
@@ -41,7 +44,7 @@ from speccond.harness.values import show_value
 log = logging.getLogger(__name__)
 
 # Fields a label shows only when they differ from TrainConfig's default (when the method reads them).
-LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "refresh_every": 0}
+LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "key_basis": "identity", "refresh_every": 0}
 
 
 class MethodSettings(Protocol):
@@ -55,6 +58,7 @@ class MethodSettings(Protocol):
     corrected: str
     correction: str
     granularity: str
+    key_basis: str  # "identity" or "orthogonal": k's identity correction lam I or lam R per head
     refresh_every: int
 
 
@@ -133,7 +137,7 @@ def label(values: dict) -> str:
 def _spectral(model: nn.Module, settings: MethodSettings) -> None:
     speccond.apply(model, speccond.SpectralConfig(
         lam=settings.lam, correction=settings.correction, granularity=settings.granularity,
-        target_kappa=settings.target_kappa, **_scales(settings)))
+        target_kappa=settings.target_kappa, key_basis=settings.key_basis, **_scales(settings)))
 
 
 def _spectral_svd(model: nn.Module, settings: MethodSettings) -> None:
@@ -148,7 +152,8 @@ def _spectral_svd(model: nn.Module, settings: MethodSettings) -> None:
 def _shifted_init(model: nn.Module, settings: MethodSettings) -> None:
     """W0 + C as a plain initialisation: weight decay then pulls it to 0, not to C."""
     speccond.apply(model, speccond.SpectralConfig(
-        lam=settings.lam, granularity=settings.granularity, target_kappa=settings.target_kappa, **_scales(settings)))
+        lam=settings.lam, granularity=settings.granularity, target_kappa=settings.target_kappa,
+        key_basis=settings.key_basis, **_scales(settings)))
     speccond.remove(model, merge=True)
 
 
@@ -168,7 +173,7 @@ def _scales(settings: MethodSettings) -> dict[str, float | str]:
     return {f"lam_{role}": (settings.lam if role in settings.corrected else 0.0) for role in "qkv"}
 
 
-_CONDITIONING = ("corrected", "granularity", "target_kappa")
+_CONDITIONING = ("corrected", "granularity", "target_kappa", "key_basis")
 register(Method("baseline", lambda model, settings: None))
 register(Method("spectral", _spectral, ("lam", "correction", *_CONDITIONING, "refresh_every"), conditions=True))
 register(Method("spectral-svd", _spectral_svd, ("corrected", "granularity", "refresh_every"), conditions=True))

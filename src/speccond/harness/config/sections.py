@@ -127,6 +127,8 @@ class MethodConfig:
     correction: str = "identity"  # "identity" or "svd" (method "spectral")
     corrected: str = "qkv"  # which projections the spectral methods correct: any of q, k, v (ablation)
     granularity: str = "head"  # svd correction per "head" or per "projection" block
+    key_basis: str = "identity"  # the identity correction's k per head: "identity" (lam I) or "orthogonal" (lam R,
+    #                              R a fixed random orthogonal matrix: SpectralConfig.key_basis); k must be corrected
     refresh_every: int = 0  # steps between speccond.refresh (recomputes svd corrections; 0 = never)
 
     def __post_init__(self) -> None:
@@ -146,6 +148,12 @@ class MethodConfig:
             raise ValueError(f"TrainConfig.granularity must be 'head' or 'projection', got {self.granularity!r}")
         if self.correction not in ("identity", "svd"):
             raise ValueError(f"TrainConfig.correction must be 'identity' or 'svd', got {self.correction!r}")
+        if self.key_basis not in ("identity", "orthogonal"):
+            raise ValueError(f"TrainConfig.key_basis must be 'identity' or 'orthogonal', got {self.key_basis!r}")
+        if self.key_basis == "orthogonal" and (self.correction != "identity" or "k" not in self.corrected):
+            raise ValueError(f"TrainConfig.key_basis=orthogonal turns the identity correction of k into lam R, got "
+                             f"correction={self.correction} and corrected={self.corrected}: use correction=identity "
+                             "with k in corrected, or leave key_basis out")
         _at_least(self, 0, "refresh_every")
 
 

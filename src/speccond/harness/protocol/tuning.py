@@ -235,6 +235,7 @@ ARM_NAMES = {  # the arms' names, as the headline, the mechanism page and people
     "spectral": "lam = 10 on q, k, v (the paper)",
     "spectral-corrected=q": "lam = 10 on q only",
     "spectral-target_kappa=2": "lam = auto (kappa <= 2)",
+    "spectral-target_kappa=5-key_basis=orthogonal": "lam = auto (kappa <= 5), lam R on k",
     "spectral-svd": "SVD per head",
     "qk-norm": "qk-norm",
     "sigma-reparam": "sigmaReparam on q, k, v",

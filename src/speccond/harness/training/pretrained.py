@@ -19,7 +19,7 @@ ValueError that says what to do, a directory that
   your own texts fine-tune from a pre-training on other texts of yours when they say ``&vocab_from=`` its cache
   (data/text_files.py);
 - has another architecture (model, embed_dim, depth, num_heads) or another conditioning: the method
-  and, for the spectral methods, lam / target_kappa, correction, corrected and granularity. The
+  and, for the spectral methods, lam / target_kappa, correction, corrected, granularity and key_basis. The
   encoder's W were learnt with W + C in the forward pass; the same W with another C, or none, is
   another function, so a fine-tuned model must carry the correction it was pre-trained with.
 
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 KEPT_ENCODER = "encoder.safetensors"  # a kept pre-training run's encoder tensors (module docstring)
 KEPT_ENCODER_RECORD = "encoder.json"  # {"step": int, "sha256": str} of KEPT_ENCODER
 SAME_ARCHITECTURE = ("model", "embed_dim", "depth", "num_heads")
-SPECTRAL_PARAMETERS = ("lam", "target_kappa", "correction", "corrected", "granularity")
+SPECTRAL_PARAMETERS = ("lam", "target_kappa", "correction", "corrected", "granularity", "key_basis")
 
 
 def init_dir(config: TrainConfig) -> Path:

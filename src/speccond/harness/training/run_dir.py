@@ -97,9 +97,11 @@ def arithmetic() -> dict:
 
 def method_label(config) -> str:
     """config.json's "label": the method and its lam ("baseline", "spectral lam=10",
-    "spectral lam=auto(kappa<=50)"), by methods.label over those fields the method reads."""
+    "spectral lam=auto(kappa<=50)", "spectral lam=auto(kappa<=5) key_basis=orthogonal"), by methods.label over
+    those fields the method reads."""
     values = {"method": config.method.name}
-    values.update({name: config.value(name) for name in ("lam", "target_kappa") if methods.reads(config.method.name, name)})
+    values.update({name: config.value(name) for name in ("lam", "target_kappa", "key_basis")
+                   if methods.reads(config.method.name, name)})
     return methods.label(values)
 
 
