@@ -29,6 +29,22 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads(RECORD.read_text())
 
 
+def amended(scenario: dict) -> bool:
+    """A width-64 scenario whose calls the amendment of 2026-12-07 changed (docs/RESULTS.md): CIFAR-10's stage
+    (the full split, 10 epochs, the grid from the centre), the seventh arm of the 10-epoch primary, and the smoke
+    mode that overrides depth and epochs instead of setting them twice (which tune refuses). Publishing reports
+    CIFAR-10's task too. The amended calls are checked by tests/test_width64_language.py and by
+    test_every_protocols_tasks_parse_as_speccond_tune_and_build_their_arms below."""
+    if scenario["script"] != "protocol64.sh":
+        return False
+    env, args = scenario["env"], scenario["args"]
+    return ("cifar10" in args or env.get("EPOCHS64") == "10" or "ARMS64" in env or "publish" in args)
+
+
+SCENARIO_CASES = [pytest.param(s, marks=pytest.mark.skip(reason="its calls were amended on 2026-12-07")) if amended(s)
+                  else s for s in RECORDED]
+
+
 def _semantic(call: list[str]):
     """A call as what it does: speccond's arguments as its parser reads them (flag order aside)."""
     if call[:2] == ["-m", "speccond"]:
@@ -75,7 +91,7 @@ def _runner_for(scenario: dict, checkout: Path, calls: list, said: list):
                     "pilot": lambda: runner.run(pilot)}.get(action, lambda: runner.run(action))
 
 
-@pytest.mark.parametrize("scenario", RECORDED, ids=lambda s: f"{s['script']}-{s['state']}-{'-'.join(s['args']) or 'default'}"
+@pytest.mark.parametrize("scenario", SCENARIO_CASES, ids=lambda s: f"{s['script']}-{s['state']}-{'-'.join(s['args']) or 'default'}"
                          f"-{'-'.join(f'{k}={v}' for k, v in s['env'].items() if k in ('BEST_PEER', 'PROTOCOL64_DEVICE', 'CHOICE64', 'EPOCHS64', 'PILOT_EPOCHS', 'ARMS64'))}")
 def test_the_runner_makes_exactly_the_calls_and_files_the_shell_scripts_made(scenario, tmp_path):
     checkout = tmp_path / "checkout"
@@ -110,6 +126,9 @@ def test_the_runner_makes_exactly_the_calls_and_files_the_shell_scripts_made(sce
             if scenario["script"] == "protocol64.sh":
                 shell = [line.replace("scripts/protocol64.sh", f"speccond protocol run {runner.protocol.name}")
                          for line in shell]
+                # the language stage joined the protocol on 2026-12-07, after the scripts were recorded
+                language = {t.name for s in runner.protocol.stages if s.name == "language" for t in s.tasks}
+                output = [line for line in output if line.split(":")[0] not in language | {"pre-training"}]
             assert output == shell
     for line in "".join(scenario["log_text"].values()).splitlines():
         if line.endswith("; skipped") or line.startswith("published"):

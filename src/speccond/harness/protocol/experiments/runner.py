@@ -128,7 +128,7 @@ class Runner:
                 raise ValueError(f"no committed choice at {self.results}/{self.protocol.choice_prefix}{source}/"
                                  f"choice.json: run the GPU instance's tuning of {source} first")
             return ["--choice", path]
-        if self.protocol.family == "width64":  # its own choice comes from its (restored) tuning runs
+        if self.protocol.family == "width64" and not task.choice_of:  # its own choice: its (restored) tuning runs
             return []
         own = self.committed_choice(task.name)
         if own or not task.choice_of:
@@ -225,7 +225,8 @@ class Runner:
 
     def pretrain(self, pretraining) -> None:
         """The encoders, in chains side by side (each chain's output in <out>-a.log, -b.log, ...)."""
-        peer, _ = self.peers()
+        needs_peer = any("{peer}" in argument for calls in pretraining.chains for argv in calls for argument in argv)
+        peer, _ = self.peers() if needs_peer else ("", "")
         if peer == "undecided":
             raise ValueError("the language stage pre-trains the best peer of the full protocol, which has not "
                              "chosen yet: run stage full first, or give --peer")
@@ -261,9 +262,10 @@ class Runner:
             return [pilots[name]]
         if name in [task.name for task in protocol.tasks]:
             return [protocol.task(name)]
-        if name is None or protocol.family != "fair":
+        named_stages = [*dict(protocol.groups), *(s.name for s in protocol.stages if s.name != "tasks")]
+        if name is None or (protocol.family != "fair" and name not in named_stages):
             names = [*(t.name for t in protocol.tasks), *pilots]
-            stages = [*dict(protocol.groups), *(s.name for s in protocol.stages)] if protocol.family == "fair" else []
+            stages = named_stages
             raise ValueError(f"speccond protocol run {protocol.name} takes a stage or task: "
                              f"{', '.join([*stages, *names])}; got {name!r}")
         return list(protocol.selected(name))
@@ -288,7 +290,9 @@ class Runner:
 
     def plan(self, name: Optional[str]) -> list[str]:
         if self.protocol.family == "width64":
-            return [self.plan_line(task) for task in self.protocol.tasks]
+            return [line for stage in self.protocol.stages
+                    for line in ([self.plan_pretraining(stage.pretraining)] if stage.pretraining else [])
+                    + [self.plan_line(task) for task in stage.tasks]]
         if self.protocol.family == "scale":
             return self.plan_runs([self.protocol.task(name)] if name else list(self.protocol.tasks))
         if name is None:
@@ -340,7 +344,11 @@ class Runner:
     def publish(self) -> None:
         """Tables of what has finished, copied into RESULTS, and every finished run kept there."""
         if self.protocol.family in ("width64", "scale"):
-            return self._publish_own_folders()
+            self._publish_own_folders()
+            for stage in self.protocol.stages:  # width64's language stage: its encoders too
+                if stage.pretraining is not None and self.here(stage.pretraining.out).is_dir():
+                    self._publish_pretraining(stage.pretraining)
+            return
         for task in self.protocol.tasks:
             if not self.here(self.out(task.name)).is_dir():
                 continue

@@ -13,9 +13,12 @@ on another machine travels whole; fold it into docs/results/kept-archives.json b
 """
 from __future__ import annotations
 
-from speccond.harness.protocol.experiments.spec import Pilot, Protocol, Stage, TuneTask
+from speccond.harness.protocol.experiments.spec import Pilot, Pretraining, Protocol, Stage, TuneTask
 
 ARMS = ("baseline", "spectral", "spectral:corrected=q", "spectral:lam=auto", "spectral-svd", "qk-norm")
+# The seventh arm, registered on 2026-12-07 for every task not yet run (CIFAR-10, language, the 10-epoch primary)
+ROTATED_K = "spectral:lam=auto+target_kappa=5+key_basis=orthogonal"
+AMENDED_ARMS = (*ARMS, ROTATED_K)
 MODEL = ("embed_dim=192", "num_heads=3", "depth=4", "patch_size=4", "batch_size=128", "warmup_steps=200")
 GPU = ("device=cuda", "checkpoint_every=1000000")  # the GPU instance: its runs never resume elsewhere
 PILOT_EPOCHS = (10, 30)  # the plateau pilot (registered) and the longer one of the GPU call (a measurement)
@@ -25,7 +28,25 @@ TASKS = (("fashion-mnist", 6000, 422), ("cifar10", 5000, 352))  # (task, validat
 # tuning grid walked from the centre (every arm at 1e-3 first) and its arms in CIFAR10_ARMS' order
 CIFAR10_EPOCHS = 10
 CIFAR10_LRS = "1e-3,3e-4,3e-3"
-CIFAR10_ARMS = ("baseline", "spectral-svd", "qk-norm", "spectral:lam=auto", "spectral:corrected=q", "spectral")
+CIFAR10_ARMS = ("baseline", "spectral-svd", ROTATED_K, "qk-norm", "spectral:lam=auto", "spectral:corrected=q", "spectral")
+# Language, amended on 2026-12-07: MLM pre-training of every arm, 4 seeds, then each GLUE task tuned from
+# pre-training seed 0 on 10 % of its train file and scored once on its dev file from every pre-training seed
+PRETRAINING = "runs/protocol64-mlm"  # <arm folder>/seed-<p>: the encoders the language arms fine-tune
+PRETRAINING_SEEDS = (0, 1, 2, 3)
+GLUE = (("sst2", 6735), ("cola", 855), ("mrpc", 367), ("rte", 249))  # (task, validation examples: 10 % of train)
+# (the arm as tune names it, the folder its encoders are in, the speccond compare arguments that pre-train them
+# there: compare takes method names, and a setting it sweeps names the folder; the test of this stage checks
+# that each folder is the one its arguments write)
+LANGUAGE_ARMS = (
+    ("baseline", "baseline", ("--methods", "baseline")),
+    ("spectral", "spectral", ("--methods", "spectral")),
+    ("spectral:corrected=q", "spectral-corrected=q", ("--methods", "spectral", "--sweep", "corrected=q")),
+    ("spectral:lam=auto", "spectral-target_kappa=2", ("--methods", "spectral", "--sweep", "lam=auto")),
+    ("spectral-svd", "spectral-svd", ("--methods", "spectral-svd")),
+    ("qk-norm", "qk-norm", ("--methods", "qk-norm")),
+    (ROTATED_K, "spectral-target_kappa=5-key_basis=orthogonal",
+     ("--methods", "spectral", "--set", "lam=auto", "--sweep", "target_kappa=5", "--sweep", "key_basis=orthogonal")),
+)
 SMOKE_ARMS = ("baseline", "spectral")
 SMOKE_SETS = ("train_size=6400", "test_size=256", "depth=1")
 SMOKE_PILOT_EPOCHS = (1, 2)
@@ -67,10 +88,11 @@ def get_config(instance: str = "cpu", epochs: int = 5, smoke: bool = False) -> P
     if instance == "gpuchoice" and epochs != 5:
         raise ValueError(f"the final runs at the GPU instance's choice run at 5 epochs only, got {epochs}")
     hardware = GPU if instance == "gpu" else ()
+    fashion_arms = AMENDED_ARMS if epochs == 10 else ARMS
     prefix = {"cpu": "", "gpu": "gpu-", "gpuchoice": "gpuchoice-"}[instance] + ("" if epochs == 5 else f"{epochs}ep-")
     extra = ("epochs=1",) if smoke else ()
     shrink = dict(lrs="1e-3", final_seeds=1) if smoke else {}
-    arms = SMOKE_ARMS if smoke else ARMS
+    arms = SMOKE_ARMS if smoke else fashion_arms
     tasks = tuple(
         TuneTask(name, name, val_size, task_arms, tuning_seeds=1, extend_edges=True,
                  **{"lrs": lrs, **shrink} if lrs else shrink,
@@ -88,6 +110,38 @@ def get_config(instance: str = "cpu", epochs: int = 5, smoke: bool = False) -> P
         for pilot_epochs in (SMOKE_PILOT_EPOCHS if smoke else PILOT_EPOCHS))
     name = "width64" + {"cpu": "", "gpu": "-gpu", "gpuchoice": "-gpuchoice"}[instance] + (
         "" if epochs == 5 else f"-{epochs}ep")
-    return Protocol(name, "width64", instance, (Stage("tasks", tasks),), runs_prefix=f"tune64-{prefix}",
+    stages = (Stage("tasks", tasks),) + ((language_stage(smoke),) if epochs == 5 and instance != "gpuchoice" else ())
+    return Protocol(name, "width64", instance, stages, runs_prefix=f"tune64-{prefix}",
                     results_prefix=f"protocol64-{prefix}", pilots=pilots, smoke=smoke,
                     choice_prefix="protocol64-gpu-" if instance == "gpuchoice" else None)
+
+
+def language_stage(smoke: bool = False) -> Stage:
+    """MLM pre-training of every arm (PRETRAINING_SEEDS), then each GLUE task: tuned from pre-training seed 0
+    (the edge rule as elsewhere), scored once on dev from every pre-training seed at seed 0's choice.
+
+        speccond protocol run width64 language     # the encoders first (two chains side by side), then the tasks
+
+    About 12 core-hours on this machine's CPU (28 encoders of 648 steps at about 0.9 s, then the fine-tuning).
+    ``smoke``: the same tasks, encoders and folders, every run one epoch at the one lr 1e-3 (tests only).
+    """
+    seeds, arms, glue = PRETRAINING_SEEDS, LANGUAGE_ARMS, GLUE
+    extra = ("--set", "epochs=1") if smoke else ()
+
+    def fine_tuned(seed: int) -> tuple[str, ...]:
+        return tuple(f"{method}{'+' if ':' in method else ':'}init_from={PRETRAINING}/{folder}/seed-{seed}"
+                     for method, folder, _ in arms)
+
+    tasks = tuple(TuneTask(f"glue-{name}-pre{seed}", f"glue-{name}", val_size, fine_tuned(seed), tuning_seeds=1,
+                           final_seeds=1, extend_edges=seed == seeds[0], choice_of=None if seed == seeds[0] else
+                           f"glue-{name}-pre{seeds[0]}", **({"lrs": "1e-3"} if smoke else {}),
+                           sets=("epochs=1",) if smoke else ())
+                  for seed in seeds for name, val_size in glue)
+    mlm = ("--task", "mlm", "--preset", "full", "--seeds", str(len(seeds)), "--out", PRETRAINING,
+           "--set", "flush_denormal=1", *extra)
+    # two chains side by side: the arms without settings in one compare, then each arm with settings in turn
+    plain = ",".join(method for method, _, _ in arms if ":" not in method)
+    chains = (((*mlm, "--methods", plain),), tuple((*mlm, *args) for method, _, args in arms if ":" in method))
+    chains = tuple(chain for chain in chains if chain)
+    return Stage("language", tasks, Pretraining(PRETRAINING, "protocol64-mlm/kept", "protocol64-mlm",
+                                                encoders=len(arms) * len(seeds), chains=chains, parallel_jobs=2))
