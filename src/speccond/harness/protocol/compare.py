@@ -21,6 +21,7 @@ from speccond.harness.reporting.groups import config_key, reads
 from speccond.harness.reporting.report import Report, write_report
 from speccond.harness.training.folder_lock import writing
 from speccond.harness.training.preflight import check_comparison_folder, check_runnable
+from speccond.harness.training.run_dir import check_records
 from speccond.harness.training.timing import WallClock
 from speccond.harness.training.train import train
 
@@ -39,8 +40,10 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
     out, sweep = Path(out), sweep or {}
     chosen = variants(base, methods, sweep)
     check_comparison_folder(out, base, sweep)
-    for _, config in chosen:  # every variant builds and fits its data before the first run is written
+    for folder, config in chosen:  # every variant builds and fits its data before the first run is written
         check_runnable(config.replaced(seed=next(iter(seeds), 0)))
+        for seed in seeds:  # and no run folder has lost its config.json or metrics.jsonl
+            check_records(out / folder / f"seed-{seed}")
     main = is_main_process()  # under torchrun every rank trains each run data-parallel; rank 0 alone writes
     with writing(out) if main else nullcontext():  # one compare per folder at a time (folder_lock.py)
         for folder, config in chosen:

@@ -83,19 +83,26 @@ def save(run_dir: Path, step: int, epoch: int, model: nn.Module, state: dict[str
 
 
 def latest(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint folder of a run, or None.
+    """The newest complete checkpoint folder of a run, or None when it has none.
 
-    That is the folder LATEST names; when it is missing or its manifest unreadable (a damaged run
-    directory), the newest complete ``step-*`` folder instead, with a warning naming both."""
+    That is the folder LATEST names; when LATEST is missing or unreadable (deleted, or a kill between a
+    first checkpoint's rename and LATEST's) or names a folder that is missing or whose manifest is
+    unreadable, the newest complete ``step-*`` folder instead, with a warning naming both."""
     pointer = Path(run_dir) / FOLDER / "LATEST"
-    if not pointer.is_file():
-        return None
-    named = pointer.parent / pointer.read_text().strip()
-    if _complete_step(named) is not None:
-        return named
+    try:
+        named = pointer.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        named, problem = "", f"{pointer} is missing"
+    except (OSError, UnicodeDecodeError) as error:
+        named, problem = "", f"{pointer} is unreadable ({type(error).__name__}: {error})"
+    else:
+        problem = f"{pointer} names {named!r}, which is missing or incomplete"
+    if named and _complete_step(pointer.parent / named) is not None:
+        return pointer.parent / named
     fallback = next(iter(complete(run_dir)), None)
-    log.warning("%s names %s, which is missing or incomplete; %s", pointer, named.name,
-                f"using {fallback.name}, the newest complete checkpoint" if fallback is not None
+    if fallback is None and not pointer.is_file():  # no checkpoint yet, and none named
+        return None
+    log.warning("%s; %s", problem, f"using {fallback.name}, the newest complete checkpoint" if fallback is not None
                 else "no complete checkpoint is left, so the run starts again from step 0")
     return fallback
 

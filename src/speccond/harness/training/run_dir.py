@@ -34,7 +34,27 @@ from speccond.harness.training import checkpoint
 
 log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
+TRAIN_ROW_EVERY = 10  # steps between "train" rows: a run that reached step 10 has written one
 VOCABULARY_RECORD = "vocabulary_sha256"  # config.json's key: the vocabulary a run on your own texts tokenised with
+
+
+def check_records(run_dir: Path) -> None:
+    """ValueError, before anything is written, when ``run_dir`` holds a run whose own records are incomplete:
+    checkpoints or metrics.jsonl without the config.json they were trained with (another config would take
+    them over: its report would pair their figures with settings they never had), or a checkpoint past the
+    first "train" row without metrics.jsonl (resuming would lose every row before it)."""
+    run_dir = Path(run_dir)
+    saved = checkpoint.complete(run_dir)
+    metrics = (run_dir / METRICS).is_file()
+    if not (run_dir / "config.json").is_file() and (saved or metrics):
+        held = " and ".join(([f"checkpoints ({saved[0].name})"] if saved else []) + ([METRICS] if metrics else []))
+        raise ValueError(f"{run_dir} holds a run's {held} but no config.json, so the config they were trained with is "
+                         f"lost and no other may take them over; restore {run_dir / 'config.json'}, or train into a "
+                         "new --out")
+    if saved and not metrics and checkpoint.manifest_step(saved[0]) >= TRAIN_ROW_EVERY:
+        raise ValueError(f"{run_dir} holds checkpoints up to {saved[0].name} but no {METRICS}, so resuming would lose "
+                         f"the rows written before it; restore {run_dir / METRICS}, or delete {run_dir / checkpoint.FOLDER} "
+                         "to train the run again from step 0, or train into a new --out")
 
 
 def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None,
