@@ -61,6 +61,11 @@ def _setups(root: Path) -> dict:
     listed = root / "listed"
     listed.mkdir()
     (listed / "config.json").write_text(json.dumps([1, 2, 3]))
+    for name, epochs in (("fractional", 2.5), ("boolean", True)):  # config.json values of the wrong type
+        _digits_run(root / name)
+        record = json.loads((root / name / "config.json").read_text())
+        record["config"]["epochs"] = epochs
+        (root / name / "config.json").write_text(json.dumps(record))
     return {}
 
 
@@ -73,6 +78,9 @@ CASES = [
      r"cmp holds runs of task 'digits' .*baseline/seed-0.*; a comparison folder holds one task"),
     (["compare", "--task", "digits", "--set", "test_size=40", "--out", "cmp"],
      r"cmp holds runs with test_size=0 .*baseline/seed-0.*, not test_size=40"),
+    # a run folder's own config.json is the authority: another config is refused before the folder is locked
+    (["compare", "--task", "digits", "--methods", "baseline", "--seeds", "1", "--set", "depth=1", "--out", "cmp"],
+     r"cmp/baseline/seed-0 was started with a different config .*depth=1 \(recorded 4\)"),
     # every --set / --sweep key is applied or refused (item 3)
     (["compare", "--task", "digits", "--set", "seed=5", "--out", "new"], r"--set seed=5: .*use --seeds"),
     (["compare", "--task", "digits", "--sweep", "seed=1,2", "--out", "new"], r"--sweep seed=1,2: .*use --seeds"),
@@ -119,6 +127,12 @@ CASES = [
     (["train", "--resume", "listed"], r"listed/config.json: no \"config\" object"),
     (["train", "--resume", "a-file"], r"a-file has no config.json; nothing to resume"),
     (["report", "truncated"], r"truncated/config.json: unreadable run config"),
+    (["train", "--resume", "fractional"],
+     r"fractional/config.json: not a valid TrainConfig \(TrainConfig.epochs must be an integer, got 2.5 \(float\)"),
+    (["train", "--resume", "boolean"], r"boolean/config.json: .*TrainConfig.epochs must be an integer, got True \(bool\)"),
+    (["train", "--out", "fractional", "--set", "task=digits", "--set", "method=baseline"],
+     r"fractional/config.json: not a readable run config \(TypeError: TrainConfig.epochs must be an integer, got 2.5"),
+    (["report", "boolean"], r"boolean/config.json: .*TrainConfig.epochs must be an integer, got True"),
     (["report", "listed"], r"listed/config.json: no \"config\" object"),
     (["inspect", "timm:vit_tiny_patch16_22"], r"unknown timm model 'vit_tiny_patch16_22'; nearest: vit_tiny_patch16_224"),
     (["inspect", "timm:vit_tiny_patch16_224", "--set", "depth=abc"],
@@ -166,8 +180,9 @@ def test_a_garbled_timing_file_is_named_and_does_not_block_the_report(workdir, c
 
 
 def test_the_folder_check_passes_a_folder_of_the_same_task_and_a_sweep_of_a_data_field(workdir):
-    """The refusals above are not over-broad: the same task again, or a new sweep value, gets to training."""
-    _digits_run(workdir / "cmp" / "baseline" / "seed-0")
+    """The refusals above are not over-broad: the same task again, or a new sweep value, gets to training. (The
+    run is in a folder no method of these commands trains: one they do train must record their own config.)"""
+    _digits_run(workdir / "cmp" / "earlier" / "seed-0")
     for argv in (["compare", "--task", "digits", "--set", "depth=1", "--set", "epochs=1", "--out", "cmp"],
                  ["compare", "--task", "digits", "--set", "epochs=1", "--sweep", "test_size=0,40", "--out", "cmp"]):
         with pytest.raises(_Reached):

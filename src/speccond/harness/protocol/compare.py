@@ -42,8 +42,8 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
     check_comparison_folder(out, base, sweep)
     for folder, config in chosen:  # every variant builds and fits its data before the first run is written
         check_runnable(config.replaced(seed=next(iter(seeds), 0)))
-        for seed in seeds:  # and no run folder has lost its config.json or metrics.jsonl
-            check_records(out / folder / f"seed-{seed}")
+        for seed in seeds:  # and no run folder records another config or lost its config.json or metrics.jsonl
+            check_records(out / folder / f"seed-{seed}", config.replaced(seed=seed))
     main = is_main_process()  # under torchrun every rank trains each run data-parallel; rank 0 alone writes
     with writing(out) if main else nullcontext():  # one compare per folder at a time (folder_lock.py)
         for folder, config in chosen:

@@ -77,7 +77,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     context = Context.from_environment(config.run.device)
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS
-    check_records(run_dir)  # a folder whose config.json or metrics.jsonl was lost is refused, not taken over
+    check_records(run_dir, config)  # another config, or a lost config.json or metrics.jsonl: refused, not taken over
     task = training_task(config, context)  # loads the data, its sizes checked
     model = built_model(config)  # both before the run directory is written: a refused config leaves nothing
     check_recipe(config)
