@@ -64,8 +64,9 @@ def is_main_process() -> bool:
 def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequence[str]]) -> list[tuple[str, TrainConfig]]:
     """(folder name, config) per method and combination of swept values, in that order.
 
-    A combination that only changes fields the method does not read (lam for the baseline) is the run
-    already listed and is not repeated; the folder name is the method plus the swept fields it reads,
+    A combination that only changes fields the method does not read (lam for the baseline, granularity for a
+    fixed lam * I: TrainConfig.ignored) is the run already listed and is not repeated, and a swept field that no
+    variant reads is refused; the folder name is the method plus the swept fields it reads,
     e.g. ``spectral-lam=2`` (the same names as before for an empty sweep), lam=auto named by its bound,
     ``spectral-target_kappa=2`` (train_config.folder_settings).
     """
@@ -73,15 +74,23 @@ def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequ
         base.with_overrides([f"{name}={v}" for v in values])  # unknown field or bad value: ValueError now
         if not values:
             raise ValueError(f"--sweep {name}= names no values; give them comma-separated, e.g. {name}=1,10")
-    chosen, seen = [], set()
+    chosen, seen, read = [], set(), set()
     for method in methods:
         for combination in itertools.product(*([(name, v) for v in values] for name, values in sweep.items())):
             config = base.replaced(method=method).with_overrides([f"{n}={v}" for n, v in combination])
-            if config_key(config) in seen:
+            kept = [(n, v) for n, v in combination if not config.ignored(n)]  # what this run reads
+            read.update(n for n, _ in kept)
+            key = config_key(base.replaced(method=method).with_overrides([f"{n}={v}" for n, v in kept]))
+            if key in seen:
                 continue
-            seen.add(config_key(config))
-            named = [f"{n}={v}" for n, v in combination if reads(method, n)]
+            seen.add(key)
+            named = [f"{n}={v}" for n, v in kept if reads(method, n)]  # recording fields leave the name alone
             chosen.append(("-".join([method, *folder_settings(named, config)]), config))
+    for name, values in sweep.items():  # swept values no variant reads would be variants that differ in name alone
+        if name not in read:
+            why = base.replaced(method=methods[0]).with_overrides([f"{name}={values[-1]}"]).ignored(name)
+            raise ValueError(f"--sweep {name}={','.join(values)}: {why}; leave it out, or choose methods and a model "
+                             "that read it")
     return chosen
 
 
