@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from speccond.harness.cli import main
 
@@ -137,6 +138,18 @@ CASES = [
     (["train", "--set", "task=digits", "--set", "patch_size=3", "--out", "new"], r"patch_size 3 does not divide"),
     (["train", "--set", "task=digits", "--set", "val_size=1438", "--out", "new"],
      r"TrainConfig.val_size=1438 leaves no training examples"),
+    # what timm, the device and a pre-training run are asked for is checked before compare writes its folder
+    (["compare", "--task", "digits", "--set", "auto_augment=garbage", "--out", "new"],
+     r"TrainConfig.auto_augment='garbage' is not an augmentation timm reads .*; give timm's form, e.g. rand-m9"),
+    (["train", "--set", "task=digits", "--set", "auto_augment=garbage", "--out", "new"],
+     r"TrainConfig.auto_augment='garbage' is not an augmentation timm reads"),
+    (["compare", "--task", "digits", "--set", "optimizer=timm:nonexistent", "--out", "new"],
+     r"TrainConfig.optimizer 'timm:nonexistent': timm has no optimiser 'nonexistent'"),
+    (["compare", "--task", "digits", "--set", "init_from=no-such-run", "--out", "new"],
+     r"init_from='no-such-run': no-such-run holds no run \(no config.json\); pre-train first"),
+    *([(["compare", "--task", "digits", "--set", "device=cuda", "--out", "new"],
+        r"device 'cuda' was asked for but torch sees no CUDA device; use device=cpu or auto")]
+      if not torch.cuda.is_available() else []),
     # files and folders: named, never a traceback (item 9)
     (["compare", "--task", "digits", "--out", "a-file"], r"--out a-file is a file, not a folder"),
     (["compare", "--task", "digits", "--out", "a-file/sub"], r"--out a-file/sub: .*a-file is a file, not a folder"),
