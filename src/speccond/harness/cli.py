@@ -564,10 +564,10 @@ def _inspect(args: argparse.Namespace) -> None:
             print()
         else:
             print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
-    if args.checkpoint:
-        from safetensors.torch import load_file
+    if args.checkpoint:  # checked against its recorded SHA-256, its keys and shapes against the model's
+        from speccond.harness.training.checkpoint import load_weights_file
 
-        model.load_state_dict(load_file(args.checkpoint))
+        load_weights_file(model, args.checkpoint)
     rows = dx.projection_spectra(model, per_head=args.per_head)
     print(rows)
     probe = example_inputs(model, batch=args.batch)
