@@ -93,7 +93,9 @@ def test_save_pretrained_records_and_from_pretrained_checks_each_weight_file(tmp
     speccond.save_pretrained(model, tmp_path)
     record = json.loads((tmp_path / "speccond.json").read_text())
     assert set(record["sha256"]) == {"model.safetensors"}
-    speccond.from_pretrained(transformers.BertModel, tmp_path)  # verified: loads
+    with caplog.at_level(logging.INFO, logger="speccond"):
+        speccond.from_pretrained(transformers.BertModel, tmp_path)  # verified: loads, and says nothing is unverified
+    assert not [r for r in caplog.records if "unverified" in r.getMessage()], caplog.text
     _flip_exponent(tmp_path / "model.safetensors", "encoder.layer.0.attention.self.query.parametrizations.weight.original")
     with pytest.raises(ValueError, match=r"model\.safetensors is damaged: its SHA-256 .* speccond\.json recorded"):
         speccond.from_pretrained(transformers.BertModel, tmp_path)

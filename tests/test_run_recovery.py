@@ -302,3 +302,14 @@ def test_compare_refuses_a_run_folder_that_lost_its_config_before_writing(killed
     assert main(["compare", "--task", "digits", "--methods", "baseline", "--seeds", "1", *flags, "--out", str(out)]) == 2
     assert f"{run} holds a run's checkpoints" in capsys.readouterr().err
     assert _tree(killed.parent) == before
+
+
+def test_a_report_of_runs_none_of_which_finished_names_no_reference(killed):
+    """No group has a finished run, so there is no reference group: the report says so instead of "against None"."""
+    from speccond.harness.reporting.report import write_report
+
+    out = killed.parent / "cmp"
+    (out / "baseline").mkdir(parents=True)
+    killed.rename(out / "baseline" / "seed-0")
+    markdown = write_report([out], out).markdown
+    assert "None" not in markdown and "Difference: none yet, as no group has a finished or diverged run" in markdown
