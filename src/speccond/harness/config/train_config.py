@@ -167,11 +167,12 @@ def _place(key: str) -> tuple[str, str]:
 def refuse_unread(pairs: Sequence[str], configs: Sequence[TrainConfig], where: str) -> None:
     """ValueError for the first ``key=value`` of ``pairs`` (as the user gave them in ``where``, e.g. "--set") that
     every config of ``configs`` (the runs it ends up in) ignores: it would be recorded, and swept, for runs it
-    never changes."""
+    never changes. A value equal to TrainConfig's default is let through: every run records that one anyway."""
+    defaults = TrainConfig()
     for pair in pairs:
         key = setting(pair)[0]
-        reasons = [config.ignored(key) for config in configs]
-        if configs and all(reasons):
+        reasons = [config.ignored(key) for config in configs if config.value(key) != defaults.value(key)]
+        if configs and reasons and len(reasons) == len(configs) and all(reasons):
             raise ValueError(f"{where} {pair}: {reasons[0]}; leave it out, or choose a method and model that read it")
 
 
