@@ -93,7 +93,9 @@ def test_save_pretrained_records_and_from_pretrained_checks_each_weight_file(tmp
     speccond.save_pretrained(model, tmp_path)
     record = json.loads((tmp_path / "speccond.json").read_text())
     assert set(record["sha256"]) == {"model.safetensors"}
-    speccond.from_pretrained(transformers.BertModel, tmp_path)  # verified: loads
+    with caplog.at_level(logging.INFO, logger="speccond"):
+        speccond.from_pretrained(transformers.BertModel, tmp_path)  # verified: loads, and says nothing is unverified
+    assert not [r for r in caplog.records if "unverified" in r.getMessage()], caplog.text
     _flip_exponent(tmp_path / "model.safetensors", "encoder.layer.0.attention.self.query.parametrizations.weight.original")
     with pytest.raises(ValueError, match=r"model\.safetensors is damaged: its SHA-256 .* speccond\.json recorded"):
         speccond.from_pretrained(transformers.BertModel, tmp_path)
@@ -119,3 +121,51 @@ def test_save_conditioned_refuses_bad_input_before_writing(tmp_path, model, path
     with pytest.raises(error, match=match):
         speccond.save_conditioned(module, target)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- inspect --checkpoint: the file is checked before a figure is printed ------------------------------------
+INSPECTED = ["timm:vit_tiny_patch16_224", "--set", "img_size=32", "--set", "depth=1"]
+
+
+def _inspected_checkpoint(tmp_path, **sizes):
+    """A run checkpoint (harness/training/checkpoint.py: model.safetensors beside its manifest.json) of the model
+    ``speccond inspect INSPECTED`` conditions (lam = 10, identity)."""
+    from speccond.harness.models.named import build_named_model
+    from speccond.harness.training import checkpoint
+
+    model = build_named_model(INSPECTED[0], {"img_size": 32, "depth": 1, **sizes})
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+    return checkpoint.save(tmp_path / "run", 3, 0, model, {"optimizer": {}}) / "model.safetensors"
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("exponent", r"model.safetensors is damaged: its SHA-256 differs from the one .*manifest.json records; restore"),
+    ("truncated", r"model.safetensors is damaged: its SHA-256 differs"),
+    ("truncated, no manifest", r"model.safetensors is damaged: unreadable as safetensors"),
+    ("another shape", r"model.safetensors does not fit this model \(missing \[\], unexpected \[\], other shapes "
+                      r"\[.*\(the model's \(192, 192\)\).*build the model with the settings it was saved with"),
+])
+def test_inspect_refuses_a_damaged_or_mismatched_checkpoint_in_one_line(tmp_path, capsys, damage, message):
+    import re
+
+    from speccond.harness.cli import main
+
+    path = _inspected_checkpoint(tmp_path, **({"embed_dim": 96} if damage == "another shape" else {}))
+    if damage == "exponent":
+        _flip_exponent(path, "blocks.0.attn.qkv.parametrizations.weight.original")
+    elif damage.startswith("truncated"):
+        path.write_bytes(path.read_bytes()[:-40])
+    if damage.endswith("no manifest"):
+        (path.parent / "manifest.json").unlink()
+    assert main(["inspect", *INSPECTED, "--checkpoint", str(path)]) == 2
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("speccond inspect: error: ")]
+    assert len(errors) == 1 and re.search(message, errors[0]) and "Traceback" not in captured.err, captured.err
+    assert "sigma_max" not in captured.out  # no table of the damaged weights
+
+
+def test_inspect_reads_an_intact_run_checkpoint(tmp_path, capsys):
+    from speccond.harness.cli import main
+
+    assert main(["inspect", *INSPECTED, "--checkpoint", str(_inspected_checkpoint(tmp_path))]) == 0
+    assert "sigma_max" in capsys.readouterr().out

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from speccond.harness.cli import main
 
@@ -61,6 +62,11 @@ def _setups(root: Path) -> dict:
     listed = root / "listed"
     listed.mkdir()
     (listed / "config.json").write_text(json.dumps([1, 2, 3]))
+    for name, epochs in (("fractional", 2.5), ("boolean", True)):  # config.json values of the wrong type
+        _digits_run(root / name)
+        record = json.loads((root / name / "config.json").read_text())
+        record["config"]["epochs"] = epochs
+        (root / name / "config.json").write_text(json.dumps(record))
     return {}
 
 
@@ -73,6 +79,9 @@ CASES = [
      r"cmp holds runs of task 'digits' .*baseline/seed-0.*; a comparison folder holds one task"),
     (["compare", "--task", "digits", "--set", "test_size=40", "--out", "cmp"],
      r"cmp holds runs with test_size=0 .*baseline/seed-0.*, not test_size=40"),
+    # a run folder's own config.json is the authority: another config is refused before the folder is locked
+    (["compare", "--task", "digits", "--methods", "baseline", "--seeds", "1", "--set", "depth=1", "--out", "cmp"],
+     r"cmp/baseline/seed-0 was started with a different config .*depth=1 \(recorded 4\)"),
     # every --set / --sweep key is applied or refused (item 3)
     (["compare", "--task", "digits", "--set", "seed=5", "--out", "new"], r"--set seed=5: .*use --seeds"),
     (["compare", "--task", "digits", "--sweep", "seed=1,2", "--out", "new"], r"--sweep seed=1,2: .*use --seeds"),
@@ -91,6 +100,26 @@ CASES = [
      r"--set val_size=50: .*use --val-size"),
     (["tune", "--task", "digits", "--val-size", "100", "--set", "method=baseline", "--out", "new"],
      r"--set method=baseline: .*use --arms"),
+    # a setting the run's method or model never reads is refused, naming who ignores it
+    (["compare", "--task", "digits", "--methods", "baseline", "--set", "lam=5", "--out", "new"],
+     r"--set lam=5: method 'baseline' does not read lam \(spectral, shifted-init, spectral-qk-norm read it\); leave it"),
+    (["compare", "--task", "digits", "--methods", "baseline,qk-norm", "--set", "correction=svd", "--out", "new"],
+     r"--set correction=svd: method 'baseline' does not read correction"),
+    (["compare", "--task", "digits", "--methods", "spectral", "--sweep", "granularity=head,projection", "--out", "new"],
+     r"--sweep granularity=head,projection: method 'spectral' with correction='identity' and lam=10 adds a fixed"),
+    (["compare", "--task", "digits", "--methods", "baseline", "--sweep", "landmarks=32,64", "--out", "new"],
+     r"--sweep landmarks=32,64: model 'vit' does not read landmarks \(nystromformer read it\)"),
+    (["compare", "--task", "digits", "--model", "timm:vit_tiny_patch16_224", "--set", "model_args=img_size=8,patch_size=2",
+      "--set", "depth=3", "--set", "embed_dim=64", "--out", "new"],
+     r"--set depth=3: model 'timm:vit_tiny_patch16_224' is built from its name and sized by model_args alone"),
+    (["train", "--set", "task=digits", "--set", "method=baseline", "--set", "lam=5", "--out", "new"],
+     r"--set lam=5: method 'baseline' does not read lam"),
+    (["train", "--set", "task=digits", "--set", "refresh_every=10", "--out", "new"],
+     r"--set refresh_every=10: method 'spectral' with correction='identity' and lam=10 adds a fixed lam \* I"),
+    (["tune", "--task", "digits", "--val-size", "100", "--arms", "baseline:lam=5,spectral", "--out", "new"],
+     r"--arms baseline:lam=5: lam=5: method 'baseline' does not read lam"),
+    (["tune", "--task", "digits", "--val-size", "100", "--arms", "baseline,qk-norm", "--set", "granularity=projection",
+      "--out", "new"], r"--set granularity=projection: method 'baseline' does not read granularity"),
     # the config is validated end to end before anything is written (item 8)
     (["compare", "--task", "digits", *SMALL, "--set", "patch_size=3", "--out", "new"],
      r"patch_size 3 does not divide image_size 8"),
@@ -109,6 +138,18 @@ CASES = [
     (["train", "--set", "task=digits", "--set", "patch_size=3", "--out", "new"], r"patch_size 3 does not divide"),
     (["train", "--set", "task=digits", "--set", "val_size=1438", "--out", "new"],
      r"TrainConfig.val_size=1438 leaves no training examples"),
+    # what timm, the device and a pre-training run are asked for is checked before compare writes its folder
+    (["compare", "--task", "digits", "--set", "auto_augment=garbage", "--out", "new"],
+     r"TrainConfig.auto_augment='garbage' is not an augmentation timm reads .*; give timm's form, e.g. rand-m9"),
+    (["train", "--set", "task=digits", "--set", "auto_augment=garbage", "--out", "new"],
+     r"TrainConfig.auto_augment='garbage' is not an augmentation timm reads"),
+    (["compare", "--task", "digits", "--set", "optimizer=timm:nonexistent", "--out", "new"],
+     r"TrainConfig.optimizer 'timm:nonexistent': timm has no optimiser 'nonexistent'"),
+    (["compare", "--task", "digits", "--set", "init_from=no-such-run", "--out", "new"],
+     r"init_from='no-such-run': no-such-run holds no run \(no config.json\); pre-train first"),
+    *([(["compare", "--task", "digits", "--set", "device=cuda", "--out", "new"],
+        r"device 'cuda' was asked for but torch sees no CUDA device; use device=cpu or auto")]
+      if not torch.cuda.is_available() else []),
     # files and folders: named, never a traceback (item 9)
     (["compare", "--task", "digits", "--out", "a-file"], r"--out a-file is a file, not a folder"),
     (["compare", "--task", "digits", "--out", "a-file/sub"], r"--out a-file/sub: .*a-file is a file, not a folder"),
@@ -119,6 +160,12 @@ CASES = [
     (["train", "--resume", "listed"], r"listed/config.json: no \"config\" object"),
     (["train", "--resume", "a-file"], r"a-file has no config.json; nothing to resume"),
     (["report", "truncated"], r"truncated/config.json: unreadable run config"),
+    (["train", "--resume", "fractional"],
+     r"fractional/config.json: not a valid TrainConfig \(TrainConfig.epochs must be an integer, got 2.5 \(float\)"),
+    (["train", "--resume", "boolean"], r"boolean/config.json: .*TrainConfig.epochs must be an integer, got True \(bool\)"),
+    (["train", "--out", "fractional", "--set", "task=digits", "--set", "method=baseline"],
+     r"fractional/config.json: not a readable run config \(TypeError: TrainConfig.epochs must be an integer, got 2.5"),
+    (["report", "boolean"], r"boolean/config.json: .*TrainConfig.epochs must be an integer, got True"),
     (["report", "listed"], r"listed/config.json: no \"config\" object"),
     (["inspect", "timm:vit_tiny_patch16_22"], r"unknown timm model 'vit_tiny_patch16_22'; nearest: vit_tiny_patch16_224"),
     (["inspect", "timm:vit_tiny_patch16_224", "--set", "depth=abc"],
@@ -166,8 +213,9 @@ def test_a_garbled_timing_file_is_named_and_does_not_block_the_report(workdir, c
 
 
 def test_the_folder_check_passes_a_folder_of_the_same_task_and_a_sweep_of_a_data_field(workdir):
-    """The refusals above are not over-broad: the same task again, or a new sweep value, gets to training."""
-    _digits_run(workdir / "cmp" / "baseline" / "seed-0")
+    """The refusals above are not over-broad: the same task again, or a new sweep value, gets to training. (The
+    run is in a folder no method of these commands trains: one they do train must record their own config.)"""
+    _digits_run(workdir / "cmp" / "earlier" / "seed-0")
     for argv in (["compare", "--task", "digits", "--set", "depth=1", "--set", "epochs=1", "--out", "cmp"],
                  ["compare", "--task", "digits", "--set", "epochs=1", "--sweep", "test_size=0,40", "--out", "cmp"]):
         with pytest.raises(_Reached):

@@ -279,6 +279,26 @@ def test_a_sweep_runs_each_method_at_the_values_it_reads():
         variants(TINY, ["spectral"], parse_sweep(["lam="]))
 
 
+def test_a_swept_value_a_method_never_reads_is_no_variant_and_a_sweep_nothing_reads_is_refused():
+    """granularity changes an SVD correction or lam=auto, never a fixed lam * I (its corrections are the same per
+    head and per projection); landmarks only the Nystromformer's attention."""
+    from speccond.harness.protocol.compare import parse_sweep, variants
+
+    sweep = parse_sweep(["granularity=head,projection"])
+    assert [name for name, _ in variants(TINY, ["spectral", "spectral-svd"], sweep)] == [
+        "spectral", "spectral-svd-granularity=head", "spectral-svd-granularity=projection"]
+    assert len(variants(TINY.replaced(lam="auto"), ["spectral"], sweep)) == 2
+    with pytest.raises(ValueError, match=r"--sweep granularity=head,projection: method 'spectral' with "
+                                         r"correction='identity' and lam=10 adds a fixed lam \* I, which granularity "
+                                         r"does not change \(correction=svd or lam=auto read it\); leave it out"):
+        variants(TINY, ["spectral"], sweep)
+    with pytest.raises(ValueError, match=r"--sweep landmarks=32,64: model 'vit' does not read landmarks "
+                                         r"\(nystromformer read it\)"):
+        variants(TINY, ["baseline"], parse_sweep(["landmarks=32,64"]))
+    with pytest.raises(ValueError, match=r"--sweep lam=1,10: method 'baseline' does not read lam"):
+        variants(TINY, ["baseline", "qk-norm"], parse_sweep(["lam=1,10"]))
+
+
 @needs_data
 def test_a_sweep_is_reported_in_value_order_with_labels(data_home, tmp_path):
     from speccond.harness.cli import main

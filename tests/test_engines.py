@@ -44,3 +44,24 @@ def test_submitit_flags_without_the_submitit_engine_are_refused_not_ignored(tmp_
     assert main(["tune", *TUNE, "--cluster", "slurm", "--gpus-per-node", "1", "--out", str(out)]) == 2
     assert "--cluster, --gpus-per-node set(s) submitit's jobs; add --engine submitit" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_local_executor_runs_no_more_jobs_at_once_than_jobs_says(tmp_path):
+    """submitit's local executor ignores an array's parallelism: the jobs are held back by the engine instead.
+    Every job's submission and result are files in its submitit folder; no job may be submitted while
+    ``parallel`` others have been submitted and have no result yet."""
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.protocol.engines import Job, Submitit
+
+    base = TrainConfig().with_overrides(["task=digits", "depth=1", "embed_dim=16", "epochs=1", "train_size=64",
+                                         "test_size=50", "batch_size=32", "warmup_steps=1"])
+    jobs = [Job(base.replaced(seed=seed), tmp_path / "runs" / f"seed-{seed}") for seed in range(4)]
+    assert Submitit(tmp_path / "submitit", "local").run(jobs, threads=1, parallel=2, stage="final") == []
+    spans = []
+    for submitted in (tmp_path / "submitit").glob("*/*_submitted.pkl"):  # one folder per job
+        result, = submitted.parent.glob("*_result.pkl")
+        spans.append((submitted.stat().st_mtime_ns, result.stat().st_mtime_ns))
+    assert len(spans) == 4
+    for start, _ in spans:
+        running = [1 for other_start, end in spans if other_start < start < end]
+        assert len(running) < 2, f"a job was submitted while {len(running)} others ran: {sorted(spans)}"

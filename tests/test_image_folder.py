@@ -112,3 +112,23 @@ def test_torchrun_two_processes_train_a_timm_model_on_the_folder_as_one_process_
     one, two = (json.loads(run.stdout.strip().splitlines()[-1]) for run in (single, double))
     assert one["step"] == two["step"] == 6
     assert abs(one["loss"] - two["loss"]) < 1e-4 and one["accuracy"] == two["accuracy"]
+
+
+@pytest.mark.parametrize("stream", ["", "?stream=1"])
+def test_a_truncated_jpeg_is_one_line_naming_its_file(tmp_path, monkeypatch, capsys, stream):
+    """Read whole, the folder is refused before anything is written; streamed, its images are decoded as the run
+    reads them (the first pass, for the pixel statistics), so the run stops there, naming the file."""
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
+    root = write_folder(tmp_path / "images", per_class=(3, 2))
+    bad = root / "train" / "spots" / "cut.jpg"
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(bad, quality=90)
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # a copy cut short
+    out = tmp_path / "cmp"
+    argv = ["compare", "--task", f"imagefolder:{root}{stream}", "--methods", "baseline", "--seeds", "1",
+            "--set", "model=timm:vit_small_patch16_224", "--set", "model_args=depth=1,patch_size=4,embed_dim=64,num_heads=2",
+            "--out", str(out)]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"{bad}: unreadable image (OSError: " in error and "replace it or remove it" in error, error
+    assert len(error.splitlines()) == 1 and "Traceback" not in error, error
+    assert not out.exists() if not stream else not list(out.rglob("config.json"))

@@ -229,3 +229,87 @@ def test_a_kill_before_the_first_checkpoint_does_not_duplicate_the_trackers_step
     cut = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
     assert any('"step": 0' in row for row in whole)
     assert cut == whole
+
+
+# --- a run folder's own records are the authority ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["LATEST deleted", "LATEST not UTF-8"])
+def test_a_lost_or_unreadable_latest_resumes_from_the_newest_intact_checkpoint_and_says_so(tmp_path, caplog, damage):
+    weights = _saved(tmp_path)
+    latest = tmp_path / "checkpoints" / "LATEST"
+    if damage == "LATEST deleted":
+        latest.unlink()
+    else:
+        latest.write_bytes(b"\xff\xfe step-000004")
+    with caplog.at_level(logging.WARNING):
+        step, state = _resumed(tmp_path)
+    assert step == 4 and all(torch.equal(state[k], weights[4][k]) for k in state)
+    assert str(latest) in caplog.text and "step-000004" in caplog.text, caplog.text
+
+
+KILLED = [f.removeprefix("--set=") for f in TINY_FLAGS if "batch_size" not in f] + [
+    "task=digits", "batch_size=8", "checkpoint_every=10"]
+
+
+@pytest.fixture
+def killed(tmp_path, digits):
+    """A digits run killed at step 12 of 16: a checkpoint at step 10, rows up to step 12."""
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.training.train import train
+
+    run = tmp_path / "run"
+    assert train(TrainConfig().with_overrides(KILLED), run, stop_after=12, progress=False) == {}
+    assert (run / "checkpoints" / "step-000010").is_dir() and (run / "metrics.jsonl").is_file()
+    return run
+
+
+def _tree(root) -> dict:
+    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("lost, sets, message", [
+    ("config.json", ["lr=0.003"], r"holds a run's checkpoints \(step-000010\) and metrics.jsonl but no config.json, "
+                                  r"so the config they were trained with is lost.*restore .*config.json"),
+    ("config.json", [], r"but no config.json"),
+    ("metrics.jsonl", [], r"holds checkpoints up to step-000010 but no metrics.jsonl, so resuming would lose the rows "
+                          r"written before it; restore .*metrics.jsonl, or delete .*checkpoints"),
+])
+def test_a_run_that_lost_a_record_is_refused_not_taken_over(killed, capsys, lost, sets, message):
+    import re
+
+    from speccond.harness.cli import main
+
+    (killed / lost).unlink()
+    before = _tree(killed.parent)
+    assert main(["train", "--out", str(killed), *[f"--set={s}" for s in KILLED + sets]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(message, err) and "\n" not in err, err
+    assert _tree(killed.parent) == before  # nothing written, no lock taken
+
+
+def test_compare_refuses_a_run_folder_that_lost_its_config_before_writing(killed, capsys):
+    """compare's runs are checked before its folder is locked: the one that lost its config.json is named."""
+    from speccond.harness.cli import main
+
+    out = killed.parent / "cmp"
+    run = out / "baseline" / "seed-0"
+    run.parent.mkdir(parents=True)
+    killed.rename(run)
+    (run / "config.json").unlink()
+    before = _tree(killed.parent)
+    flags = [f"--set={s}" for s in KILLED if not s.startswith("task=")]
+    assert main(["compare", "--task", "digits", "--methods", "baseline", "--seeds", "1", *flags, "--out", str(out)]) == 2
+    assert f"{run} holds a run's checkpoints" in capsys.readouterr().err
+    assert _tree(killed.parent) == before
+
+
+def test_a_report_of_runs_none_of_which_finished_names_no_reference(killed):
+    """No group has a finished run, so there is no reference group: the report says so instead of "against None"."""
+    from speccond.harness.reporting.report import write_report
+
+    out = killed.parent / "cmp"
+    (out / "baseline").mkdir(parents=True)
+    killed.rename(out / "baseline" / "seed-0")
+    markdown = write_report([out], out).markdown
+    assert "None" not in markdown and "Difference: none yet, as no group has a finished or diverged run" in markdown

@@ -401,8 +401,8 @@ def _read(source: Source) -> tuple[dict[str, torch.Tensor], Optional[Path]]:
             raise ValueError(f"{path}: no {WEIGHTS} or {WEIGHTS_INDEX}; expected a folder written by save_pretrained")
         check_files(files, _recorded_checksums(path), path / CONFIG_FILE)
         state = {}
-        for file in files:
-            state.update(read_verified(file))
+        for file in files:  # checked by the folder's record above (or noted unverified there): no second note
+            state.update(read_verified(file, checked=True))
         return state, path
     if path.is_file() and path.suffix == ".safetensors":
         return read_verified(path), None

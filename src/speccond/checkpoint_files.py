@@ -164,11 +164,12 @@ def holds_weights_of(model, own, files: list[Path], keys: list[str], rename) -> 
 
 
 # -- checksums ------------------------------------------------------------------------------------------
-def read_verified(path: Path) -> dict[str, torch.Tensor]:
+def read_verified(path: Path, checked: bool = False) -> dict[str, torch.Tensor]:
     """The tensors of one .safetensors file, checked against the SHA-256 its metadata records
     (:data:`TENSORS_SHA256`, written by speccond.save_conditioned). A file without one (written before, or
-    by another saver) is read with a logged note that it is unverified. Raises ValueError, naming the file
-    and what to do, when it cannot be read or its tensors differ from the recorded checksum."""
+    by another saver) is read with a logged note that it is unverified, unless ``checked``: its folder's
+    speccond.json compared its bytes already, or said it could not (:func:`check_files`). Raises ValueError, naming
+    the file and what to do, when it cannot be read or its tensors differ from the recorded checksum."""
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
@@ -179,7 +180,9 @@ def read_verified(path: Path) -> dict[str, torch.Tensor]:
     except (SafetensorError, OSError) as error:
         raise ValueError(f"{path} is damaged: unreadable as safetensors ({error}); {RESTORE}") from None
     if recorded is None:
-        log.warning("%s records no checksum (written before speccond saved one, or by another saver): loaded unverified", path)
+        if not checked:
+            log.warning("%s records no checksum (written before speccond saved one, or by another saver): loaded "
+                        "unverified", path)
         return tensors
     actual = tensors_sha256(tensors)
     if actual != recorded:

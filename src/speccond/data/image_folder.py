@@ -125,13 +125,18 @@ def _key(folder: Path, size: int, splits: dict[str, list[tuple[str, int]]]) -> s
 
 
 def decode(path: str, size: int) -> torch.Tensor:
-    """One image as uint8 (3, size, size): RGB, the shorter side resized to ``size``, then centre-cropped."""
+    """One image as uint8 (3, size, size): RGB, the shorter side resized to ``size``, then centre-cropped. An
+    image Pillow cannot read whole (a truncated JPEG) is a ValueError naming its file."""
     from PIL import Image
     from torchvision.transforms import v2
 
-    with Image.open(path) as image:
-        pixels = torch.frombuffer(bytearray(image.convert("RGB").tobytes()), dtype=torch.uint8)
-        width, height = image.size
+    try:
+        with Image.open(path) as image:
+            pixels = torch.frombuffer(bytearray(image.convert("RGB").tobytes()), dtype=torch.uint8)
+            width, height = image.size
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:  # truncated, not an image, ...
+        raise ValueError(f"{path}: unreadable image ({type(error).__name__}: {error}); replace it or remove it from "
+                         "the folder") from None
     resize = v2.Compose([v2.Resize(size, antialias=True), v2.CenterCrop(size)])
     return resize(pixels.reshape(height, width, 3).permute(2, 0, 1))  # (3, H, W) -> (3, size, size)
 

@@ -337,6 +337,7 @@ def _refuse_owned(flag: str, pairs: list[str], owned: dict[str, str]) -> None:
 def _compare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
+    from speccond.harness.config.train_config import refuse_unread
     from speccond.harness.protocol.compare import compare, parse_sweep, variants
     from speccond.harness.tasks.datasets import prepare_data
     from speccond.harness.training.preflight import check_comparison_folder, check_writable
@@ -346,6 +347,7 @@ def _compare(args: argparse.Namespace) -> None:
     base = _base_config(args)
     sweep = parse_sweep(args.sweep)
     chosen = variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
+    refuse_unread(args.set, [config for _, config in chosen], "--set")  # a setting no run reads
     _check_models([config for _, config in chosen], *RUN_NEEDS, *REPORT_NEEDS)
     if args.dry_run:  # builds what the runs would train, writes nothing
         from speccond.harness.protocol.dry_run import describe, dry_run
@@ -371,6 +373,7 @@ def _tune(args: argparse.Namespace) -> None:
 
 
     from speccond.harness.config.fields import arm_settings
+    from speccond.harness.config.train_config import refuse_unread
     from speccond.harness.methods import METHODS
     from speccond.harness.protocol import tuning
     from speccond.harness.protocol.engines import engine_from
@@ -395,6 +398,7 @@ def _tune(args: argparse.Namespace) -> None:
         arms[name] = config
     if not arms:
         raise ValueError(f"--arms {args.arms!r} names no arms; give comma-separated methods, e.g. baseline,spectral")
+    refuse_unread(args.set, list(arms.values()), "--set")  # a setting no arm reads
     _check_models(list(arms.values()), *RUN_NEEDS, *REPORT_NEEDS, "tqdm",
                   *(("submitit",) if args.engine == "submitit" else ()))
     try:
@@ -514,7 +518,7 @@ def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from speccond.harness.config.fields import refuse_repeats, setting
-    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.config.train_config import TrainConfig, refuse_unread
     from speccond.harness.tasks.datasets import task as task_of
     from speccond.harness.training.preflight import check_writable
     from speccond.harness.training.runs import read_config
@@ -530,6 +534,7 @@ def _train(args: argparse.Namespace) -> int:
     else:
         check_writable(args.out, "--out")
         config = TrainConfig().with_overrides(args.set)
+    refuse_unread(args.set, [config], "--set")  # a setting the run's method or model never reads
     task_of(config.data.task)  # an unknown task is an error before the run directory is written
     _check_models([config], *RUN_NEEDS)
     result = train(config, Path(args.out or args.resume))  # checks the model and data sizes before writing
@@ -565,10 +570,10 @@ def _inspect(args: argparse.Namespace) -> None:
             print()
         else:
             print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
-    if args.checkpoint:
-        from safetensors.torch import load_file
+    if args.checkpoint:  # checked against its recorded SHA-256, its keys and shapes against the model's
+        from speccond.harness.training.checkpoint import load_weights_file
 
-        model.load_state_dict(load_file(args.checkpoint))
+        load_weights_file(model, args.checkpoint)
     rows = dx.projection_spectra(model, per_head=args.per_head)
     print(rows)
     probe = example_inputs(model, batch=args.batch)

@@ -43,6 +43,11 @@ from speccond.harness.values import show_value
 
 log = logging.getLogger(__name__)
 
+# Fields only a correction that follows the weights reads (an SVD correction, or lam="auto"): the block it is
+# computed per (granularity) and how often it is recomputed (refresh_every). A fixed lam * I is the same per head
+# and per projection, and speccond.refresh leaves it as it is.
+FOLLOWING_WEIGHTS = ("granularity", "refresh_every")
+
 # Fields a label shows only when they differ from TrainConfig's default (when the method reads them).
 LABELLED_WHEN_SET = {"corrected": "qkv", "granularity": "head", "key_basis": "identity", "refresh_every": 0}
 
@@ -72,12 +77,15 @@ class Method:
         reads: the TrainConfig fields it depends on beyond the shared ones (the others never change its runs).
         conditions: whether it conditions q, k, v with speccond (a pre-trained encoder must then match the
             conditioning fields, pretrained.py).
+        follows_weights: whether, under the given settings, its correction follows the weights (it then reads
+            FOLLOWING_WEIGHTS, when ``reads`` names them).
     """
 
     name: str
     apply: Callable[[nn.Module, MethodSettings], None]
     reads: tuple[str, ...] = ()
     conditions: bool = False
+    follows_weights: Callable[[MethodSettings], bool] = lambda settings: False
 
 
 REGISTRY: dict[str, Method] = {}
@@ -116,6 +124,21 @@ def reads(method: str, field: str) -> bool:
     method's own parameters (an unknown method, read from an old run: all of them)."""
     known = REGISTRY.get(method)
     return field not in parameters() or known is None or field in known.reads
+
+
+def ignores(settings: MethodSettings, field: str) -> str:
+    """"" when runs of method ``settings.name`` with these settings depend on ``field``, else why they do not,
+    naming who does read it (``reads`` and ``Method.follows_weights``)."""
+    known = REGISTRY.get(settings.name)
+    if known is None or field not in parameters():
+        return ""
+    if field not in known.reads:
+        readers = [method.name for method in REGISTRY.values() if field in method.reads]
+        return f"method {known.name!r} does not read {field} ({', '.join(readers)} read it)"
+    if field in FOLLOWING_WEIGHTS and not known.follows_weights(settings):
+        return (f"method {known.name!r} with correction={settings.correction!r} and lam={show_value(settings.lam)} "
+                f"adds a fixed lam * I, which {field} does not change (correction=svd or lam=auto read it)")
+    return ""
 
 
 def label(values: dict) -> str:
@@ -173,16 +196,24 @@ def _scales(settings: MethodSettings) -> dict[str, float | str]:
     return {f"lam_{role}": (settings.lam if role in settings.corrected else 0.0) for role in "qkv"}
 
 
+def _svd_or_auto(settings: MethodSettings) -> bool:
+    """Whether an identity-or-svd correction follows the weights: an SVD one, or lam="auto" (from sigma_max)."""
+    return settings.correction == "svd" or settings.lam == AUTO
+
+
 _CONDITIONING = ("corrected", "granularity", "target_kappa", "key_basis")
 register(Method("baseline", lambda model, settings: None))
-register(Method("spectral", _spectral, ("lam", "correction", *_CONDITIONING, "refresh_every"), conditions=True))
-register(Method("spectral-svd", _spectral_svd, ("corrected", "granularity", "refresh_every"), conditions=True))
-register(Method("shifted-init", _shifted_init, ("lam", *_CONDITIONING), conditions=True))
+register(Method("spectral", _spectral, ("lam", "correction", *_CONDITIONING, "refresh_every"), conditions=True,
+                follows_weights=_svd_or_auto))
+register(Method("spectral-svd", _spectral_svd, ("corrected", "granularity", "refresh_every"), conditions=True,
+                follows_weights=lambda settings: True))
+register(Method("shifted-init", _shifted_init, ("lam", *_CONDITIONING), conditions=True,
+                follows_weights=lambda settings: settings.lam == AUTO))
 register(Method("sigma-reparam", lambda model, settings: peers.sigma_reparam(model)))
 register(Method("sigma-reparam-all", lambda model, settings: peers.sigma_reparam_all_layers(model)))
 register(Method("spectral-norm", lambda model, settings: peers.spectral_norm(model)))
 register(Method("qk-norm", lambda model, settings: peers.qk_norm(model)))
 register(Method("layer-scale", lambda model, settings: peers.layer_scale(model)))
 register(Method("spectral-qk-norm", _spectral_qk_norm, ("lam", "correction", *_CONDITIONING, "refresh_every"),
-                conditions=True))
+                conditions=True, follows_weights=_svd_or_auto))
 METHODS = tuple(REGISTRY)  # in registration order: what the method key (TrainConfig.method.name) and --methods accept

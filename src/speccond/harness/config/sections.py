@@ -9,6 +9,7 @@ section's ``name``, whose key is the section's name (``config.model.name`` is ``
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ class ModelConfig:
     init_from: str = ""
 
     def __post_init__(self) -> None:
+        _typed(self, "model")  # before any check reads a value
         from speccond.harness.models.registry import IMAGE_FAMILIES, MODELS  # no torch, no timm
 
         named = self.named()
@@ -106,6 +108,7 @@ class DataConfig:
     label_smoothing: float = 0.0  # of the targets, through timm.data.Mixup and SoftTargetCrossEntropy
 
     def __post_init__(self) -> None:
+        _typed(self, "data")  # before any check reads a value
         _at_least(self, 1, "batch_size", "eval_batch_size")
         _at_least(self, 0, "train_size", "val_size", "test_size", "num_workers")
         if not (math.isfinite(self.random_erasing) and 0 <= self.random_erasing <= 1):
@@ -132,6 +135,7 @@ class MethodConfig:
     refresh_every: int = 0  # steps between speccond.refresh (recomputes svd corrections; 0 = never)
 
     def __post_init__(self) -> None:
+        _typed(self, "method")  # before any check reads a value
         if self.name not in METHODS:
             raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.name!r}")
         if not self.corrected or set(self.corrected) - set("qkv") or len(set(self.corrected)) != len(self.corrected):
@@ -171,6 +175,7 @@ class OptimizerConfig:
     ema_decay: float = 0.0  # timm.utils.ModelEmaV3 decay of a weight average evaluated instead (0 = off)
 
     def __post_init__(self) -> None:
+        _typed(self, "optimizer")  # before any check reads a value
         for key, value, default in (("optimizer", self.name, "adamw"), ("scheduler", self.scheduler, "cosine")):
             if value != default and not (value.startswith(TIMM_PREFIX) and len(value) > len(TIMM_PREFIX)):
                 raise ValueError(f"TrainConfig.{key} must be {default!r} or timm:<name> (e.g. timm:{default}), "
@@ -203,6 +208,7 @@ class RunConfig:
     tuning: int = 0  # 1: a tuning run: its final row scores the validation split; the test split is never scored
 
     def __post_init__(self) -> None:
+        _typed(self, "run")  # before any check reads a value
         if self.precision not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"TrainConfig.precision must be 'float32', 'bfloat16' or 'float16', got {self.precision!r}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -218,6 +224,23 @@ def unread_bound(bound: str, lam: str) -> str:
     """The refusal of a target_kappa that lam, a number, would not read (nothing given is ignored)."""
     return (f"TrainConfig.target_kappa={bound} is the kappa bound lam=auto aims at, and lam is {lam}: add lam=auto "
             f"(--set lam=auto, or an arm's spectral:lam=auto+target_kappa={bound}), or leave target_kappa out")
+
+
+# What a field's annotation (a string, under ``from __future__ import annotations``) accepts: bool is no number.
+_ACCEPTS = {"str": (str,), "int": (int,), "float": (int, float), "float | str": (int, float, str)}
+
+
+def _typed(section: object, name_key: str) -> None:
+    """TypeError naming the flat key when a field of ``section`` holds a value its annotation does not accept
+    (config.json's ``"epochs": 2.5`` or ``true``); ``name_key`` is the key of the section's ``name`` field."""
+    for field in dataclasses.fields(section):
+        value = getattr(section, field.name)
+        if isinstance(value, bool) or not isinstance(value, _ACCEPTS[field.type]):
+            key = name_key if field.name == "name" else field.name
+            expected = {"float": "a number", "float | str": "a number or 'auto'", "int": "an integer",
+                        "str": "a string"}[field.type]
+            raise TypeError(f"TrainConfig.{key} must be {expected}, got {value!r} ({type(value).__name__}); "
+                            "correct it where it was given")
 
 
 def _at_least(section: object, lowest: int, *names: str) -> None:

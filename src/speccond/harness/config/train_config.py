@@ -26,7 +26,7 @@ from speccond.harness.config.sections import (HF_PREFIX, TIMM_PREFIX, DataConfig
                                               OptimizerConfig, RunConfig, unread_bound)
 from speccond.harness.values import show_value
 
-__all__ = ["TrainConfig", "folder_settings", "TIMM_PREFIX", "HF_PREFIX"]
+__all__ = ["TrainConfig", "folder_settings", "refuse_unread", "TIMM_PREFIX", "HF_PREFIX"]
 
 # The order of config.json's keys since the first published run; keys added later follow in section order.
 PUBLISHED_ORDER = (
@@ -71,6 +71,15 @@ class TrainConfig:
         """The value of flat key ``key`` ("lr" -> config.optimizer.lr, "model" -> config.model.name)."""
         section, name = _place(key)
         return getattr(getattr(self, section), name)
+
+    def ignored(self, key: str) -> str:
+        """"" when a run of this config reads flat key ``key``, else why it does not, naming who does: the method's
+        parameters by methods.py's registry, the model's sizes by models/registry.py's."""
+        from speccond.harness import methods
+        from speccond.harness.models import registry
+
+        _place(key)  # an unknown key: ValueError naming the known ones
+        return methods.ignores(self.method, key) or registry.ignores(self.model.name, key)
 
     def to_dict(self) -> dict:
         """The flat record {key: value}, what config.json holds."""
@@ -153,6 +162,18 @@ def _place(key: str) -> tuple[str, str]:
         raise ValueError(f"unknown TrainConfig field {key!r}; known: {sorted(_KEYS)}")
     section, found = _FIELDS[key]
     return section, found.name
+
+
+def refuse_unread(pairs: Sequence[str], configs: Sequence[TrainConfig], where: str) -> None:
+    """ValueError for the first ``key=value`` of ``pairs`` (as the user gave them in ``where``, e.g. "--set") that
+    every config of ``configs`` (the runs it ends up in) ignores: it would be recorded, and swept, for runs it
+    never changes. A value equal to TrainConfig's default is let through: every run records that one anyway."""
+    defaults = TrainConfig()
+    for pair in pairs:
+        key = setting(pair)[0]
+        reasons = [config.ignored(key) for config in configs if config.value(key) != defaults.value(key)]
+        if configs and reasons and len(reasons) == len(configs) and all(reasons):
+            raise ValueError(f"{where} {pair}: {reasons[0]}; leave it out, or choose a method and model that read it")
 
 
 def folder_settings(pairs: Sequence[str], config: TrainConfig) -> list[str]:

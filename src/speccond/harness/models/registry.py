@@ -26,13 +26,18 @@ KINDS = {  # TaskShape.kind -> how an error names such a task
 }
 
 
+_TIMM_SIZES = ("embed_dim", "depth", "num_heads", "patch_size", "drop_path")  # timm_family.build's
+
+
 @dataclass(frozen=True)
 class Family:
     kind: str  # the task inputs it takes, a key of KINDS
     module: str  # the file that builds it (see above)
+    reads: tuple[str, ...] = _TIMM_SIZES  # the TrainConfig fields of SIZES its build reads
 
 
 _HERE = "speccond.harness.models"
+_DETECTION = ("embed_dim", "depth", "num_heads", "patch_size", "fpn_channels")
 FAMILIES = {
     "vit": Family("image", f"{_HERE}.vit"),
     "deit": Family("image", f"{_HERE}.deit"),
@@ -41,13 +46,30 @@ FAMILIES = {
     "davit": Family("image", f"{_HERE}.davit"),
     "xcit-noca": Family("image", f"{_HERE}.xcit_noca"),
     "cait": Family("image", f"{_HERE}.cait"),
-    "nystromformer": Family("sequence", f"{_HERE}.sequence"),
-    "bert": Family("text", f"{_HERE}.bert"),
-    "xcit-maskrcnn": Family("scenes", "speccond.harness.tasks.detection.plugin"),
-    "vit-maskrcnn": Family("scenes", "speccond.harness.tasks.detection.plugin"),
+    "nystromformer": Family("sequence", f"{_HERE}.sequence", ("embed_dim", "depth", "num_heads", "landmarks")),
+    "bert": Family("text", f"{_HERE}.bert", ("embed_dim", "depth", "num_heads")),
+    "xcit-maskrcnn": Family("scenes", "speccond.harness.tasks.detection.plugin", _DETECTION),
+    "vit-maskrcnn": Family("scenes", "speccond.harness.tasks.detection.plugin", _DETECTION),
 }
+NAMED_READS = ("model_args",)  # what sizes a model given by name (timm:<name>, hf:<type>): its constructor's arguments
+# The model fields one model reads and another does not; the others (attention_norm, init_from) every model reads.
+SIZES = tuple(dict.fromkeys(field for family in FAMILIES.values() for field in (*family.reads, *NAMED_READS)))
 MODELS = tuple(FAMILIES)  # what the model key (TrainConfig.model.name) accepts besides timm:<name> and hf:<type>
 IMAGE_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.kind == "image")
+
+
+def ignores(model: str, field: str) -> str:
+    """"" when model ``model`` (a family, or timm:<name> / hf:<type>) reads TrainConfig ``field``, else why not,
+    naming who does."""
+    if field not in SIZES:
+        return ""
+    reads = FAMILIES[model].reads if model in FAMILIES else NAMED_READS
+    if field in reads:
+        return ""
+    if model not in FAMILIES:
+        return f"model {model!r} is built from its name and sized by model_args alone, so it does not read {field}"
+    readers = [name for name, family in FAMILIES.items() if field in family.reads]
+    return f"model {model!r} does not read {field} ({', '.join(readers) or 'timm:<name> and hf:<type> models'} read it)"
 
 
 def families_of(kind: str) -> tuple[str, ...]:

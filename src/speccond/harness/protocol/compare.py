@@ -21,6 +21,7 @@ from speccond.harness.reporting.groups import config_key, reads
 from speccond.harness.reporting.report import Report, write_report
 from speccond.harness.training.folder_lock import writing
 from speccond.harness.training.preflight import check_comparison_folder, check_runnable
+from speccond.harness.training.run_dir import check_records
 from speccond.harness.training.timing import WallClock
 from speccond.harness.training.train import train
 
@@ -39,8 +40,10 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
     out, sweep = Path(out), sweep or {}
     chosen = variants(base, methods, sweep)
     check_comparison_folder(out, base, sweep)
-    for _, config in chosen:  # every variant builds and fits its data before the first run is written
+    for folder, config in chosen:  # every variant builds and fits its data before the first run is written
         check_runnable(config.replaced(seed=next(iter(seeds), 0)))
+        for seed in seeds:  # and no run folder records another config or lost its config.json or metrics.jsonl
+            check_records(out / folder / f"seed-{seed}", config.replaced(seed=seed))
     main = is_main_process()  # under torchrun every rank trains each run data-parallel; rank 0 alone writes
     with writing(out) if main else nullcontext():  # one compare per folder at a time (folder_lock.py)
         for folder, config in chosen:
@@ -61,8 +64,9 @@ def is_main_process() -> bool:
 def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequence[str]]) -> list[tuple[str, TrainConfig]]:
     """(folder name, config) per method and combination of swept values, in that order.
 
-    A combination that only changes fields the method does not read (lam for the baseline) is the run
-    already listed and is not repeated; the folder name is the method plus the swept fields it reads,
+    A combination that only changes fields the method does not read (lam for the baseline, granularity for a
+    fixed lam * I: TrainConfig.ignored) is the run already listed and is not repeated, and a swept field that no
+    variant reads is refused; the folder name is the method plus the swept fields it reads,
     e.g. ``spectral-lam=2`` (the same names as before for an empty sweep), lam=auto named by its bound,
     ``spectral-target_kappa=2`` (train_config.folder_settings).
     """
@@ -70,15 +74,23 @@ def variants(base: TrainConfig, methods: Sequence[str], sweep: Mapping[str, Sequ
         base.with_overrides([f"{name}={v}" for v in values])  # unknown field or bad value: ValueError now
         if not values:
             raise ValueError(f"--sweep {name}= names no values; give them comma-separated, e.g. {name}=1,10")
-    chosen, seen = [], set()
+    chosen, seen, read = [], set(), set()
     for method in methods:
         for combination in itertools.product(*([(name, v) for v in values] for name, values in sweep.items())):
             config = base.replaced(method=method).with_overrides([f"{n}={v}" for n, v in combination])
-            if config_key(config) in seen:
+            kept = [(n, v) for n, v in combination if not config.ignored(n)]  # what this run reads
+            read.update(n for n, _ in kept)
+            key = config_key(base.replaced(method=method).with_overrides([f"{n}={v}" for n, v in kept]))
+            if key in seen:
                 continue
-            seen.add(config_key(config))
-            named = [f"{n}={v}" for n, v in combination if reads(method, n)]
+            seen.add(key)
+            named = [f"{n}={v}" for n, v in kept if reads(method, n)]  # recording fields leave the name alone
             chosen.append(("-".join([method, *folder_settings(named, config)]), config))
+    for name, values in sweep.items():  # swept values no variant reads would be variants that differ in name alone
+        if name not in read:
+            why = base.replaced(method=methods[0]).with_overrides([f"{name}={values[-1]}"]).ignored(name)
+            raise ValueError(f"--sweep {name}={','.join(values)}: {why}; leave it out, or choose methods and a model "
+                             "that read it")
     return chosen
 
 

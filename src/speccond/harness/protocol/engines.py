@@ -14,6 +14,7 @@ the tables read the runs' folders, wherever the jobs ran.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -45,7 +46,10 @@ class Submitit:
             raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}, got {self.cluster!r}")
 
     def run(self, jobs: list[Job], threads: int, parallel: int, stage: str) -> list[tuple[Job, BaseException]]:
-        """Submit ``jobs`` as one array, wait for all; the (job, error) of every one that failed."""
+        """Submit ``jobs``, at most ``parallel`` running at once, and wait for all; the (job, error) of every one
+        that failed. On Slurm they go as one array whose ``slurm_array_parallelism`` holds them to ``parallel``;
+        submitit's local and debug executors read no such limit, so there each job is submitted only when one
+        of the ``parallel`` before it has ended."""
         try:
             import submitit
         except ImportError:
@@ -59,18 +63,45 @@ class Submitit:
         if self.gpus_per_node:
             parameters["gpus_per_node"] = self.gpus_per_node
         executor.update_parameters(**parameters)
-        submitted = executor.map_array(train_job, jobs, [threads] * len(jobs), [parallel] * len(jobs))
-        print(f"[{stage}] {len(submitted)} jobs submitted through submitit ({executor.cluster}); logs in {self.folder}",
-              flush=True)
-        failures = []
-        for job, handle in zip(jobs, submitted):
-            try:
-                handle.result()
-                print(f"[{stage}] finished: {job.run}", flush=True)
-            except Exception as error:  # noqa: BLE001 (submitit wraps any failure of the job)
-                failures.append((job, error))
-                print(f"[{stage}] failed: {job.run} ({error})", flush=True)
+        print(f"[{stage}] {len(jobs)} jobs through submitit ({executor.cluster}), {parallel} at a time; logs in "
+              f"{self.folder}", flush=True)
+        if executor.cluster == "slurm":
+            handles = executor.map_array(train_job, jobs, [threads] * len(jobs), [parallel] * len(jobs))
+            return [failure for job, handle in zip(jobs, handles) for failure in _outcome(stage, job, handle)]
+        failures, running, waiting = [], [], list(jobs)
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                job = waiting.pop(0)
+                running.append((job, executor.submit(train_job, job, threads, parallel)))
+            ended = [(job, handle) for job, handle in running if _ended(handle)]
+            if not ended:
+                time.sleep(POLL_SECONDS)
+            for job, handle in ended:
+                running.remove((job, handle))
+                failures += _outcome(stage, job, handle)
         return failures
+
+
+POLL_SECONDS = 0.2  # how often the local executor's running jobs are asked whether they have ended
+
+
+def _ended(handle) -> bool:
+    """Whether submitit's job ``handle`` has ended (a debug job runs when asked, and may fail doing so)."""
+    try:
+        return handle.done()
+    except Exception:  # noqa: BLE001 (its error is read by _outcome)
+        return True
+
+
+def _outcome(stage: str, job: Job, handle) -> list[tuple[Job, BaseException]]:
+    """Wait for submitit's ``handle`` of ``job``; [] when it finished, else [(job, its error)]."""
+    try:
+        handle.result()
+    except Exception as error:  # noqa: BLE001 (submitit wraps any failure of the job)
+        print(f"[{stage}] failed: {job.run} ({error})", flush=True)
+        return [(job, error)]
+    print(f"[{stage}] finished: {job.run}", flush=True)
+    return []
 
 
 def train_job(job: Job, threads: int, parallel: int) -> None:

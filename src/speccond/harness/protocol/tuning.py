@@ -38,7 +38,7 @@ from typing import Optional
 
 from speccond.diagnostics.records import read_metrics
 from speccond.harness.config.fields import arm_settings
-from speccond.harness.config.train_config import TrainConfig, folder_settings
+from speccond.harness.config.train_config import TrainConfig, folder_settings, refuse_unread
 from speccond.harness.protocol.compare import train_timed
 from speccond.harness.protocol.engines import Job, Submitit
 from speccond.harness.protocol.tuning_table import tuning_table
@@ -59,6 +59,7 @@ def arm_config(base: TrainConfig, arm: str) -> tuple[str, TrainConfig]:
     settings, its runs' config.json say where it started."""
     method, pairs = arm_settings(arm)
     config = base.replaced(method=method).with_overrides(pairs)
+    refuse_unread(pairs, [config], f"--arms {arm}:")  # a setting the arm's method or model never reads
     named = [s for s in pairs if not s.startswith("init_from=")]
     return "-".join([method, *folder_settings(named, config)]), config
 

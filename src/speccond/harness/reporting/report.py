@@ -286,7 +286,9 @@ def _settings(shared: dict, reference: Optional[str], split: str = "test", runs:
         f"then {decay}, gradient clip {value['grad_clip']} (0 = off). Evaluation: {test}.{note}"
         + (f" Other settings that differ from the defaults: {', '.join(others)}." if others else ""),
         f"Accuracy: final {split} accuracy, mean +- 95 % t interval over seeds (Student t, n - 1 degrees of freedom). "
-        f"Difference: paired by seed against `{reference}` (over the seeds both groups ran), mean +- 95 % t interval.",
+        + (f"Difference: paired by seed against `{reference}` (over the seeds both groups ran), mean +- 95 % t interval."
+         if reference is not None else "Difference: none yet, as no group has a finished or diverged run to pair "
+         "with (the reference is the baseline group when there is one, else the first)."),
         "Diverged runs (training loss NaN or inf: training stopped, the last good checkpoint kept) stay in the "
         "table and count with chance accuracy (1 / number of classes) in the accuracy and difference columns, "
         "not with their last evaluation before divergence (which can already be broken; it is listed per run). "

@@ -83,19 +83,26 @@ def save(run_dir: Path, step: int, epoch: int, model: nn.Module, state: dict[str
 
 
 def latest(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint folder of a run, or None.
+    """The newest complete checkpoint folder of a run, or None when it has none.
 
-    That is the folder LATEST names; when it is missing or its manifest unreadable (a damaged run
-    directory), the newest complete ``step-*`` folder instead, with a warning naming both."""
+    That is the folder LATEST names; when LATEST is missing or unreadable (deleted, or a kill between a
+    first checkpoint's rename and LATEST's) or names a folder that is missing or whose manifest is
+    unreadable, the newest complete ``step-*`` folder instead, with a warning naming both."""
     pointer = Path(run_dir) / FOLDER / "LATEST"
-    if not pointer.is_file():
-        return None
-    named = pointer.parent / pointer.read_text().strip()
-    if _complete_step(named) is not None:
-        return named
+    try:
+        named = pointer.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        named, problem = "", f"{pointer} is missing"
+    except (OSError, UnicodeDecodeError) as error:
+        named, problem = "", f"{pointer} is unreadable ({type(error).__name__}: {error})"
+    else:
+        problem = f"{pointer} names {named!r}, which is missing or incomplete"
+    if named and _complete_step(pointer.parent / named) is not None:
+        return pointer.parent / named
     fallback = next(iter(complete(run_dir)), None)
-    log.warning("%s names %s, which is missing or incomplete; %s", pointer, named.name,
-                f"using {fallback.name}, the newest complete checkpoint" if fallback is not None
+    if fallback is None and not pointer.is_file():  # no checkpoint yet, and none named
+        return None
+    log.warning("%s; %s", problem, f"using {fallback.name}, the newest complete checkpoint" if fallback is not None
                 else "no complete checkpoint is left, so the run starts again from step 0")
     return fallback
 
@@ -185,3 +192,32 @@ def _write_atomically(path: Path, text: str) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(text)
     os.replace(partial, path)
+
+
+def load_weights_file(model: nn.Module, path: str | Path) -> None:
+    """Load one weight file into ``model`` (strict), checked first: a run's checkpoint file against the SHA-256
+    its manifest.json beside it records, any other against the one its metadata records
+    (speccond.save_conditioned; a file without one loads with a logged note that it is unverified). A damaged,
+    truncated or mismatched file is a ValueError naming it and what to do; ``model`` is then left as it was."""
+    from speccond.checkpoint_files import RESTORE, read_verified
+
+    path = Path(path)
+    manifest = path.parent / "manifest.json"
+    if path.name == "model.safetensors" and manifest.is_file():  # a run's checkpoint (save, above)
+        try:
+            recorded = json.loads(manifest.read_text())["model_sha256"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{manifest}: unreadable checkpoint manifest ({error}); expected JSON with a "
+                             "\"model_sha256\"") from None
+        if not path.is_file() or sha256(path) != recorded:
+            raise ValueError(f"{path} is damaged: its SHA-256 differs from the one {manifest} records; {RESTORE}")
+    weights = read_verified(path)
+    missing, extra = missing_and_unexpected(model, weights)
+    expected = model.state_dict()
+    shapes = [f"{key} {tuple(value.shape)} (the model's {tuple(expected[key].shape)})" for key, value in weights.items()
+              if key in expected and value.shape != expected[key].shape]
+    if missing or extra or shapes:
+        advice = mismatch_advice(missing, extra) or "build the model with the settings it was saved with"
+        raise ValueError(f"{path} does not fit this model (missing {missing[:3]}, unexpected {extra[:3]}, other shapes "
+                         f"{shapes[:3]}); {advice}")
+    model.load_state_dict(weights, strict=False)  # every key matched above, a file without markers aside

@@ -21,6 +21,16 @@ import torch.distributed as dist
 from torch import nn
 
 
+def uses_cuda(device: str) -> bool:
+    """Whether a run on ``device`` ("auto": CUDA when available, "cpu" or "cuda") trains on CUDA; ValueError
+    for another name, or for "cuda" where torch sees no CUDA device."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but torch sees no CUDA device; use device=cpu or auto")
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
 @dataclass(frozen=True)
 class Context:
     rank: int = 0
@@ -41,11 +51,7 @@ class Context:
 
         ``device``: "auto" (CUDA when available), "cpu" or "cuda"; on CUDA each rank takes the GPU
         numbered by its LOCAL_RANK and the group uses NCCL, on CPU gloo."""
-        if device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
-        use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-        if use_cuda and not torch.cuda.is_available():
-            raise ValueError("device 'cuda' was asked for but torch sees no CUDA device; use device=cpu or auto")
+        use_cuda = uses_cuda(device)
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         chosen = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
         if use_cuda:

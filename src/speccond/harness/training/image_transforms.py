@@ -36,10 +36,15 @@ class TimmAugmentation:
 
         self.mean, self.std = mean.reshape(-1), std.reshape(-1)  # (C,) of pixels / 255
         rgb = lambda values: tuple(float(v) for v in (values.repeat(3) if values.numel() == 1 else values))
-        self.transform = create_transform(
-            input_size=size, is_training=True, auto_augment=config.data.auto_augment or None, color_jitter=0.3,
-            interpolation="bicubic", re_prob=config.data.random_erasing, re_mode="pixel", re_count=1,
-            mean=rgb(self.mean), std=rgb(self.std))
+        try:
+            self.transform = create_transform(
+                input_size=size, is_training=True, auto_augment=config.data.auto_augment or None, color_jitter=0.3,
+                interpolation="bicubic", re_prob=config.data.random_erasing, re_mode="pixel", re_count=1,
+                mean=rgb(self.mean), std=rgb(self.std))
+        except (AssertionError, ValueError, KeyError, IndexError, TypeError) as error:  # timm's parse of the string
+            raise ValueError(f"TrainConfig.auto_augment={config.data.auto_augment!r} is not an augmentation timm reads "
+                             f"({type(error).__name__}: {error}); give timm's form, e.g. rand-m9-mstd0.5-inc1 "
+                             "(RandAugment), augmix-m5-w4-d2, or original (AutoAugment)") from None
         _allow_zero_bit_posterize(self.transform)
 
     def __call__(self, images: torch.Tensor, seeds: list[int]) -> torch.Tensor:

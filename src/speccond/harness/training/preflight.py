@@ -40,13 +40,28 @@ def check_writable(path: str | Path, flag: str, folder: bool = True) -> None:
 
 
 def check_runnable(config: TrainConfig) -> None:
-    """ValueError unless ``config`` builds its model, its settings are ones its task uses and its sizes fit its
+    """ValueError unless ``config`` builds its model, its settings are ones its task uses (its device, timm's
+    optimiser, scheduler and augmentation by name, the pre-training run it starts from) and its sizes fit its
     task's prepared data."""
     import torch
 
     from speccond.harness.tasks.datasets import check_sizes, check_task_settings, stored_counts, task
 
+    from speccond.harness.training.distributed import uses_cuda
+    from speccond.harness.training.recipe import check_recipe
+
     check_task_settings(config)
+    uses_cuda(config.run.device)  # device=cuda without a GPU
+    check_recipe(config)  # timm's optimiser and scheduler by name
+    if config.data.auto_augment or config.data.random_erasing:  # timm reads the augmentation's string
+        from speccond.harness.training.image_transforms import TimmAugmentation
+
+        TimmAugmentation(config, 32, torch.zeros(3), torch.ones(3))
+    if config.model.init_from:  # a finished pre-training run that fits
+        from speccond.harness.training.pretrained import pretrained_config
+
+        with torch.random.fork_rng(devices=[]):  # reading the pre-training run's kappa builds a model
+            pretrained_config(config)
     if task(config.data.task).reading != "scenes":  # detection checks its own sizes (harness/tasks/detection/task.py)
         check_sizes(config, *stored_counts(config))
     with torch.random.fork_rng(devices=[]):  # building a model seeds the global generator

@@ -34,7 +34,49 @@ from speccond.harness.training import checkpoint
 
 log = logging.getLogger(__name__)
 METRICS = "metrics.jsonl"
+TRAIN_ROW_EVERY = 10  # steps between "train" rows: a run that reached step 10 has written one
 VOCABULARY_RECORD = "vocabulary_sha256"  # config.json's key: the vocabulary a run on your own texts tokenised with
+
+
+def check_config(run_dir: Path, config) -> bool:
+    """True when ``run_dir`` records ``config`` in its config.json, False when it has none; ValueError naming the
+    file when it records another config or one that cannot be read (the folder's own record is the authority)."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return False
+    try:
+        recorded = type(config).from_record(json.loads(path.read_text()))  # either form (train_config.py)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable run config ({type(error).__name__}: {error}); restore it, or "
+                         "use a new --out") from None
+    if recorded != config:
+        theirs, ours = recorded.to_dict(), config.to_dict()
+        differing = ", ".join(f"{key}={ours[key]!r} (recorded {theirs[key]!r})" for key in ours if ours[key] != theirs[key])
+        raise ValueError(f"{run_dir} was started with a different config ({path}): {differing}; resume with the same "
+                         "config or use a new --out")
+    return True
+
+
+def check_records(run_dir: Path, config=None) -> None:
+    """ValueError, before anything is written, when ``run_dir`` holds a run whose own records are incomplete:
+    checkpoints or metrics.jsonl without the config.json they were trained with (another config would take
+    them over: its report would pair their figures with settings they never had), or a checkpoint past the
+    first "train" row without metrics.jsonl (resuming would lose every row before it). With ``config``, also
+    when its config.json records another (:func:`check_config`)."""
+    run_dir = Path(run_dir)
+    if config is not None:
+        check_config(run_dir, config)
+    saved = checkpoint.complete(run_dir)
+    metrics = (run_dir / METRICS).is_file()
+    if not (run_dir / "config.json").is_file() and (saved or metrics):
+        held = " and ".join(([f"checkpoints ({saved[0].name})"] if saved else []) + ([METRICS] if metrics else []))
+        raise ValueError(f"{run_dir} holds a run's {held} but no config.json, so the config they were trained with is "
+                         f"lost and no other may take them over; restore {run_dir / 'config.json'}, or train into a "
+                         "new --out")
+    if saved and not metrics and checkpoint.manifest_step(saved[0]) >= TRAIN_ROW_EVERY:
+        raise ValueError(f"{run_dir} holds checkpoints up to {saved[0].name} but no {METRICS}, so resuming would lose "
+                         f"the rows written before it; restore {run_dir / METRICS}, or delete {run_dir / checkpoint.FOLDER} "
+                         "to train the run again from step 0, or train into a new --out")
 
 
 def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), splits: Optional[dict] = None,
@@ -51,13 +93,7 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), sp
     one harness also carry ``"kind": "detection"``; their config, read as a TrainConfig, is what counts.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.json"
-    if path.is_file():
-        recorded = json.loads(path.read_text())
-        if type(config).from_record(recorded) != config:  # a config.json of either form (train_config.py)
-            raise ValueError(
-                f"{run_dir} was started with a different config ({path}); resume with the same config or use a new --out"
-            )
+    if check_config(run_dir, config):
         return
     versions = {"speccond": speccond.__version__, "torch": torch.__version__}
     versions.update({name: getattr(importlib.import_module(name), "__version__", "?") for name in libraries})
@@ -71,9 +107,9 @@ def write_config(run_dir: Path, config, libraries: Sequence[str] = ("timm",), sp
         from speccond.harness.training.recipe import ADAPTED_WARMUP
 
         record[ADAPTED_WARMUP] = warmup
-    partial = path.with_suffix(".partial")
+    partial = run_dir / "config.partial"
     partial.write_text(json.dumps(record, indent=2))
-    partial.replace(path)
+    partial.replace(run_dir / "config.json")
 
 PARALLEL_JOBS = "SPECCOND_PARALLEL_JOBS"  # the environment variable: runs its launcher trains side by side
 

@@ -32,8 +32,8 @@ from speccond.harness.training.distributed import Context
 from speccond.harness.training.folder_lock import writing
 from speccond.harness.training.pretrained import load_pretrained, pretrained_config, run_vocabulary
 from speccond.harness.training.run_dir import (
-    METRICS, StepLoop, all_finite, append_row, drop_rows_after, record_divergence, recorded_divergence, resume,
-    write_config,
+    METRICS, TRAIN_ROW_EVERY, StepLoop, all_finite, append_row, check_records, drop_rows_after, record_divergence,
+    recorded_divergence, resume, write_config,
 )
 from speccond.harness.training.precision import MixedPrecision
 from speccond.harness.training.preflight import built_model
@@ -42,7 +42,6 @@ from speccond.harness.training.recipe import (  # learning_rate: the default sch
 )
 from speccond.harness.training.training_tasks import TrainingTask, training_task
 
-TRAIN_ROW_EVERY = 10
 log = logging.getLogger(__name__)
 
 
@@ -78,6 +77,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     context = Context.from_environment(config.run.device)
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS
+    check_records(run_dir, config)  # another config, or a lost config.json or metrics.jsonl: refused, not taken over
     task = training_task(config, context)  # loads the data, its sizes checked
     model = built_model(config)  # both before the run directory is written: a refused config leaves nothing
     check_recipe(config)

@@ -148,7 +148,8 @@ def _markdown(report: DetectionReport) -> str:
         + (f" Other settings that differ from the defaults: {', '.join(others)}." if others else ""),
         "- COCO metrics by pycocotools (harness/tasks/detection/metrics.py), in %: box AP (IoU 0.50:0.95), AP50, AP75 and mask AP, "
         "maxDets 100. Mean +- 95 % t interval over seeds; differences paired by seed against "
-        f"`{report.reference}`. Diverged runs count with AP 0; unfinished runs are left out.",
+        + (f"`{report.reference}`" if report.reference is not None else "the reference group, once one has finished")
+        + ". Diverged runs count with AP 0; unfinished runs are left out.",
         "",
     ]
     if report.summary:
