@@ -219,7 +219,8 @@ class _LogitForm:
 
     def queries_and_keys(self, x, q_w, k_w, q_bias, k_bias) -> tuple[torch.Tensor, torch.Tensor]:
         q = x @ q_w.double().t()  # (N, q out)
-        k = x @ k_w.double().t()  # (N, k out)
+        shared = q_w.shape == k_w.shape and q_w.data_ptr() == k_w.data_ptr() and q_w.stride() == k_w.stride()
+        k = q if shared else x @ k_w.double().t()  # (N, k out); a fused qkv weight is projected once
         if q_bias is not None:
             q = q + q_bias.double()
         if k_bias is not None:
