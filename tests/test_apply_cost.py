@@ -100,8 +100,8 @@ def _progress_lines(caplog) -> list[str]:
 
 
 def test_long_work_logs_its_progress(caplog, monkeypatch):
-    """Past PROGRESS_AFTER_S (set to 0 here: every item counts as long work), apply's corrections and the
-    report's spectra log how far they are, through logging."""
+    """Past PROGRESS_AFTER_S (set to 0 here: every item counts as long work), apply's corrections, its
+    collapse prediction and the report's spectra log how far they are, through logging."""
     monkeypatch.setattr(speccond.progress, "PROGRESS_AFTER_S", 0.0)
     monkeypatch.setattr(speccond.progress, "PROGRESS_EVERY_S", 0.0)
     with caplog.at_level(logging.INFO, logger="speccond"):
@@ -110,6 +110,7 @@ def test_long_work_logs_its_progress(caplog, monkeypatch):
     lines = _progress_lines(caplog)
     assert "speccond.apply: corrections of 1/2 projections built" in lines[0]
     assert any("speccond.apply: corrections of 2/2 projections built" in line for line in lines)
+    assert any("speccond.apply: collapse prediction of 2/2 attention modules" in line for line in lines)
     assert any("speccond report: spectra of 1/2 conditioned parameters" in line for line in lines)
     assert "speccond report: spectra of 2/2 conditioned parameters" in lines[-1]
 

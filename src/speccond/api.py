@@ -189,7 +189,8 @@ def _build(sites: list[ProjectionSite], config: SpectralConfig, precision: torch
     (naming the module) before anything is attached. ``precision``: float64 for what is attached; the
     collapse advice's candidates, never attached, are built in float32 (SpectralCorrection)."""
     built = []
-    for site in tracked(sites, log, "speccond.apply: corrections of %d/%d projections built"):
+    work = "corrections" if precision == torch.float64 else "the collapse advice's candidate corrections"
+    for site in tracked(sites, log, f"speccond.apply: {work} of %d/%d projections built"):
         scales = {role: config.scale(role) for role in site.layout.roles}
         if all(s == 0 for s in scales.values()):
             continue

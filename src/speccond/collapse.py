@@ -25,6 +25,7 @@ position biases add to the logits, all of which are bounded independently of lam
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import re
 import warnings
@@ -38,6 +39,9 @@ from torch import nn
 from speccond.adapters.base import QK_COSINE, QK_LAYER_NORM, QK_NORM_PAIRS
 from speccond.core.config import SpectralConfig
 from speccond.core.sharded import gathered
+from speccond.progress import tracked
+
+log = logging.getLogger(__name__)
 
 COLLAPSE_NATS = 0.5  # mean attention entropy below this: nearly one-hot (over 0.9 of the weight on one key)
 PROBE_TOKENS = 64
@@ -90,7 +94,8 @@ def predict(groups: dict[str, list[tuple[Any, Any]]], modules: dict[str, nn.Modu
     or whose normalisation of q and k the prediction cannot follow, are skipped.
     """
     worst: dict[str, tuple[float, float, float, int]] = {}
-    for name, members in groups.items():
+    what = "speccond.apply: collapse prediction of %d/%d attention modules"
+    for name, members in tracked(list(groups.items()), log, what):
         if any(site.collapse_exempt for site, _ in members):
             continue
         blocks = _qk_blocks(members)
