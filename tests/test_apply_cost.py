@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import speccond
 import speccond.progress
+from speccond.core.backends import attachments
 from speccond.core.spectral import spectra, spectrum
 from tests.models import CASE_IDS, CASES, build_case, timm_vit
 
@@ -51,7 +52,7 @@ def test_the_reports_figures_are_those_of_spectrum(case):
     model = build_case(case)
     speccond.apply(model, speccond.SpectralConfig(correction="svd", **case.config))
     for found, row in zip(
-        [a for a in speccond.core.backends.attachments(model) for lam in a.correction.scales.values() if lam],
+        [a for a in attachments(model) for lam in a.correction.scales.values() if lam],
         speccond.describe(model).rows,
     ):
         layout = found.correction.layout
@@ -82,7 +83,7 @@ def test_the_per_head_svd_correction_is_bit_for_bit_the_head_by_head_one(case):
     model = build_case(case)
     plain = {name: p.detach().clone() for name, p in model.named_parameters()}
     speccond.apply(model, speccond.SpectralConfig(correction="svd", **case.config))
-    for found in speccond.core.backends.attachments(model):
+    for found in attachments(model):
         correction, layout = found.correction, found.correction.layout
         w = layout.out_in(plain[found.qualified_name]).double()  # (out, in)
         expected = torch.zeros_like(w)
