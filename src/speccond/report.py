@@ -202,7 +202,10 @@ def rows_for(found: Attachment) -> list[ReportRow]:
         head_lams: tuple[float, ...] = ()
         index = layout.block_rows(role, correction.out_features).to(stored.device)
         eff_block = effective[index]  # (width, in)
-        plain, conditioned = spectra(torch.stack([stored[index], eff_block]))  # (2, width, in): W, W + C
+        if stored.dtype == eff_block.dtype:  # one call; each keeps its dtype's rounding threshold
+            plain, conditioned = spectra(torch.stack([stored[index], eff_block]))  # (2, width, in): W, W + C
+        else:
+            (plain,), (conditioned,) = spectra(stored[index]), spectra(eff_block)
         by_head = eff_block.reshape(layout.heads(role), head_out, correction.in_features)  # (heads, dh, in)
         heads = [one.kappa for one in spectra(by_head)]
         if correction.kind == "svd":
