@@ -30,7 +30,8 @@ from speccond.core.config import SpectralConfig
 from speccond.core.correction import SpectralCorrection
 from speccond.core.peft_layers import is_tuner_layer, rescaling_reason
 from speccond.core.sharded import is_sharded
-from speccond.report import PendingRows, SpectralReport, rows_for
+from speccond.progress import tracked
+from speccond.report import PendingRows, SpectralReport, rows_of
 from speccond.verify import verify
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,8 @@ def _build(sites: list[ProjectionSite], config: SpectralConfig, precision: torch
     (naming the module) before anything is attached. ``precision``: float64 for what is attached; the
     collapse advice's candidates, never attached, are built in float32 (SpectralCorrection)."""
     built = []
-    for site in sites:
+    work = "corrections" if precision == torch.float64 else "the collapse advice's candidate corrections"
+    for site in tracked(sites, log, f"speccond.apply: {work} of %d/%d projections built"):
         scales = {role: config.scale(role) for role in site.layout.roles}
         if all(s == 0 for s in scales.values()):
             continue
@@ -238,7 +240,7 @@ def _measured_collapse(model: nn.Module, inputs: object, predicted: list, config
 def describe(model: nn.Module) -> SpectralReport:
     """The report of a conditioned model as it stands now (kappa of W and W + C recomputed)."""
     require_module(model, "speccond.describe")
-    return SpectralReport(rows=[row for found in attachments(model) for row in rows_for(found)])
+    return SpectralReport(rows=rows_of(list(attachments(model))))
 
 
 def refresh(model: nn.Module) -> int:

@@ -27,6 +27,7 @@ position biases add to the logits, all of which are bounded independently of lam
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import re
 import warnings
@@ -40,6 +41,9 @@ from torch import nn
 from speccond.adapters.base import QK_COSINE, QK_LAYER_NORM, QK_NORM_PAIRS
 from speccond.core.config import SpectralConfig
 from speccond.core.sharded import gathered
+from speccond.progress import tracked
+
+log = logging.getLogger(__name__)
 
 COLLAPSE_NATS = 0.5  # mean attention entropy below this: nearly one-hot (over 0.9 of the weight on one key)
 PROBE_TOKENS = 64
@@ -92,7 +96,8 @@ def predict(groups: dict[str, list[tuple[Any, Any]]], modules: dict[str, nn.Modu
     or whose normalisation of q and k the prediction cannot follow, are skipped.
     """
     worst: dict[str, tuple[float, float, float, int]] = {}
-    for name, members in groups.items():
+    what = "speccond.apply: collapse prediction of %d/%d attention modules"
+    for name, members in tracked(list(groups.items()), log, what):
         if any(site.collapse_exempt for site, _ in members):
             continue
         blocks = _qk_blocks(members)
@@ -221,7 +226,8 @@ class _LogitForm:
 
     def queries_and_keys(self, x, q_w, k_w, q_bias, k_bias) -> tuple[torch.Tensor, torch.Tensor]:
         q = x @ q_w.double().t()  # (N, q out)
-        k = x @ k_w.double().t()  # (N, k out)
+        shared = q_w.shape == k_w.shape and q_w.data_ptr() == k_w.data_ptr() and q_w.stride() == k_w.stride()
+        k = q if shared else x @ k_w.double().t()  # (N, k out); a fused qkv weight is projected once
         if q_bias is not None:
             q = q + q_bias.double()
         if k_bias is not None:

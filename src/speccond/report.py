@@ -11,9 +11,12 @@ The text then says so under the table.
 
 The report ``speccond.apply`` returns computes its spectra on first read (``rows``, iteration, ``str``,
 ``to_dict``; ``len`` does not need them) or by :meth:`SpectralReport.compute`, not on attach: a ViT-B
-holds 504 blocks and heads, whose float64 SVDs were 90 % of apply's time. The figures are those of the
-weights as attached; if the conditioned weights change before the first read (a training step, refresh,
-remove), reading refuses with what to do instead of reporting other weights' figures.
+holds 504 blocks and heads, whose float64 SVDs were 90 % of apply's time. Each matrix's singular values
+are computed once, in one call per block: the stored and the effective block together, then its heads
+(``speccond.core.spectral.spectra``); the rows are kept, so reading again computes nothing. Work past
+2 s logs its progress (``speccond.progress``). The figures are those of the weights as attached; if the
+conditioned weights change before the first read (a training step, refresh, remove), reading refuses with
+what to do instead of reporting other weights' figures.
 
 The ``correction`` column names the correction and its lam: "identity lam=10", or for lam="auto" the
 lam it chose from the weights, "identity lam=auto(3.1)" (one value: every head carries it) or
@@ -23,14 +26,20 @@ lam R_h per head (``SpectralConfig(key_basis="orthogonal")``) reads "rotated lam
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass
 from typing import Iterator, Optional
 
+import torch
+
 from speccond.core.backends import Attachment, attachments
 from speccond.core.config import AUTO
 from speccond.core.sharded import gathered
-from speccond.core.spectral import spectrum
+from speccond.core.spectral import spectra
+from speccond.progress import tracked
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -159,7 +168,7 @@ class PendingRows:
                     "speccond.describe(model) reports the model as it stands now; to keep the figures at attach "
                     "time, call report.compute() right after apply"
                 )
-        return [row for item in self.found for row in rows_for(item)]
+        return rows_of(self.found)
 
 
 def _state(item: Attachment) -> tuple:
@@ -173,8 +182,15 @@ def _still_attached(item: Attachment) -> bool:
     return any(found.correction is item.correction for found in attachments(item.module))
 
 
+def rows_of(found: list[Attachment]) -> list[ReportRow]:
+    """The rows of every attachment, in order; long work logs its progress (speccond.progress)."""
+    what = "speccond report: spectra of %d/%d conditioned parameters"
+    return [row for item in tracked(found, log, what) for row in rows_for(item)]
+
+
 def rows_for(found: Attachment) -> list[ReportRow]:
-    """One row per corrected role of an attachment."""
+    """One row per corrected role of an attachment. Each matrix's spectrum is computed once: the stored
+    block's (kappa_w, and the svd correction's scale), the effective block's, and its heads' in one call."""
     correction = found.correction
     layout = correction.layout
     stored = layout.out_in(gathered(found.stored_weight().detach()))  # (out, in), whole under FSDP2
@@ -187,9 +203,14 @@ def rows_for(found: Attachment) -> list[ReportRow]:
         head_lams: tuple[float, ...] = ()
         index = layout.block_rows(role, correction.out_features).to(stored.device)
         eff_block = effective[index]  # (width, in)
-        heads = [spectrum(eff_block[h * head_out : (h + 1) * head_out]).kappa for h in range(layout.heads(role))]
+        if stored.dtype == eff_block.dtype:  # one call; each keeps its dtype's rounding threshold
+            plain, conditioned = spectra(torch.stack([stored[index], eff_block]))  # (2, width, in): W, W + C
+        else:
+            (plain,), (conditioned,) = spectra(stored[index]), spectra(eff_block)
+        by_head = eff_block.reshape(layout.heads(role), head_out, correction.in_features)  # (heads, dh, in)
+        heads = [one.kappa for one in spectra(by_head)]
         if correction.kind == "svd":
-            name, scale = f"svd/{correction.granularity}", spectrum(stored[index]).sigma_max
+            name, scale = f"svd/{correction.granularity}", plain.sigma_max
         else:
             head_lams = correction.head_lams(role)
             kind = "rotated" if role == "k" and correction.rotates_key else "identity"
@@ -206,8 +227,8 @@ def rows_for(found: Attachment) -> list[ReportRow]:
                 correction=name,
                 scale=float(scale),
                 backend=found.backend,
-                kappa_w=spectrum(stored[index]).kappa,
-                kappa_eff=spectrum(eff_block).kappa,
+                kappa_w=plain.kappa,
+                kappa_eff=conditioned.kappa,
                 head_kappa_eff_max=max(heads),
                 notes=correction.notes,
                 head_lams=head_lams,
