@@ -194,13 +194,17 @@ OPENING = (
     ("GLUE SST-2, CoLA, MRPC, RTE after MLM pre-training", "protocol64-language",
      "speccond protocol run width64 language"),
 )
-OPENING_ARMS = ("baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm")
+OPENING_ARMS = ("baseline", "spectral", "spectral-corrected=q", "spectral-target_kappa=2", "spectral-svd", "qk-norm",
+                "spectral-target_kappa=5-key_basis=orthogonal")  # the seventh arm joins the tasks not yet run
 OPENING_START, OPENING_END = "<!-- width64-opening -->", "<!-- /width64-opening -->"
 STEPS_PER_TASK = 3  # tuning runs per arm on the grid, before any edge extension
 
 
-def opening_cell(arm: str, runs: dict[str, dict]) -> str:
-    """What the committed runs of one task say of one arm: its final verdict, else its tuning runs, else owed."""
+def opening_cell(arm: str, runs: dict[str, dict], finished: bool = False) -> str:
+    """What the committed runs of one task say of one arm: its final verdict, else its tuning runs, else owed
+    (or, in a task that ``finished`` before the arm was registered, that it was not registered there)."""
+    if finished and not any(arm_of(run) == arm for run in runs):
+        return "not registered (finished before this arm)"
     finals = {run: s for run, s in runs.items() if run.startswith("final/")}
     if finals:
         figures: dict[str, dict[int, float]] = {}
@@ -238,7 +242,7 @@ def opening() -> str:
         sources[title] = archive_runs(kept) if (RESULTS / folder / "kept.tar.xz").is_file() else {}
     lines = ["| arm | " + " | ".join(title for title, _, _ in OPENING) + " |", "|---|" + "---|" * len(OPENING)]
     for arm in OPENING_ARMS:
-        cells = [opening_cell(arm, sources[title]) for title, _, _ in OPENING]
+        cells = [opening_cell(arm, sources[title], finished=command == "done") for title, _, command in OPENING]
         lines.append(f"| {ARM_NAMES.get(arm, arm)} | " + " | ".join(cells) + " |")
     lines += ["", "Test differences are in points from the baseline, paired by seed (95 % t interval), Holm over the "
               "task's arms; tuning cells are one seed on validation. Still owed, with the command that resumes it "
