@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 from speccond.diagnostics.records import json_value
 from speccond.harness.reporting.groups import Group, default_out, group_runs
-from speccond.harness.reporting.numbers import duration, percent, signed_percent
+from speccond.harness.reporting.numbers import duration, percent, signed_percent, time_unit
 from speccond.harness.reporting.stats import Interval, mean_interval, paired_difference
 from speccond.harness.tasks.datasets import task
 from speccond.harness.tasks.plugins import hook
@@ -163,19 +163,22 @@ def _markdown(report: Report) -> str:
              f"Regenerate this report from the run directories (no training): `{report.command}`", ""]
     lines += [f"- {line}" for line in _settings(shared, report.reference, split)]
     lines.append("")
+    summary_unit = time_unit(s.seconds for s in report.summaries)  # one unit per column
+    run_unit = time_unit(r.seconds for r in runs if r.status != "unfinished")
     if report.summaries:
         lines += [
             f"| method | seeds | diverged | accuracy, % | difference vs {report.reference}, % | final {split} loss | "
-            "kappa(W_q,k,v) at end | attention entropy at end, nats | wall time per run |",
+            f"kappa(W_q,k,v) at end | attention entropy at end, nats | wall time per run, {summary_unit} |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        lines += [_summary_row(s) for s in report.summaries]
+        lines += [_summary_row(s, summary_unit) for s in report.summaries]
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
     lines += ["", _plots_line(report.plots, report.plot_notes), "", "## Runs", "",
-              f"| method | seed | status | accuracy, % | {split} loss | kappa (at step) | wall time | run directory |",
+              f"| method | seed | status | accuracy, % | {split} loss | kappa (at step) | wall time, {run_unit} | "
+              "run directory |",
               "|---|---|---|---|---|---|---|---|"]
-    lines += [_run_row(g, r, report.out) for g in report.groups for r in g.runs if r.status != "unfinished"]
+    lines += [_run_row(g, r, report.out, run_unit) for g in report.groups for r in g.runs if r.status != "unfinished"]
     unfinished = [(g, r) for g in report.groups for r in g.runs if r.status == "unfinished"]
     if unfinished:
         lines += ["", "## Unfinished runs (excluded from all statistics)", ""]
@@ -265,7 +268,7 @@ def _settings(shared: dict, reference: Optional[str], split: str = "test") -> li
     ]
 
 
-def _summary_row(s: Summary) -> str:
+def _summary_row(s: Summary, unit: str) -> str:
     if s.is_reference:
         difference = "- (reference)"
     elif s.difference is None:
@@ -276,10 +279,10 @@ def _summary_row(s: Summary) -> str:
     kappa = "-" if s.kappa_qkv is None else f"{s.kappa_qkv:.3g}"
     return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {percent(s.accuracy)} | {difference} | "
             f"{s.loss if s.loss is not None else '-'} | {kappa} | {s.entropy if s.entropy is not None else '-'} | "
-            f"{duration(s.seconds)} |")
+            f"{duration(s.seconds, unit)} |")
 
 
-def _run_row(group: Group, run: RunRecord, out: Path) -> str:
+def _run_row(group: Group, run: RunRecord, out: Path, unit: str) -> str:
     if run.status == "diverged":
         status = f"diverged at step {run.step} of {run.total_steps or '?'} (loss {run.diverged_loss})"
         last = run.last_eval
@@ -289,7 +292,7 @@ def _run_row(group: Group, run: RunRecord, out: Path) -> str:
         status, accuracy = "finished", f"{100 * run.accuracy:.2f}"
     loss = "-" if run.loss is None else f"{run.loss:.4f}"
     kappa = "-" if run.kappa_qkv is None else f"{run.kappa_qkv:.3g} ({run.kappa_step})"
-    return (f"| {group.label} | {run.seed} | {status} | {accuracy} | {loss} | {kappa} | {duration(run.seconds)} | "
+    return (f"| {group.label} | {run.seed} | {status} | {accuracy} | {loss} | {kappa} | {duration(run.seconds, unit)} | "
             f"`{os.path.relpath(run.path, out)}` |")
 
 
