@@ -84,7 +84,7 @@ def test_a_checkpoint_saved_under_the_old_default_loads_as_it_was(tmp_path, drop
     said = [str(w.message) for w in caught if OLD_DEFAULT_READ in str(w.message)]
     assert said == ([f"{record_path}: {OLD_DEFAULT_READ}"] if drop else [])
     assert torch.equal(_logits(reloaded), expected)
-    assert {row.correction for row in speccond.describe(reloaded).rows} == {"identity"}
+    assert {row.correction for row in speccond.describe(reloaded).rows} == {"identity lam=10"}
 
 
 # -- the command line -------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_compare_runs_the_baseline_the_recommended_the_papers_and_the_best_peer(
     from speccond.harness.cli import _default_methods
     from speccond.harness.config.train_config import TrainConfig
 
-    assert build_parser().parse_args(["compare"]).methods is None  # resolved against the model
+    assert build_parser().parse_args(["compare"]).methods == ["baseline", "spectral-svd", "spectral", "qk-norm"]
     assert _default_methods(TrainConfig()) == ["baseline", "spectral-svd", "spectral", "qk-norm"]
     paper = TrainConfig().replaced(method="spectral")
     assert (paper.method.lam, paper.method.correction, paper.method.corrected) == (10.0, "identity", "qkv")
@@ -102,9 +102,11 @@ def test_compare_leaves_the_peer_out_of_its_defaults_where_the_model_refuses_it(
     from speccond.harness.cli import _default_methods
     from speccond.harness.config.train_config import TrainConfig
 
-    xcit = TrainConfig().with_overrides(["model=xcit", "embed_dim=32", "depth=1", "num_heads=2"])
-    assert _default_methods(xcit) == ["baseline", "spectral-svd", "spectral"]
-    assert "qk-norm left out of the default methods: " in capsys.readouterr().err
+    normalised = TrainConfig().with_overrides([  # a ViT that normalises q and k itself: qk-norm refuses it
+        "model=timm:vit_tiny_patch16_224", "model_args=img_size=28,in_chans=1,patch_size=7,depth=1,qk_norm=True"])
+    assert _default_methods(normalised) == ["baseline", "spectral-svd", "spectral"]
+    assert "qk-norm left out of the default methods: blocks.0.attn (timm Attention) already normalises" in (
+        capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("arguments, said", [

@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", help="run directory to continue with its recorded config")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
 
-    comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
+    comparison = commands.add_parser("compare", help="the baseline, SVD per head, the paper's lam = 10 and the best "
+                                     "peer over seeds (the main job), or the methods you name")
     comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
     comparison.add_argument("--task", help="task (default fashion-mnist), a name of harness/tasks/registry.py (an "
                             "unknown name lists them all): an image dataset (fashion-mnist, cifar10, digits, ...), "
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "timm:<any registered timm model> for image tasks or hf:<any transformers model type> for "
                             "the language tasks, sized by --set model_args=k=v,k=v, or hf:<folder> (a path, e.g. "
                             "hf:./my-bert) for the checkpoint save_pretrained wrote there")
-    comparison.add_argument("--methods", type=method_list,
+    comparison.add_argument("--methods", type=method_list, default=",".join(DEFAULT_COMPARISON),
                             help=f"comma-separated (default {','.join(DEFAULT_COMPARISON)}: the baseline, SVD per head "
                                  f"(the setting README recommends), the paper's lam = 10 on q, k, v and the best peer; "
                                  f"the peer is left out, saying why, where the model refuses it); the reference is "
@@ -365,10 +366,11 @@ def _compare(args: argparse.Namespace) -> None:
     _refuse_owned("--sweep", args.sweep, COMPARE_OWNS)
     base = _base_config(args)
     sweep = parse_sweep(args.sweep)
-    if args.methods is None:
-        args.methods = _default_methods(base)
     chosen = variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
     _check_models([config for _, config in chosen], *RUN_NEEDS, *REPORT_NEEDS)
+    if args.methods == list(DEFAULT_COMPARISON):
+        args.methods = _default_methods(base)
+        chosen = variants(base, args.methods, sweep)
     if args.dry_run:  # builds what the runs would train, writes nothing
         from speccond.harness.protocol.dry_run import describe, dry_run, estimate
 
@@ -391,14 +393,15 @@ def _compare(args: argparse.Namespace) -> None:
 
 
 def _default_methods(base) -> list[str]:
-    """compare's methods when --methods is not given: DEFAULT_COMPARISON, less the best peer where this model
-    refuses it (qk-norm on attention that normalises q and k already), said on stderr."""
+    """compare's default methods, DEFAULT_COMPARISON, less the best peer where this model refuses it (qk-norm on
+    attention that normalises q and k already), said on stderr."""
     from speccond.harness.methods import BEST_PEER
     from speccond.harness.training.preflight import built_model
 
     try:
         built_model(base.replaced(method=BEST_PEER))
     except ValueError as refused:
+        built_model(base.replaced(method="baseline"))  # a config that builds no model at all is refused as such
         print(f"speccond compare: {BEST_PEER} left out of the default methods: {refused}", file=sys.stderr)
         return [method for method in DEFAULT_COMPARISON if method != BEST_PEER]
     return list(DEFAULT_COMPARISON)

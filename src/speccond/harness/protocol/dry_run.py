@@ -113,7 +113,7 @@ def estimate(rows: list[dict], seeds: int) -> str:
     unit = time_unit(row["estimated_seconds"] for row in rows)  # one unit for every run's figure
     each = ", ".join(f"{row['method']} {duration(row['estimated_seconds'], unit)}" for row in rows)
     return (f"estimated training time: {duration(total)} for {len(rows)} method(s) x {seeds} seed(s) run one after "
-            f"another (per run, {unit}: {each}), from a few timed steps of each on this machine as it is loaded "
+            f"another (per run: {each}), from a few timed steps of each on this machine as it is loaded "
             "now; evaluation and checkpoints not counted")
 
 

@@ -38,12 +38,10 @@ def time_unit(seconds: Iterable[Optional[float]]) -> str:
 
 
 def duration(seconds: Optional[float], unit: Optional[str] = None) -> str:
-    """Wall time ("-" when not recorded): in ``unit`` (a key of TIME_UNITS, which the column's header names)
-    as a bare number, or, without one, in the unit of this value alone, named ("76.0 s", "2.1 min")."""
+    """Wall time in ``unit`` (a key of TIME_UNITS: its column's, :func:`time_unit`), or without one in the unit
+    of this value alone: "76.0 s", "1.3 min", "2.05 h"; "-" when not recorded."""
     if seconds is None:
         return "-"
-    named = unit is None
     unit = unit or time_unit([seconds])
     value = seconds / TIME_UNITS[unit]
-    text = f"{value:.2f}" if unit == "h" else f"{value:.1f}"
-    return f"{text} {unit}" if named else text
+    return f"{value:.2f} h" if unit == "h" else f"{value:.1f} {unit}"

@@ -168,15 +168,14 @@ def _markdown(report: Report) -> str:
     if report.summaries:
         lines += [
             f"| method | seeds | diverged | accuracy, % | difference vs {report.reference}, % | final {split} loss | "
-            f"kappa(W_q,k,v) at end | attention entropy at end, nats | wall time per run, {summary_unit} |",
+            "kappa(W_q,k,v) at end | attention entropy at end, nats | wall time per run |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [_summary_row(s, summary_unit) for s in report.summaries]
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
     lines += ["", _plots_line(report.plots, report.plot_notes), "", "## Runs", "",
-              f"| method | seed | status | accuracy, % | {split} loss | kappa (at step) | wall time, {run_unit} | "
-              "run directory |",
+              f"| method | seed | status | accuracy, % | {split} loss | kappa (at step) | wall time | run directory |",
               "|---|---|---|---|---|---|---|---|"]
     lines += [_run_row(g, r, report.out, run_unit) for g in report.groups for r in g.runs if r.status != "unfinished"]
     unfinished = [(g, r) for g in report.groups for r in g.runs if r.status == "unfinished"]
