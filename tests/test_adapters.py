@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 import warnings
 from typing import Optional
@@ -43,7 +44,7 @@ def _one_thread():
 
 
 def _config(case: Case, **fields) -> speccond.SpectralConfig:
-    return speccond.SpectralConfig(**{**case.config, **fields})
+    return speccond.SpectralConfig(**{"lam": 10.0, **case.config, **fields})
 
 
 def _stored(model: nn.Module, case: Case) -> dict[str, torch.Tensor]:
@@ -300,7 +301,7 @@ def test_xcit_normalisation_is_reported_and_warned_only_for_xca():
     model = _build(case("timm-xcit"))
     expected = r"blocks\.0\.attn\.qkv\.weight: XCA L2-normalises.*magnitude of the Q/K correction"
     with pytest.warns(UserWarning, match=expected):
-        report = speccond.apply(model, speccond.SpectralConfig())
+        report = speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     noted = {row.module for row in report if row.notes}
     assert noted == {"blocks.0.attn.qkv"}  # ClassAttn has no normalisation
     assert "note: XCA L2-normalises" in str(report)
@@ -349,9 +350,11 @@ class Layer(nn.Module):
 
 
 def _declaration(message: str) -> speccond.SpectralConfig:
-    """Evaluate the ``SpectralConfig(layouts={...})`` the error message shows, exactly as printed."""
+    """Evaluate the ``SpectralConfig(layouts={...})`` the error message shows, exactly as printed, with the
+    identity correction at lam = 10 (what these tests build by hand; the message declares the layouts alone)."""
     text = re.search(r"SpectralConfig\(layouts=\{.*?\n\s*\}\)", message, re.S).group(0)
-    return eval(text, {"SpectralConfig": speccond.SpectralConfig, "ProjectionLayout": speccond.ProjectionLayout})
+    identity = functools.partial(speccond.SpectralConfig, lam=10.0)
+    return eval(text, {"SpectralConfig": identity, "ProjectionLayout": speccond.ProjectionLayout})
 
 
 def _filled(message: str, **fields: str) -> str:
@@ -366,7 +369,7 @@ def test_unrecognised_attention_is_named_and_the_declaration_shown_conditions_it
     model = nn.Sequential(Layer(HandWrittenAttention()), Layer(HandWrittenAttention()))
     x = torch.randn(2, 5, 16)
     with pytest.raises(ValueError) as error:
-        speccond.apply(model, speccond.SpectralConfig())
+        speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     message = str(error.value)
     assert "0.attn (tests.test_adapters.HandWrittenAttention): 0.attn.to_qkv.weight (48, 16)" in message
     assert "1.attn (tests.test_adapters.HandWrittenAttention)" in message
@@ -429,11 +432,11 @@ def test_a_model_conditioned_through_declared_layouts_is_described_without_passi
     layouts = {r"^\d+\.attn\.to_qkv\.weight$": speccond.ProjectionLayout("qkv", 4)}
     speccond.apply(model, speccond.SpectralConfig(lam=3.0, layouts=layouts))
     rows = speccond.diagnostics.projection_spectra(model, per_head=False)
-    again = speccond.diagnostics.projection_spectra(model, speccond.SpectralConfig(layouts=layouts), per_head=False)
+    again = speccond.diagnostics.projection_spectra(model, speccond.SpectralConfig(lam=10.0, layouts=layouts), per_head=False)
     assert [(row["module"], row["projection"], row["kappa"]) for row in rows] == [
         (row["module"], row["projection"], row["kappa"]) for row in again]
     assert {(row["module"], row["projection"]) for row in rows} == {(f"{i}.attn", role) for i in range(2) for role in "qkv"}
-    left = speccond.diagnostics.projection_spectra(model, speccond.SpectralConfig(exclude=[r"^1\.attn$"]), per_head=False)
+    left = speccond.diagnostics.projection_spectra(model, speccond.SpectralConfig(lam=10.0, exclude=[r"^1\.attn$"]), per_head=False)
     assert {row["module"] for row in left} == {"0.attn"}  # an anchored exclude of the attention leaves its projections out
 
 
@@ -444,14 +447,14 @@ def test_unrecognised_separate_projections_without_attention_in_the_class_name()
     with pytest.raises(ValueError, match=r"(?s)attn \(tests.test_adapters.SeparateProjections\).*"
                        r'"\^attn\\.wq\\.weight\$": ProjectionLayout\(roles="q", num_heads=<heads>\),.*'
                        r"num_heads: the module keeps no head count"):
-        speccond.apply(model, speccond.SpectralConfig())
+        speccond.apply(model, speccond.SpectralConfig(lam=10.0))
 
 
 def test_excluded_unrecognised_attention_is_not_an_error():
     model = nn.ModuleDict({"vit": _build(case("timm-vit")), "extra": HandWrittenAttention()})
     with pytest.raises(ValueError, match=r"extra \(tests.test_adapters.HandWrittenAttention\)"):
-        speccond.apply(model, speccond.SpectralConfig())
-    report = speccond.apply(model, speccond.SpectralConfig(exclude=r"^extra$"))
+        speccond.apply(model, speccond.SpectralConfig(lam=10.0))
+    report = speccond.apply(model, speccond.SpectralConfig(lam=10.0, exclude=r"^extra$"))
     assert {row.module for row in report} == {f"vit.blocks.{i}.attn.qkv" for i in range(2)}
     assert not hasattr(model["extra"].to_qkv, "parametrizations")
 
@@ -463,7 +466,7 @@ def test_excluded_unrecognised_attention_is_not_an_error():
 def test_modules_that_do_not_look_like_attention_are_not_flagged(model):
     from speccond.adapters import unrecognised_attention
 
-    assert unrecognised_attention(model(), speccond.SpectralConfig()) == []
+    assert unrecognised_attention(model(), speccond.SpectralConfig(lam=10.0)) == []
 
 
 def test_containers_of_recognised_attention_are_not_flagged():
@@ -471,7 +474,7 @@ def test_containers_of_recognised_attention_are_not_flagged():
     from speccond.adapters import find_projections, unrecognised_attention
 
     for name in ("hf-bert", "timm-swin", "hf-gpt2"):
-        model, config = _build(case(name)), speccond.SpectralConfig()
+        model, config = _build(case(name)), speccond.SpectralConfig(lam=10.0)
         assert unrecognised_attention(model, config, find_projections(model, config)) == [], name
 
 
@@ -550,7 +553,7 @@ class GroupedQuerySeparate(nn.Module):
 
 def _message(module: nn.Module) -> str:
     with pytest.raises(ValueError) as error:
-        speccond.apply(Layer(module), speccond.SpectralConfig())
+        speccond.apply(Layer(module), speccond.SpectralConfig(lam=10.0))
     return str(error.value)
 
 

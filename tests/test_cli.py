@@ -12,7 +12,7 @@ VIT = ["timm:vit_tiny_patch16_224", "--set", "img_size=32", "--set", "patch_size
 
 
 def test_inspect_conditions_and_prints_the_table(tmp_path, capsys):
-    assert main(["inspect", *VIT, "--entropy", "--json", str(tmp_path / "rows.json")]) == 0
+    assert main(["inspect", *VIT, "--lam", "10", "--entropy", "--json", str(tmp_path / "rows.json")]) == 0
     out = capsys.readouterr().out
     assert "conditioned 6 projection blocks (identity, lam=10)" in out
     assert "blocks.1.attn" in out and "attention entropy" in out

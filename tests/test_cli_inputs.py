@@ -159,12 +159,12 @@ def test_every_numeric_flag_has_a_checking_type():
     (["demo", "--lam", "1e-3", "--seed", "7"], {"lam": 1e-3, "seed": 7}),
     (["inspect", VIT, "--lam", "2.5", "--batch", "1", "--jacobian-iterations", "1"],
      {"lam": 2.5, "batch": 1, "jacobian_iterations": 1}),
-    (["inspect", VIT], {"lam": 10.0, "target_kappa": None, "batch": 2, "jacobian_iterations": 50}),
+    (["inspect", VIT], {"lam": None, "correction": None, "target_kappa": None, "batch": 2, "jacobian_iterations": 50}),
     (["inspect", VIT, "--lam", "auto", "--target-kappa", "1.5"], {"lam": "auto", "target_kappa": 1.5}),
     (["inspect", VIT, "--lam", "AUTO"], {"lam": "auto"}),
     (["compare", "--seeds", "1", "--methods", " baseline , qk-norm,"],
      {"seeds": 1, "methods": ["baseline", "qk-norm"]}),
-    (["compare"], {"seeds": 3, "methods": ["baseline", "spectral"]}),
+    (["compare"], {"seeds": 3, "methods": ["baseline", "spectral-svd", "spectral", "qk-norm"]}),
 ])
 def test_good_values_parse(argv, expected):
     args = vars(build_parser().parse_args(argv))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -69,9 +70,60 @@ def comparison(data_home, tmp_path_factory):
 
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("compare") / "cmp"
-    args = ["compare", "--out", str(folder), "--seeds", "2", *[f"--set={s}" for s in [*SETS, "track_every=4"]]]
+    args = ["compare", "--out", str(folder), "--seeds", "2", "--methods", "baseline,spectral",
+            *[f"--set={s}" for s in [*SETS, "track_every=4"]]]
     assert main(args) == 0
     return folder, args
+
+
+@needs_data
+def test_compare_names_each_runs_bar_and_says_what_it_resumes_or_skips(data_home, tmp_path, capsys):
+    """Each progress bar is headed by its method and seed; a run finished before says "done, skipped", one
+    stopped part way "resuming from step N of M"; the report's wall-time column uses one unit."""
+    from speccond.harness.cli import main
+    from speccond.harness.training.runs import read_config
+    from speccond.harness.training.train import train
+
+    torch.set_num_threads(1)
+    folder = tmp_path / "cmp"
+    args = ["compare", "--out", str(folder), "--methods", "baseline,spectral-svd", *[f"--set={s}" for s in SETS]]
+    assert main([*args, "--seeds", "1"]) == 0
+    assert "baseline seed 0:" in capsys.readouterr().err
+    stopped = read_config(folder / "baseline" / "seed-0").replaced(seed=1)  # as compare's seed 1, killed at step 6
+    train(stopped, folder / "baseline" / "seed-1", stop_after=6, progress=False)
+    assert main([*args, "--seeds", "2"]) == 0
+    said = capsys.readouterr().err
+    assert "baseline seed 0: done, skipped" in said and "spectral-svd seed 0: done, skipped" in said
+    assert "baseline seed 1: resuming from step 6 of 12" in said
+    assert "spectral-svd seed 1:" in said and "spectral-svd seed 1: resuming" not in said  # a new run's bar
+    text = (folder / "results.md").read_text()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()]
+    walls = [row[-1] for row in rows if row[:3] == ["baseline", "2", "0/2"]]  # the summary's last column
+    walls += [row[-2] for row in rows if row[:3] in (["baseline", "0", "finished"], ["baseline", "1", "finished"])]
+    timed = [wall for wall in walls if wall != "-"]  # seed 1's first steps ran untimed (train, not compare): "-"
+    assert len(timed) == 2 and len({wall.split()[1] for wall in timed}) == 1, walls  # one unit in each column
+
+
+@needs_data
+def test_a_dry_run_estimates_the_wall_time_from_timed_steps(data_home, tmp_path, capsys):
+    from speccond.harness.cli import main
+
+    assert main(["compare", "--dry-run", "--methods", "baseline,spectral", "--seeds", "3", "--out", str(tmp_path / "o"),
+                 *[f"--set={s}" for s in SETS]]) == 0
+    printed = capsys.readouterr().out
+    per_step = [float(ms) for ms in re.findall(r"; (\d+) ms per step, about ", printed)]
+    assert len(per_step) == 2 and all(ms > 0 for ms in per_step)
+    assert re.search(r"estimated training time: [\d.]+ (s|min|h) for 2 method\(s\) x 3 seed\(s\)", printed)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_wall_time_column_is_written_in_one_unit():
+    from speccond.harness.reporting.numbers import duration, time_unit
+
+    column = [76.0, 150.0, None]  # not 76.0 s beside 2.5 min: both in min
+    unit = time_unit(column)
+    assert unit == "min" and [duration(s, unit) for s in column] == ["1.3 min", "2.5 min", "-"]
+    assert time_unit([3.0, 59.9]) == "s" and time_unit([7300.0]) == "h" and duration(150.0) == "2.5 min"
 
 
 @needs_data

@@ -23,7 +23,7 @@ float64 = pytest.mark.usefixtures("float64_default")
 
 
 def _config(case: Case, **fields) -> speccond.SpectralConfig:
-    return speccond.SpectralConfig(**{**case.config, **fields})
+    return speccond.SpectralConfig(**{"lam": 10.0, **case.config, **fields})
 
 
 def _build(case: Case) -> nn.Module:
@@ -151,7 +151,7 @@ def test_refresh_recomputes_svd_correction_after_weights_move():
 
 def test_refresh_leaves_identity_correction_alone():
     model = _build(CASES[0])
-    speccond.apply(model, speccond.SpectralConfig())
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     before = model.blocks[0].attn.qkv.weight.detach().clone()
     assert speccond.refresh(model) == 0
     assert torch.equal(model.blocks[0].attn.qkv.weight, before)
@@ -184,7 +184,7 @@ def test_gradient_at_stored_weight_equals_plain_gradient_at_w_eff(case, backend)
 def test_optimizer_built_before_apply_trains_the_stored_weight():
     model = _build(CASES[0]).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    speccond.apply(model, speccond.SpectralConfig())
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     stored = model.blocks[0].attn.qkv.parametrizations.weight.original
     before = stored.detach().clone()
     model(*CASES[0].inputs()).sum().backward()
@@ -262,9 +262,9 @@ def test_apply_twice_and_remove_unconditioned_raise():
     model = _build(CASES[0])
     with pytest.raises(ValueError, match="not spectrally conditioned"):
         speccond.remove(model)
-    speccond.apply(model, speccond.SpectralConfig())
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     with pytest.raises(ValueError, match="already spectrally conditioned.*speccond.remove"):
-        speccond.apply(model, speccond.SpectralConfig())
+        speccond.apply(model, speccond.SpectralConfig(lam=10.0))
 
 
 # 6. backends agree; state_dict round trips -----------------------------------------------------------------
@@ -325,7 +325,7 @@ def test_state_dict_reloads_into_a_freshly_conditioned_model(case, backend, corr
 @pytest.mark.parametrize("backend", ["weight", "activation"])
 def test_torch_compile_matches_eager(backend):
     model = _build(CASES[0])
-    speccond.apply(model, speccond.SpectralConfig(backend=backend))
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0, backend=backend))
     inputs = CASES[0].inputs()
     compiled = torch.compile(model)
     with torch.no_grad():
@@ -353,7 +353,7 @@ def test_bf16_autocast_matches_plain_model_at_w_plus_c_under_autocast(case, back
 @pytest.mark.parametrize("backend", ["weight", "activation"])
 def test_deepcopy_is_independent(backend):
     model = _build(CASES[0])
-    speccond.apply(model, speccond.SpectralConfig(backend=backend))
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0, backend=backend))
     inputs = CASES[0].inputs()
     clone = copy.deepcopy(model)
     with torch.no_grad():
@@ -370,14 +370,14 @@ def test_activation_backend_pickles_and_weight_backend_says_why_not():
 
     inputs = CASES[0].inputs()
     model = _build(CASES[0])
-    speccond.apply(model, speccond.SpectralConfig(backend="activation"))
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0, backend="activation"))
     restored = pickle.loads(pickle.dumps(model))
     assert speccond.is_conditioned(restored)
     with torch.no_grad():
         assert torch.equal(restored(*inputs), model(*inputs))
 
     weighted = _build(CASES[0])
-    speccond.apply(weighted, speccond.SpectralConfig(backend="weight"))
+    speccond.apply(weighted, speccond.SpectralConfig(lam=10.0, backend="weight"))
     with pytest.raises(RuntimeError, match="state_dict"):  # torch's parametrize: save the state_dict instead
         pickle.dumps(weighted)
 
@@ -388,7 +388,7 @@ def test_transformer_encoder_fast_path_in_eval():
     case = CASES[2]
     model = _build(case)
     reference = reference_at_w_plus_c(model, case.params, LAM)
-    speccond.apply(model, speccond.SpectralConfig())
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     x = case.inputs()[0]
     with torch.inference_mode():
         fast = model(x)
@@ -421,6 +421,6 @@ def test_identity_correction_keeps_nothing_extra_for_backward():
     one_activation = 8 * 17 * 3 * 64 * 4  # a (B, N, 3D) float32 qkv output
     for backend in ("activation", "weight"):
         model = _build(CASES[0]).train()
-        speccond.apply(model, speccond.SpectralConfig(backend=backend))
+        speccond.apply(model, speccond.SpectralConfig(lam=10.0, backend=backend))
         extra = _saved_bytes(model, inputs) - plain
         assert extra < 16 * 1024 < one_activation, (backend, extra)

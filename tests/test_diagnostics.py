@@ -161,7 +161,7 @@ def test_entropy_refuses_channel_attention_with_a_clear_error():
 # tracker ------------------------------------------------------------------------------------------------
 def test_tracker_appends_rows_when_due(tmp_path):
     model = transformer_encoder().eval()
-    speccond.apply(model, speccond.SpectralConfig())
+    speccond.apply(model, speccond.SpectralConfig(lam=10.0))
     probe = (torch.randn(2, 6, 32),)
     tracker = dx.Tracker(model, probe, every=5, path=tmp_path / "run" / "metrics.jsonl")
     written = [tracker.step(step) for step in range(11)]

@@ -31,7 +31,7 @@ LAYERS = (
     ("speccond.harness.reporting",),  # tables and plots from run folders
     ("speccond.harness.protocol",),  # comparisons and tuning
     ("speccond.harness.tasks.detection",),  # a plugin task: above all that runs it, imported by none
-    ("speccond.harness.cli", "speccond.harness.demo"),  # the command line
+    ("speccond.harness.cli", "speccond.harness.cli_advice", "speccond.harness.demo"),  # the command line
 )
 
 

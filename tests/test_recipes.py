@@ -92,7 +92,9 @@ def test_the_lra_recipe_runs_at_smoke_size_and_its_full_scale_config_passes_a_dr
     assert compare(["--recipe", "nystromformer_lra", "--task", "lra-listops", "--dry-run", "--out",
                     str(tmp_path / "full")], monkeypatch, data) == 0
     printed = capsys.readouterr().out
-    assert printed.count("nystromformer") == 2 and "batch 32" in printed and "5 epochs" in printed
+    # one line per default method (baseline, spectral-svd, spectral, qk-norm), then the time estimate
+    assert printed.count("nystromformer") == 4 and "batch 32" in printed and "5 epochs" in printed
+    assert "estimated training time" in printed
 
 
 @pytest.mark.parametrize("name", ["crammed_bert_mlm", "crammed_bert_glue"])

@@ -41,7 +41,7 @@ from torch import nn
 from speccond.adapters import attention_modules, find_projections, unrecognised_attention
 from speccond.api import apply, is_conditioned, remove
 from speccond.core.backends import attachments
-from speccond.core.config import SpectralConfig
+from speccond.core.config import OLD_DEFAULT_READ, SpectralConfig
 from speccond.core.correction import decode_marker, describe_marker, essentials
 from speccond.checkpoint_files import (
     LOADED, TENSORS_SHA256, WEIGHTS, WEIGHTS_INDEX, check_files, checkpoint_files, files_sha256,
@@ -433,13 +433,16 @@ def _saved_config(folder: Optional[Path]) -> Optional[SpectralConfig]:
         raise ValueError(f"{path}: unreadable ({error}); expected the JSON speccond.save_pretrained writes") from None
     if record.get("format", 0) > FORMAT:
         raise ValueError(f"{path}: format {record['format']} was written by a newer speccond; upgrade to load it")
-    with warnings.catch_warnings():  # apply warned about a lam in (0, 2] when it was applied
-        warnings.simplefilter("ignore", UserWarning)
+    with warnings.catch_warnings(record=True) as caught:  # apply warned about a lam in (0, 2] when it was applied
+        warnings.simplefilter("always", UserWarning)
         try:
-            return SpectralConfig.from_dict(fields)
+            config = SpectralConfig.from_dict(fields)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}: its config is not a SpectralConfig ({error}); expected the JSON "
                              "speccond.save_pretrained writes") from None
+    if any(str(w.message) == OLD_DEFAULT_READ for w in caught):  # read as the old default: said, naming the file
+        warnings.warn(f"{path}: {OLD_DEFAULT_READ}", UserWarning, stacklevel=4)
+    return config
 
 
 def _name(source: Source) -> str:

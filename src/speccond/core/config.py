@@ -7,6 +7,10 @@ The paper (Saratchandran and Lucey, NeurIPS 2025) adds a fixed matrix C to each 
 with C = lam * I_k (Theorem 3.8, the "identity" correction) or C = sigma_max(W) U V^T from the thin
 SVD W = U S V^T (Theorem 3.5, the "svd" correction, which gives kappa(W + C) <= 2).
 
+``SpectralConfig()`` is the setting the README recommends, the SVD correction per head; the correction is
+inferred from what is given (a lam names the identity correction), so the paper's setting is one named call,
+``SpectralConfig(lam=10.0)`` (``SpectralConfig.paper()``).
+
 Beyond the paper, ``lam="auto"`` picks lam per corrected block (per head with granularity="head") from
 the block's sigma_max so that the Weyl bound meets ``target_kappa`` = t:
 lam = sigma_max(W_block) (t + 1) / (t - 1) (see ``speccond.core.spectral.auto_lam``).
@@ -31,6 +35,7 @@ Patterns = Union[str, Sequence[str], None]
 Lam = Union[float, Literal["auto"]]
 
 AUTO = "auto"  # lam chosen from sigma_max of each corrected block (identity correction only)
+PAPER_LAM = 10.0  # the paper's lam; also the lam an unscaled config records (for svd only non-zero matters)
 
 ROLES = ("q", "k", "v")
 _CORRECTIONS = ("identity", "svd")
@@ -44,8 +49,15 @@ _KEY_BASES = ("identity", "orthogonal")
 class SpectralConfig:
     """Configuration of spectral conditioning; validated once, on construction.
 
+    The correction is inferred when not given: "identity" when ``lam`` or any of ``lam_q``, ``lam_k``,
+    ``lam_v`` is given, else "svd" (per head). So ``SpectralConfig()`` is the SVD correction per head (every
+    head's kappa(W + C) <= 2, the setting the README recommends), ``SpectralConfig(lam=10.0)`` the paper's
+    identity correction and ``SpectralConfig(lam="auto")`` the identity correction with lam from sigma_max.
+    A record that names no correction (``from_dict`` of a config written before it was inferred) is read as
+    the identity correction, what it meant then, with a warning.
+
     Attributes:
-        lam: scale of the identity correction C = lam * I_k (paper default 10.0), or "auto": for each
+        lam: scale of the identity correction C = lam * I_k (the paper's 10.0; 10.0 when not given), or "auto": for each
             corrected block, lam = sigma_max(W_block) (target_kappa + 1) / (target_kappa - 1), so that the
             Weyl bound kappa(W + lam I_k) <= (lam + sigma_max) / (lam - sigma_max) equals target_kappa
             (3 sigma_max for the default 2). The block is one head's rows (granularity="head") or the
@@ -58,7 +70,8 @@ class SpectralConfig:
             scale, sigma_max of the weight) and "auto" is refused.
         target_kappa: the kappa bound that "auto" aims at, > 1 (default 2.0, the SVD correction's bound);
             unused by numeric lams.
-        correction: "identity" (Theorem 3.8) or "svd" (Theorem 3.5).
+        correction: "identity" (Theorem 3.8) or "svd" (Theorem 3.5); None (the default): inferred, "identity"
+            when a lam is given, else "svd".
         granularity: "head" or "projection". For "svd": "head" makes every head's own block have
             kappa <= 2, "projection" does so for the whole q (k, v) block. For lam="auto": one lam per head
             (every head's kappa <= target_kappa; needs block_out <= in_features or one head, so that every
@@ -83,12 +96,12 @@ class SpectralConfig:
             :class:`ProjectionLayout`. Declared layouts take precedence over adapters.
     """
 
-    lam: Lam = 10.0
+    lam: Optional[Lam] = None  # None: not given (PAPER_LAM once built)
     lam_q: Optional[Lam] = None
     lam_k: Optional[Lam] = None
     lam_v: Optional[Lam] = None
     target_kappa: float = 2.0
-    correction: Correction = "identity"
+    correction: Optional[Correction] = None  # None: inferred from whether a lam is given
     granularity: Granularity = "head"
     backend: Backend = "weight"
     key_basis: KeyBasis = "identity"
@@ -98,9 +111,14 @@ class SpectralConfig:
     layouts: Mapping[str, ProjectionLayout] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.correction is None:
+            object.__setattr__(self, "correction", inferred_correction(
+                [name for name in ("lam", "lam_q", "lam_k", "lam_v") if getattr(self, name) is not None]))
+        if self.lam is None:
+            object.__setattr__(self, "lam", PAPER_LAM)
         for name in ("lam", "lam_q", "lam_k", "lam_v"):
             value = getattr(self, name)
-            if (value is None and name != "lam") or (isinstance(value, str) and value == AUTO):
+            if value is None or (isinstance(value, str) and value == AUTO):
                 continue
             if not is_number(value):
                 raise TypeError(
@@ -173,6 +191,12 @@ class SpectralConfig:
                     stacklevel=3,
                 )
 
+    @classmethod
+    def paper(cls, **fields) -> "SpectralConfig":
+        """The paper's setting, the identity correction lam = 10 on q, k and v: ``SpectralConfig(lam=10.0)``.
+        It collapses attention at initialisation at head width 64 (README, "What we recommend")."""
+        return cls(lam=PAPER_LAM, **fields)
+
     def scale(self, role: str) -> Lam:
         """The lam of projection ``role`` ("q", "k" or "v") after per-projection overrides: a float or "auto"."""
         override = getattr(self, f"lam_{role}")
@@ -226,10 +250,31 @@ class SpectralConfig:
     def from_dict(cls, values: Mapping) -> "SpectralConfig":
         """The config :meth:`to_dict` describes (speccond.json's ``config``): layouts from their dicts,
         every field checked as the constructor checks it; a key that is not a field is a ValueError naming
-        the fields. ``SpectralConfig.from_dict(config.to_dict()) == config`` for every config."""
+        the fields. ``SpectralConfig.from_dict(config.to_dict()) == config`` for every config.
+
+        ``values`` without "correction" (a record written before the correction was inferred) is read as the
+        identity correction it meant then; where the default would now read it otherwise (no lam given
+        either: the old default, lam = 10 on q, k, v), a UserWarning says so."""
         fields = known_fields(cls, values)
+        if fields.get("correction") is None:
+            if inferred_correction([n for n in ("lam", "lam_q", "lam_k", "lam_v") if fields.get(n) is not None]) != "identity":
+                warnings.warn(OLD_DEFAULT_READ, UserWarning, stacklevel=2)
+            fields["correction"] = "identity"
         fields["layouts"] = {k: ProjectionLayout.from_dict(v) for k, v in (fields.get("layouts") or {}).items()}
         return cls(**fields)
+
+
+OLD_DEFAULT_READ = (
+    "this SpectralConfig record names no correction and no lam: it was written when SpectralConfig() was the "
+    "paper's identity correction, lam = 10 on q, k, v, and is read as that (SpectralConfig(lam=10.0)); "
+    "SpectralConfig() is now the SVD correction per head"
+)
+
+
+def inferred_correction(given: Sequence[str]) -> str:
+    """The correction a config that does not name one gets: "identity" when a lam is ``given`` (the names of
+    the lam fields set), else "svd"."""
+    return "identity" if given else "svd"
 
 
 def is_number(value: object) -> bool:

@@ -5,7 +5,9 @@ import argparse
 import math
 import sys
 import time
+from contextlib import nullcontext
 
+from speccond.harness.methods import DEFAULT_COMPARISON
 from speccond.harness.packages import REPORT_NEEDS, RUN_NEEDS, missing_message, missing_package, require
 
 
@@ -77,17 +79,22 @@ def method_list(text: str) -> list[str]:
     return methods
 
 
+# SpectralConfig's rule (core/config.py): the correction is inferred from whether a lam is given.
+CORRECTION_HELP = ("svd (SVD per head, the setting README recommends; the default unless --lam is given) or identity "
+                   "(lam * I, the paper's; the default when --lam is given)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``speccond`` parser: every numeric flag is checked by its ``type=`` before any command runs."""
     parser = argparse.ArgumentParser(prog="speccond", description="Spectral conditioning of attention.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="condition a real timm ViT and print what changed")
-    demo.add_argument("--lam", type=non_negative_float, default=10.0,
-                      help="scale of the identity correction (default 10, the paper's; --correction identity)")
-    demo.add_argument("--correction", choices=("identity", "svd"), default="svd",
-                      help="svd (default: SVD per head, the setting README recommends) or identity (the paper's "
-                           "lam * I)")
+    demo.add_argument("--lam", type=non_negative_float,
+                      help="scale of the identity correction; giving it chooses the identity correction (--lam 10 "
+                           "is the paper's setting)")
+    demo.add_argument("--correction", choices=("identity", "svd"),
+                      help=CORRECTION_HELP)
     demo.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="model and input seed (default 0)")
 
     inspect = commands.add_parser("inspect", help="per-layer conditioning table of a named model")
@@ -95,12 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "hf:<folder> (a path) holding a transformers checkpoint")
     inspect.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
     inspect.add_argument("--plain", action="store_true", help="do not condition; inspect the model as built")
-    inspect.add_argument("--lam", type=lam_or_auto, default=10.0,
-                         help="correction scale (default 10), or auto: each block's lam chosen from its sigma_max so "
-                              "that kappa <= --target-kappa (identity correction; the lams chosen are printed)")
+    inspect.add_argument("--lam", type=lam_or_auto,
+                         help="scale of the identity correction, which giving it chooses (--lam 10 is the paper's "
+                              "setting), or auto: each block's lam chosen from its sigma_max so that kappa <= "
+                              "--target-kappa (the lams chosen are printed)")
     inspect.add_argument("--target-kappa", type=kappa_target, metavar="T",
                          help="the kappa bound --lam auto aims at, > 1 (default 2, SpectralConfig's)")
-    inspect.add_argument("--correction", choices=("identity", "svd"), default="identity")
+    inspect.add_argument("--correction", choices=("identity", "svd"), help=CORRECTION_HELP)
     inspect.add_argument("--checkpoint", help="a safetensors state_dict to load after conditioning")
     inspect.add_argument("--per-head", action="store_true", help="one row per head as well")
     inspect.add_argument("--entropy", action="store_true", help="attention entropy on a random probe batch")
@@ -120,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", help="run directory to continue with its recorded config")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
 
-    comparison = commands.add_parser("compare", help="baseline vs spectral conditioning over seeds (the main job)")
+    comparison = commands.add_parser("compare", help="the baseline, SVD per head, the paper's lam = 10 and the best "
+                                     "peer over seeds (the main job), or the methods you name")
     comparison.add_argument("--out", default="runs/compare", help="output folder (resumable; default runs/compare)")
     comparison.add_argument("--task", help="task (default fashion-mnist), a name of harness/tasks/registry.py (an "
                             "unknown name lists them all): an image dataset (fashion-mnist, cifar10, digits, ...), "
@@ -133,8 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "timm:<any registered timm model> for image tasks or hf:<any transformers model type> for "
                             "the language tasks, sized by --set model_args=k=v,k=v, or hf:<folder> (a path, e.g. "
                             "hf:./my-bert) for the checkpoint save_pretrained wrote there")
-    comparison.add_argument("--methods", type=method_list, default="baseline,spectral",
-                            help="comma-separated (default baseline,spectral); the reference is baseline when present")
+    comparison.add_argument("--methods", type=method_list, default=",".join(DEFAULT_COMPARISON),
+                            help=f"comma-separated (default {','.join(DEFAULT_COMPARISON)}: the baseline, SVD per head "
+                                 f"(the setting README recommends), the paper's lam = 10 on q, k, v and the best peer; "
+                                 f"the peer is left out, saying why, where the model refuses it); the reference is "
+                                 f"baseline when present")
     comparison.add_argument("--seeds", type=positive_int, default=3, metavar="N",
                             help="number of seeds, run as seeds 0, 1, ..., N-1 (default 3)")
     comparison.add_argument("--preset", choices=("quick", "full"), help="the task's preset (default quick)")
@@ -143,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "davit_b_imagenet, nystromformer_lra, crammed_bert_mlm, crammed_bert_glue")
     comparison.add_argument("--smoke", action="store_true", help="the recipe at smoke size (seconds on a CPU)")
     comparison.add_argument("--dry-run", action="store_true", help="build every method's model, data pipeline and "
-                            "optimiser, print what each would train, and train nothing")
+                            "optimiser, print what each would train and the wall time estimated from a few timed "
+                            "steps, and train nothing")
     comparison.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
     comparison.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
                             help="run every method at each value (repeat for a grid), e.g. --sweep lam=1,10,auto; "
@@ -154,11 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     tuning.add_argument("--out", required=True, help="output folder (resumable)")
     tuning.add_argument("--task", help="task (default fashion-mnist), as for compare")
     tuning.add_argument("--model", help="model family, as for compare")
-    tuning.add_argument("--arms", default="baseline,spectral",
+    tuning.add_argument("--arms", default=",".join(DEFAULT_COMPARISON),
                         help="comma-separated methods, each optionally with settings after a colon joined by '+' "
                              "(spectral:corrected=q, spectral:lam=auto, spectral:lam=auto+target_kappa=3, "
                              "spectral:lam=auto+target_kappa=5+key_basis=orthogonal); default "
-                             "baseline,spectral")
+                             f"{','.join(DEFAULT_COMPARISON)}, as compare's")
     tuning.add_argument("--lrs", default="3e-4,1e-3,3e-3", help="peak learning rates tried (default 3e-4,1e-3,3e-3)")
     tuning.add_argument("--val-size", type=positive_int, required=True, metavar="N",
                         help="validation examples held out of the training data")
@@ -231,6 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     started = time.perf_counter()
+    from speccond.collapse_advice import phrased
+    from speccond.harness.cli_advice import phrasing
+
+    spoken = phrasing(args.command)
+    with phrased(spoken) if spoken else nullcontext():
+        return _run(args, started)
+
+
+def _run(args: argparse.Namespace, started: float) -> int:
+    """The command ``args`` names; its exit status."""
     try:
         if args.command == "demo":
             from speccond.harness.demo import run_demo
@@ -349,14 +372,19 @@ def _compare(args: argparse.Namespace) -> None:
     chosen = variants(base, args.methods, sweep)  # every method and swept value checked before any data is read
     refuse_unread(args.set, [config for _, config in chosen], "--set")  # a setting no run reads
     _check_models([config for _, config in chosen], *RUN_NEEDS, *REPORT_NEEDS)
+    if args.methods == list(DEFAULT_COMPARISON):
+        args.methods = _default_methods(base)
+        chosen = variants(base, args.methods, sweep)
     if args.dry_run:  # builds what the runs would train, writes nothing
-        from speccond.harness.protocol.dry_run import describe, dry_run
+        from speccond.harness.protocol.dry_run import describe, dry_run, estimate
 
         if sweep:
             raise ValueError("--dry-run builds each method once; leave out --sweep")
         prepare_data(base.data.task)
-        for row in dry_run(base, args.methods):
+        rows = dry_run(base, args.methods)
+        for row in rows:
             print(describe(row))
+        print(estimate(rows, args.seeds))
         print(f"dry run: nothing trained, nothing written to {args.out}")
         return
     check_writable(args.out, "--out")
@@ -366,6 +394,21 @@ def _compare(args: argparse.Namespace) -> None:
         return  # a torchrun rank other than 0: rank 0 writes and prints the report
     print((Path(args.out) / "results.md").read_text())
     print(f"written: {Path(args.out) / 'results.md'}, results.json and the report's plots")
+
+
+def _default_methods(base) -> list[str]:
+    """compare's default methods, DEFAULT_COMPARISON, less the best peer where this model refuses it (qk-norm on
+    attention that normalises q and k already), said on stderr."""
+    from speccond.harness.methods import BEST_PEER
+    from speccond.harness.training.preflight import built_model
+
+    try:
+        built_model(base.replaced(method=BEST_PEER))
+    except ValueError as refused:
+        built_model(base.replaced(method="baseline"))  # a config that builds no model at all is refused as such
+        print(f"speccond compare: {BEST_PEER} left out of the default methods: {refused}", file=sys.stderr)
+        return [method for method in DEFAULT_COMPARISON if method != BEST_PEER]
+    return list(DEFAULT_COMPARISON)
 
 
 def _tune(args: argparse.Namespace) -> None:
@@ -556,20 +599,23 @@ def _inspect(args: argparse.Namespace) -> None:
     if args.target_kappa is not None and (args.lam != "auto" or args.plain):
         raise ValueError(f"--target-kappa {args.target_kappa:g} is read only by --lam auto (conditioned, not "
                          "--plain); add --lam auto or leave --target-kappa out")
-    auto = {"target_kappa": args.target_kappa} if args.target_kappa is not None else {}
-    spectral = None if args.plain else speccond.SpectralConfig(lam=args.lam, correction=args.correction, **auto)
+    given = {name: value for name, value in (("lam", args.lam), ("correction", args.correction),
+                                             ("target_kappa", args.target_kappa)) if value is not None}
+    spectral = None if args.plain else speccond.SpectralConfig(**given)  # the correction inferred as SpectralConfig's
     if args.checkpoint:
         require("safetensors")
     model = build_named_model(args.model, parse_overrides(args.set))
     if spectral is not None:
         report = speccond.apply(model, spectral)
         if args.lam == "auto":
-            print(f"conditioned {len(report)} projection blocks ({args.correction}, lam=auto, target_kappa="
+            print(f"conditioned {len(report)} projection blocks (identity, lam=auto, target_kappa="
                   f"{spectral.target_kappa:g})\n")
             print(report)
             print()
+        elif spectral.correction == "svd":
+            print(f"conditioned {len(report)} projection blocks (svd per {spectral.granularity}: kappa(W + C) <= 2)\n")
         else:
-            print(f"conditioned {len(report)} projection blocks ({args.correction}, lam={args.lam:g})\n")
+            print(f"conditioned {len(report)} projection blocks (identity, lam={spectral.lam:g})\n")
     if args.checkpoint:  # checked against its recorded SHA-256, its keys and shapes against the model's
         from speccond.harness.training.checkpoint import load_weights_file
 

@@ -7,7 +7,7 @@ merged model gives the same outputs, and ``remove(merge=False)`` restores W bit 
 from __future__ import annotations
 
 import copy
-from typing import TextIO
+from typing import Optional, TextIO
 
 import torch
 
@@ -25,16 +25,19 @@ def build_small_vit(seed: int = 0) -> torch.nn.Module:
     )
 
 
-def run_demo(lam: float, correction: str, seed: int, out: TextIO) -> None:
+def run_demo(lam: Optional[float], correction: Optional[str], seed: int, out: TextIO) -> None:
+    """The demo on a ViT of ``seed``, printed to ``out``; ``lam`` and ``correction`` as SpectralConfig takes them
+    (None: not given, the correction inferred: SVD per head without a lam)."""
     model = build_small_vit(seed).eval()
     images = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(seed))  # (B, C, H, W)
     stored = {n: p.detach().clone() for n, p in model.named_parameters()}
     with torch.no_grad():
         plain = model(images)
 
-    config = speccond.SpectralConfig(lam=lam, correction=correction)
+    config = speccond.SpectralConfig(**{name: value for name, value in (("lam", lam), ("correction", correction))
+                                        if value is not None})
     report = speccond.apply(model, config)
-    print(f"speccond {speccond.__version__}: {correction} correction on a timm ViT (4 blocks, dim 128)\n", file=out)
+    print(f"speccond {speccond.__version__}: {config.correction} correction on a timm ViT (4 blocks, dim 128)\n", file=out)
     print(report, file=out)
     with torch.no_grad():
         conditioned = model(images)

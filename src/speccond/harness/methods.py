@@ -38,7 +38,7 @@ from torch import nn
 
 from speccond import peers
 import speccond
-from speccond.core.config import AUTO
+from speccond.core.config import AUTO, PAPER_LAM
 from speccond.harness.values import show_value
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def _spectral_svd(model: nn.Module, settings: MethodSettings) -> None:
     """The SVD correction on the projections in settings.corrected. It does not read lam (the registry says so):
     for "svd" a projection's lam only says corrected (non-zero) or not, so each corrected one gets
     SpectralConfig's default lam, whatever settings.lam is (lam=0 would otherwise correct nothing)."""
-    on = speccond.SpectralConfig.lam  # 10.0, the value every run of this method has recorded
+    on = PAPER_LAM  # 10.0, the value every run of this method has recorded
     scales = {f"lam_{role}": (on if role in settings.corrected else 0.0) for role in "qkv"}
     speccond.apply(model, speccond.SpectralConfig(correction="svd", granularity=settings.granularity, **scales))
 
@@ -216,4 +216,11 @@ register(Method("qk-norm", lambda model, settings: peers.qk_norm(model)))
 register(Method("layer-scale", lambda model, settings: peers.layer_scale(model)))
 register(Method("spectral-qk-norm", _spectral_qk_norm, ("lam", "correction", *_CONDITIONING, "refresh_every"),
                 conditions=True, follows_weights=_svd_or_auto))
+# What ``speccond compare`` and ``tune`` run when no methods are named: the baseline, the setting the README
+# recommends (SVD per head), the paper's (lam = 10 on q, k, v: "spectral" at TrainConfig's default lam) and the
+# best peer of the registered protocol (qk-norm, docs/RESULTS.md, "The best peer").
+RECOMMENDED = "spectral-svd"
+PAPER = "spectral"
+BEST_PEER = "qk-norm"
+DEFAULT_COMPARISON = ("baseline", RECOMMENDED, PAPER, BEST_PEER)
 METHODS = tuple(REGISTRY)  # in registration order: what the method key (TrainConfig.method.name) and --methods accept

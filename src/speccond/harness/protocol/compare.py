@@ -50,7 +50,7 @@ def compare(base: TrainConfig, methods: Sequence[str], seeds: Sequence[int], out
             for seed in seeds:
                 run_dir = out / folder / f"seed-{seed}"
                 if main:
-                    train_timed(config.replaced(seed=seed), run_dir, progress)
+                    train_timed(config.replaced(seed=seed), run_dir, progress, label=f"{folder} seed {seed}")
                 else:
                     train(config.replaced(seed=seed), run_dir, progress=False)
         return write_report([out], out) if main else None
@@ -109,15 +109,17 @@ def parse_sweep(texts: Sequence[str]) -> dict[str, list[str]]:
 
 
 def train_timed(config: TrainConfig, run_dir: str | Path, progress: bool = True,
-                trainer: Optional[Callable[..., dict]] = None) -> dict:
-    """``trainer(config, run_dir, progress=progress, on_checkpoint=...)`` (default: train.py's ``train``),
+                trainer: Optional[Callable[..., dict]] = None, label: str = "") -> dict:
+    """``trainer(config, run_dir, progress=progress, on_checkpoint=..., label=label)`` (default: train.py's
+    ``train``; ``label`` heads its progress bar),
     adding the wall time it spends to ``run_dir/timing.json`` (harness/training/timing.py) at every checkpoint and
     at the end, so a kill loses only the time since the last checkpoint, whose steps are trained again on
     resume anyway. A Ctrl-C records the time spent before it. A finished run asked again adds nothing."""
     run_dir = Path(run_dir)
     clock = WallClock(run_dir)
     try:
-        final = (trainer or train)(config, run_dir, progress=progress, on_checkpoint=clock.record)
+        final = (trainer or train)(config, run_dir, progress=progress, on_checkpoint=clock.record,
+                                   **({"label": label} if label else {}))
     except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, the last checkpoint resumes
         if run_dir.is_dir():
             clock.record(clock.reached)

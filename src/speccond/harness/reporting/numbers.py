@@ -5,7 +5,7 @@ Shared by the classification report (report.py), the GLUE table (glue.py) and th
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 from speccond.harness.reporting.stats import Interval
 
@@ -27,10 +27,21 @@ def signed_percent(interval: Interval) -> str:
     return text if text.startswith("-") else "+" + text
 
 
-def duration(seconds: Optional[float]) -> str:
-    """Wall time in s, min or h ("-" when not recorded)."""
+TIME_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def time_unit(seconds: Iterable[Optional[float]]) -> str:
+    """The one unit a column of wall times is written in, by its largest: s below 2 minutes, min below 2
+    hours, else h (so a column never mixes "76.0 s" with "2.1 min")."""
+    largest = max((s for s in seconds if s is not None), default=0.0)
+    return "s" if largest < 120 else "min" if largest < 7200 else "h"
+
+
+def duration(seconds: Optional[float], unit: Optional[str] = None) -> str:
+    """Wall time in ``unit`` (a key of TIME_UNITS: its column's, :func:`time_unit`), or without one in the unit
+    of this value alone: "76.0 s", "1.3 min", "2.05 h"; "-" when not recorded."""
     if seconds is None:
         return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
+    unit = unit or time_unit([seconds])
+    value = seconds / TIME_UNITS[unit]
+    return f"{value:.2f} h" if unit == "h" else f"{value:.1f} {unit}"

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 from speccond.diagnostics.records import json_value
 from speccond.harness.reporting import explain
 from speccond.harness.reporting.groups import Group, default_out, group_runs
-from speccond.harness.reporting.numbers import METRIC_NAMES, duration, percent, signed_percent
+from speccond.harness.reporting.numbers import METRIC_NAMES, duration, percent, signed_percent, time_unit
 from speccond.harness.reporting.stats import Interval, mean_interval, paired_difference
 from speccond.harness.tasks.datasets import task
 from speccond.harness.tasks.plugins import hook
@@ -190,6 +190,8 @@ def _markdown(report: Report) -> str:
     bounded = [s.label for s in report.summaries if s.kappa_per_head]
     lines += [f"- {line}" for line in _settings(shared, report.reference, split, runs_scored, bounded)]
     lines.append("")
+    summary_unit = time_unit(s.seconds for s in report.summaries)  # one unit per column
+    run_unit = time_unit(r.seconds for r in runs if r.status != "unfinished")
     judged = [s.nothing_learnt for s in report.summaries]
     if any(judged):
         bottom = explain.floor(runs_scored, _classes([g for g in report.groups if g.included]))
@@ -202,14 +204,14 @@ def _markdown(report: Report) -> str:
             f"{kappa} | attention entropy at end, nats (fraction of uniform) | wall time per run |",
             "|---|---|---|---|---|---|---|---|---|" + ("---|" if bounded else ""),
         ]
-        lines += [_summary_row(s, bool(bounded)) for s in report.summaries]
+        lines += [_summary_row(s, summary_unit, bool(bounded)) for s in report.summaries]
         lines += declared_figures(report.groups, shared.get("task", ""), split)
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
     lines += ["", _plots_line(report.plots, report.plot_notes), "", "## Runs", "",
               f"| method | seed | status | accuracy, % | {split} loss | kappa (at step) | wall time | run directory |",
               "|---|---|---|---|---|---|---|---|"]
-    lines += [_run_row(g, r, report.out) for g in report.groups for r in g.runs if r.status != "unfinished"]
+    lines += [_run_row(g, r, report.out, run_unit) for g in report.groups for r in g.runs if r.status != "unfinished"]
     unfinished = [(g, r) for g in report.groups for r in g.runs if r.status == "unfinished"]
     if unfinished:
         lines += ["", "## Unfinished runs (excluded from all statistics)", ""]
@@ -307,7 +309,7 @@ def _settings(shared: dict, reference: Optional[str], split: str = "test", runs:
     ]
 
 
-def _summary_row(s: Summary, per_head_column: bool = False) -> str:
+def _summary_row(s: Summary, unit: str, per_head_column: bool = False) -> str:
     if s.is_reference:
         difference = "- (reference)"
     elif s.difference is None:
@@ -323,7 +325,7 @@ def _summary_row(s: Summary, per_head_column: bool = False) -> str:
         entropy += f" ({s.entropy_fraction.mean:.2f})"
     accuracy = percent(s.accuracy) + (" (nothing learnt)" if s.nothing_learnt else "")
     return (f"| {s.label} | {len(s.seeds)} | {s.diverged}/{len(s.seeds)} | {accuracy} | {difference} | "
-            f"{s.loss if s.loss is not None else '-'} | {kappa} | {entropy} | {duration(s.seconds)} |")
+            f"{s.loss if s.loss is not None else '-'} | {kappa} | {entropy} | {duration(s.seconds, unit)} |")
 
 
 def declared_figures(groups: Sequence[Group], task_name: str, split: str) -> list[str]:
@@ -347,7 +349,7 @@ def declared_figures(groups: Sequence[Group], task_name: str, split: str) -> lis
     return lines
 
 
-def _run_row(group: Group, run: RunRecord, out: Path) -> str:
+def _run_row(group: Group, run: RunRecord, out: Path, unit: str) -> str:
     if run.status == "diverged":
         status = f"diverged at step {run.step} of {run.total_steps or '?'} (loss {run.diverged_loss})"
         last = run.last_eval
@@ -357,7 +359,7 @@ def _run_row(group: Group, run: RunRecord, out: Path) -> str:
         status, accuracy = "finished", f"{100 * run.accuracy:.2f}"
     loss = "-" if run.loss is None else f"{run.loss:.4f}"
     kappa = "-" if run.kappa_qkv is None else f"{run.kappa_qkv:.3g} ({run.kappa_step})"
-    return (f"| {group.label} | {run.seed} | {status} | {accuracy} | {loss} | {kappa} | {duration(run.seconds)} | "
+    return (f"| {group.label} | {run.seed} | {status} | {accuracy} | {loss} | {kappa} | {duration(run.seconds, unit)} | "
             f"`{os.path.relpath(run.path, out)}` |")
 
 

@@ -227,11 +227,21 @@ def all_finite(model: nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
-def progress_bar(total: int, start: int, enabled: bool):
-    """A tqdm bar on stderr over steps, starting at ``start`` (rate and ETA); a no-op when not ``enabled``."""
+def progress_bar(total: int, start: int, enabled: bool, label: str = ""):
+    """A tqdm bar on stderr over steps, starting at ``start`` (rate and ETA), headed by ``label`` (which run:
+    "spectral-svd seed 1"); a no-op when not ``enabled``."""
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=start, disable=not enabled, unit="step", dynamic_ncols=True, file=sys.stderr)
+    return tqdm(total=total, initial=start, disable=not enabled, unit="step", dynamic_ncols=True, file=sys.stderr,
+                desc=label or None)
+
+
+def announce(label: str, what: str, enabled: bool) -> None:
+    """One line on stderr about run ``label`` beside the progress bars ("spectral seed 0: done, skipped")."""
+    if enabled and label:
+        from tqdm import tqdm
+
+        tqdm.write(f"{label}: {what}", file=sys.stderr)
 
 
 class StepBoundaryInterrupt:
@@ -271,8 +281,8 @@ class StepLoop:
                     return {}
     """
 
-    def __init__(self, total: int, start: int, show: bool) -> None:
-        self.bar = progress_bar(total, start, show)
+    def __init__(self, total: int, start: int, show: bool, label: str = "") -> None:
+        self.bar = progress_bar(total, start, show, label)
         self.interrupt = StepBoundaryInterrupt()
 
     def __enter__(self) -> "StepLoop":

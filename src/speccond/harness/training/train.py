@@ -32,8 +32,8 @@ from speccond.harness.training.distributed import Context
 from speccond.harness.training.folder_lock import writing
 from speccond.harness.training.pretrained import load_pretrained, pretrained_config, run_vocabulary
 from speccond.harness.training.run_dir import (
-    METRICS, TRAIN_ROW_EVERY, StepLoop, all_finite, append_row, check_records, drop_rows_after, record_divergence,
-    recorded_divergence, resume, write_config,
+    METRICS, TRAIN_ROW_EVERY, StepLoop, all_finite, announce, append_row, check_records, drop_rows_after,
+    record_divergence, recorded_divergence, resume, write_config,
 )
 from speccond.harness.training.precision import MixedPrecision
 from speccond.harness.training.preflight import built_model
@@ -46,22 +46,22 @@ log = logging.getLogger(__name__)
 
 
 def train(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True,
-          on_checkpoint: Optional[Callable[[int], None]] = None) -> dict:
+          on_checkpoint: Optional[Callable[[int], None]] = None, label: str = "") -> dict:
     """Train (or resume) the run in ``run_dir``; return the final row (:func:`train_run`), with subnormal
     floats flushed to 0 for its duration when ``config.run.flush_denormal`` says so."""
     if not config.run.flush_denormal:
-        return train_run(config, run_dir, stop_after, progress, on_checkpoint)
+        return train_run(config, run_dir, stop_after, progress, on_checkpoint, label)
     if not torch.set_flush_denormal(True):
         raise ValueError("TrainConfig.flush_denormal=1, but this CPU cannot flush subnormal floats (torch needs SSE3); "
                          "use flush_denormal=0")
     try:
-        return train_run(config, run_dir, stop_after, progress, on_checkpoint)
+        return train_run(config, run_dir, stop_after, progress, on_checkpoint, label)
     finally:
         torch.set_flush_denormal(False)
 
 
 def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = None, progress: bool = True,
-              on_checkpoint: Optional[Callable[[int], None]] = None) -> dict:
+              on_checkpoint: Optional[Callable[[int], None]] = None, label: str = "") -> dict:
     """Train (or resume) the run in ``run_dir``; return the final row.
 
     The final row is the test evaluation ({"kind": "eval", ...} with the task's figures), or {"kind":
@@ -72,7 +72,9 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
     Under torchrun the same call trains data-parallel (distributed.py); only rank 0 writes.
     ``stop_after``: stop right after that global step, as a kill would (for tests of resumption).
     ``on_checkpoint(step)``: called on the main process after each checkpoint is on disk (timing.py's
-    record of the wall time).
+    record of the wall time). ``label`` (which run, e.g. "spectral-svd seed 1") heads the progress bar and the
+    line said, with ``progress``, when the run is resumed ("resuming from step N of M") or was finished
+    before ("done, skipped").
     """
     context = Context.from_environment(config.run.device)
     run_dir = Path(run_dir)
@@ -98,12 +100,17 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
             write_config(run_dir, config, libraries=task.libraries, splits=task.splits,
                          vocabulary=run_vocabulary(config), warmup=warmup)
         context.barrier()
+        def say(what: str) -> None:
+            announce(label, what, progress and context.is_main)
+
         diverged = recorded_divergence(run_dir)
         if diverged is not None:
+            say(f"diverged before at step {diverged.get('step', '?')}, skipped")
             return diverged
         _check_shards(samples, config.data.batch_size, context)
         finished = [r for r in read_metrics(metrics, as_written=True) if r.get("kind") == "eval" and r.get("step") == total_steps]
         if finished and checkpoint.latest(run_dir) is None:  # kept without its checkpoints (kept_runs): not trained again
+            say("done, skipped")
             return finished[-1]
         model.to(context.device)  # the task stays on the CPU; each batch is moved
         optimizer = make_optimizer(config, task, model)  # the recipe's parts: recipe.py
@@ -118,7 +125,10 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
         if context.is_main:  # rows after the checkpoint go; without one, all (a tracker's step-0 rows included)
             drop_rows_after(metrics, step if step else -1)
         if finished and step == total_steps:  # resumed after the last epoch had finished
+            say("done, skipped")
             return finished[-1]
+        if step:
+            say(f"resuming from step {step} of {total_steps}")
         trained = prepared(config, model, context.wrap)
         tracker = _tracker(config, model, task, metrics) if context.is_main else None
         if tracker is not None and step == 0:
@@ -139,7 +149,7 @@ def train_run(config: TrainConfig, run_dir: Path, stop_after: Optional[int] = No
             return {**row, "total_steps": total_steps, **task.evaluate(model, split)}
 
         final: dict = {}
-        with StepLoop(total_steps, step, progress and context.is_main) as steps:
+        with StepLoop(total_steps, step, progress and context.is_main, label) as steps:
             while step < total_steps:
                 epoch, index = divmod(step, steps_per_epoch)
                 order = torch.randperm(samples, generator=torch.Generator().manual_seed(config.run.seed * 1000 + epoch))

@@ -26,7 +26,7 @@ from speccond.diagnostics.records import read_metrics
 from speccond.harness.config.train_config import TrainConfig
 from speccond.harness.reporting import explain
 from speccond.harness.reporting.groups import Group, default_out, group_runs
-from speccond.harness.reporting.numbers import METRIC_NAMES as NAMES, duration, percent, signed_percent
+from speccond.harness.reporting.numbers import METRIC_NAMES as NAMES, duration, percent, signed_percent, time_unit
 from speccond.harness.reporting.stats import Interval, mean_interval, paired_difference
 from speccond.harness.tasks.detection.plots import FILE as PLOT, write_detection_plot
 from speccond.harness.training.recipe import ADAPTED_WARMUP
@@ -152,6 +152,7 @@ def _markdown(report: DetectionReport) -> str:
         + ". Diverged runs count with AP 0; unfinished runs are left out.",
         "",
     ]
+    summary_unit = time_unit(s["seconds"] for s in report.summary or [])  # one unit per column
     if report.summary:
         header = ["method", "seeds", "diverged", *(f"{NAMES[n]}, %" for n in FIGURES),
                   *(f"{NAMES[n]} difference, %" for n in PAIRED), "wall time per run"]
@@ -161,12 +162,13 @@ def _markdown(report: DetectionReport) -> str:
                            (signed_percent(s["differences"][n]) if s["differences"] else "- (no seed in common)")
                            for n in PAIRED]
             cells = [s["label"], str(len(s["seeds"])), f"{s['diverged']}/{len(s['seeds'])}",
-                     *(percent(s["figures"][n]) for n in FIGURES), *differences, duration(s["seconds"])]
+                     *(percent(s["figures"][n]) for n in FIGURES), *differences, duration(s["seconds"], summary_unit)]
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", f"![training loss, box AP and mask AP per seed]({PLOT})"]
     else:
         lines.append("No run has finished or diverged yet: nothing to summarise.")
     per_run = [*FIGURES, "mask_ap50"]
+    run_unit = time_unit(r.seconds for g in report.groups for r in g.runs if r.status != "unfinished")
     lines += ["", "## Runs", "", "| method | seed | status | " + " | ".join(f"{NAMES[n]}, %" for n in per_run)
               + " | wall time | run directory |", "|" + "---|" * (len(per_run) + 5)]
     for group in report.groups:
@@ -176,7 +178,7 @@ def _markdown(report: DetectionReport) -> str:
             status = "finished" if r.status == "finished" else f"diverged at step {r.step} of {r.total_steps} (AP counted 0)"
             figures = [f"{100 * r.metrics.get(n, 0.0):.2f}" for n in per_run]
             lines.append(f"| {group.label} | {r.seed} | {status} | " + " | ".join(figures)
-                         + f" | {duration(r.seconds)} | `{os.path.relpath(r.path, report.out)}` |")
+                         + f" | {duration(r.seconds, run_unit)} | `{os.path.relpath(r.path, report.out)}` |")
     unfinished = [(g, r) for g in report.groups for r in g.runs if r.status == "unfinished"]
     if unfinished:
         lines += ["", "## Unfinished runs (excluded from all statistics)", ""]

@@ -1,0 +1,56 @@
+"""The collapse warning's advice in the flags of the command that raised it.
+
+``speccond.apply``'s collapse warning names settings that keep attention spread (speccond/collapse_advice.py,
+the one list of them). Under the command line a Python call (``SpectralConfig(correction='svd')``) is no
+use: :func:`phrasing` says each setting as the flags of the command that runs, and ``cli.main`` installs it
+for the command's duration with ``collapse_advice.phrased``. A setting the command cannot ask for (a lam
+per projection under ``inspect``) is not offered.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from speccond.collapse_advice import Phrasing
+from speccond.harness.methods import RECOMMENDED
+from speccond.harness.values import show_value
+
+
+def phrasing(command: str) -> Optional[Phrasing]:
+    """How ``command`` ("compare", "train", "tune", "inspect", "demo") asks for a setting; None for a command
+    that applies no correction."""
+    if command in ("compare", "train", "tune"):
+        return lambda changes: _run_settings(command, changes)
+    if command in ("inspect", "demo"):
+        return lambda changes: _model_flags(command, changes)
+    return None
+
+
+def _run_settings(command: str, changes: dict) -> Optional[str]:
+    """A setting as a run's TrainConfig keys, in the command's flags: ``--methods spectral-svd`` (compare),
+    ``--set method=spectral-svd`` (train), ``--arms spectral-svd`` (tune); ``--set lam=auto`` or
+    ``--arms spectral:lam=auto+target_kappa=5``. The harness's lam_q, lam_k, lam_v are one lam and
+    ``corrected``, the projections it applies to."""
+    if changes.get("correction") == "svd":
+        method, pairs = RECOMMENDED, []
+    else:
+        method = "spectral"
+        lams = {role: changes.get(f"lam_{role}") for role in "qkv"}
+        corrected = "".join(role for role, lam in lams.items() if lam != 0)
+        pairs = [f"{key}={show_value(value)}" for key, value in changes.items() if not key.startswith("lam_")]
+        if corrected != "qkv":
+            pairs.append(f"corrected={corrected}")
+    if command == "tune":
+        return f"--arms {method}" + (f":{'+'.join(pairs)}" if pairs else "")
+    chosen = [] if method == "spectral" else ([f"--methods {method}"] if command == "compare" else [f"--set method={method}"])
+    return " ".join([*chosen, *(f"--set {pair}" for pair in pairs)])
+
+
+def _model_flags(command: str, changes: dict) -> Optional[str]:
+    """A setting as ``inspect``'s or ``demo``'s flags (--lam, --correction, --target-kappa); None for a lam per
+    projection, which they do not take, and for lam = "auto" under demo, which takes a number."""
+    flags = []
+    for key, value in changes.items():
+        if key.startswith("lam_") or (command == "demo" and (key == "target_kappa" or value == "auto")):
+            return None
+        flags.append(f"--{key.replace('_', '-')} {show_value(value)}")
+    return " ".join(flags)
