@@ -151,15 +151,20 @@ def test_the_published_lam_auto_commands_rerun_the_same_folders_and_labels():
 
     from speccond.harness.cli import _base_config, build_parser
 
-    found = 0
+    from speccond.harness.tasks.catalogue.language import WITHDRAWN
+
+    found = withdrawn = 0
     for path, results, group, command in _published_compare_commands():
         args = build_parser().parse_args(form_1_arguments(shlex.split(command))[1:])
+        if args.task in WITHDRAWN:  # labelled history: its data is gone, so its command is refused, not planned
+            withdrawn += 1
+            continue
         planned = {name: config for name, config in variants(_base_config(args), args.methods, parse_sweep(args.sweep))}
         folders = {run["path"].split("/")[-2] for run in results["runs"] if run["group"] == group["label"]}
         assert folders and folders <= set(planned), (path, group["label"], folders, sorted(planned))
         assert all(group["label"].startswith(method_label(planned[folder])) for folder in folders), (path, group["label"])
         found += "lam=auto" in group["label"]
-    assert found >= 8  # ablations, LRA ListOps, MLM pre-training and the four GLUE tasks
+    assert found >= 4 and withdrawn >= 4  # ablations, LRA ListOps, MLM pre-training; the four old GLUE-like tasks
 
 
 @pytest.mark.parametrize("text", ["10", "0.5", "0", "auto", "AUTO", " auto"])
