@@ -124,7 +124,7 @@ def test_save_conditioned_refuses_bad_input_before_writing(tmp_path, model, path
 
 
 # --- inspect --checkpoint: the file is checked before a figure is printed ------------------------------------
-INSPECTED = ["timm:vit_tiny_patch16_224", "--set", "img_size=32", "--set", "depth=1"]
+INSPECTED = ["timm:vit_tiny_patch16_224", "--set", "img_size=32", "--set", "depth=1", "--lam", "10"]  # as saved below
 
 
 def _inspected_checkpoint(tmp_path, **sizes):

@@ -53,7 +53,7 @@ def test_every_task_takes_the_committed_fashion_mnist_choice_and_trains_vit_s_he
     assert tune[tune.index("--choice") + 1] == CHOICE and tune[tune.index("--final-seeds") + 1] == "2"
     assert tune[tune.index("--out") + 1] == "runs/scale-gpu-cifar10" and tune[tune.index("--jobs") + 1] == "12"
     sets = [tune[i + 1] for i, arg in enumerate(tune) if arg == "--set"]
-    assert {"embed_dim=384", "num_heads=6", "depth=4", "device=cuda", "epochs=30"} <= set(sets)
+    assert {"embed_dim=384", "num_heads=6", "depth=4", "device=cuda", f"epochs={scale.EPOCHS['cifar10']}"} <= set(sets)
     assert 384 // 6 == 64 and "--lrs" not in tune  # heads of 64; the grid the choice was made on (tune checks it)
     fashion = protocol("scale-gpu").task("fashion-mnist")
     assert f"epochs={scale.EPOCHS['fashion-mnist']}" in fashion.sets and fashion.arms == width64.ARMS

@@ -77,7 +77,7 @@ def cli_examples() -> list[str]:
             if line.startswith(("./run ", "speccond ")) or line in ("./run", "speccond"):
                 commands.append(" ".join(line.split()))
     commands += [" ".join(span.split()) for span in re.findall(r"`(\./run [^`]*)`", README)
-                 if "..." not in span and not re.search(r"\b[A-Z]{3,}\b", span)]  # not a form (scripts/NAME.sh ...)
+                 if "..." not in span and not re.search(r"\b[A-Z]{3,}\b", span)]  # not a form (a script's NAME placeholder ...)
     return list(dict.fromkeys(commands))
 
 

@@ -28,8 +28,8 @@ def test_two_ranks_evaluating_their_shards_reach_the_one_process_figures(ranks, 
     for rank in ranks:
         sharded, whole = rank[reading]["sharded"], rank[reading]["whole"]
         assert sharded["accuracy"] == whole["accuracy"]
-        assert sharded.keys() == whole.keys() == ({"accuracy", "loss", "mcc", "f1"} if reading == "two-class"
-                                                  else {"accuracy", "loss"})
+        counts = {"accuracy", "loss", "majority", "examples"}  # the majority class's share: the report's floor
+        assert sharded.keys() == whole.keys() == (counts | {"mcc", "f1"} if reading == "two-class" else counts)
         assert all(sharded[k] == whole[k] for k in ("mcc", "f1") if k in whole)  # from the summed confusion
         assert abs(sharded["loss"] - whole["loss"]) <= TOLERANCE * abs(whole["loss"])
     assert ranks[0][reading]["sharded"] == ranks[1][reading]["sharded"]  # the same reduced figures on every rank

@@ -173,7 +173,7 @@ def crammed_bert_mlm(smoke: bool) -> list[str]:
     """Crammed-BERT-style pre-training (Geiping and Goldstein's shape: 16 layers, width 768, 12 heads,
     intermediate 3,072) by masked-language modelling on the built-in ``mlm`` task, global batch 8,192 by
     accumulating 8 micro-batches of 1,024 (128 per GPU), AdamW lr 1e-3, weight decay 0.01, clip 0.5,
-    bfloat16. The built-in corpus is small (21,039 blocks): a corpus of the paper's size is your own texts,
+    bfloat16. The built-in corpus is small (13,789 blocks): a corpus of the paper's size is your own texts,
     ``--task "text:DIR?text=COLUMN&mlm=1"`` (parquet, CSV or a saved dataset; one ``[CLS] text [SEP]`` block of
     ``&width=`` tokens per row, data/text_files.py; tests/test_recipes.py runs the smoke size on a parquet file).
 
@@ -187,7 +187,7 @@ def crammed_bert_mlm(smoke: bool) -> list[str]:
              "grad_clip=0.5"]
     if smoke:
         return [*model, "embed_dim=32", "depth=1", "num_heads=2", "batch_size=16", "accumulate_steps=2",
-                "train_size=64", "test_size=32", "epochs=1", "warmup_steps=1"]
+                "train_size=64", "test_size=8", "epochs=1", "warmup_steps=1"]
     return [*model, "embed_dim=768", "depth=16", "num_heads=12", "batch_size=8192", "accumulate_steps=8",
             "lr=1e-3", "epochs=100", "warmup_steps=30", "precision=bfloat16", "checkpoint_every=50"]
 
