@@ -27,8 +27,10 @@ RESULTS = ROOT / "docs" / "results"
 PAGE = RESULTS / "protocol64-epochs.md"
 PLOT = RESULTS / "protocol64-epochs.png"
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from speccond.harness import ARM_NAMES, paired_difference  # noqa: E402
+from width64_table import arm_of  # noqa: E402  (the run page's reading of a run's path)
 
 
 def epoch_curve(folder: Path) -> tuple[dict, dict[int, float]]:
@@ -36,12 +38,6 @@ def epoch_curve(folder: Path) -> tuple[dict, dict[int, float]]:
     config = json.loads((folder / "config.json").read_text())["config"]
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
     return config, {int(r["epoch"]): 100 * r["accuracy"] for r in rows if r.get("kind") == "val" and "epoch" in r}
-
-
-def arm_of(run: str) -> str:
-    """"tune/spectral-svd-lr=0.001/seed-0" -> "spectral-svd"; "final/qk-norm/seed-100" -> "qk-norm"."""
-    part = run.split("/")[1]
-    return part.rsplit("-lr=", 1)[0] if run.startswith("tune/") else part
 
 
 def read_runs(folder: Path) -> dict[str, tuple[dict, dict[int, float]]]:
