@@ -30,7 +30,7 @@ import time
 import warnings
 
 TARGETS = {"vit_base_patch16_224": (1.5, None), "tinyllama": (30.0, 2.0)}  # (seconds, peak memory / model)
-CONFIGS = {"identity": {}, "svd": {"correction": "svd"}}  # SpectralConfig fields: the default lam = 10, svd per head
+CONFIGS = {"identity": {"lam": 10.0}, "svd": {}}  # SpectralConfig fields: the paper's lam = 10; the default, svd per head
 
 
 def build(model_name: str):
