@@ -108,7 +108,8 @@ def progress_bar(what: str, total: int):
     from tqdm import tqdm
 
     before, _, after = what.partition(COUNT) if COUNT in what else (f"{what} ", "", "")
-    layout = f"{_literal(before)}{{n}}/{{total}}{_literal(after)}: {{percentage:3.0f}}%|{{bar}}| [{{elapsed}}<{{remaining}}]"
+    counted = f"{_literal(before)}{{n}}/{{total}}{_literal(after)}"  # "spectra of 5/22 conditioned parameters"
+    layout = counted + ": {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
     return tqdm(total=total, file=sys.stderr, delay=PROGRESS_AFTER_S, disable=None if wanted is None else False,
                 bar_format=layout, dynamic_ncols=True, leave=True)
 
