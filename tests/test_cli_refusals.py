@@ -114,8 +114,15 @@ CASES = [
      r"--set depth=3: model 'timm:vit_tiny_patch16_224' is built from its name and sized by model_args alone"),
     (["train", "--set", "task=digits", "--set", "method=baseline", "--set", "lam=5", "--out", "new"],
      r"--set lam=5: method 'baseline' does not read lam"),
-    (["train", "--set", "task=digits", "--set", "refresh_every=10", "--out", "new"],
+    (["train", "--set", "task=digits", "--set", "method=spectral", "--set", "refresh_every=10", "--out", "new"],
      r"--set refresh_every=10: method 'spectral' with correction='identity' and lam=10 adds a fixed lam \* I"),
+    # train's default method is SVD per head (the paper's lam = 10 before 2026-12-07): a lam given without a
+    # method is refused, even at lam's default value, rather than recorded and run unread
+    (["train", "--set", "task=digits", "--set", "lam=10", "--out", "new"],
+     r"--set lam=10: the default method is spectral-svd \(SVD per head; the paper's lam = 10 until 2026-12-07\), "
+     r"and method 'spectral-svd' does not read lam .*; add --set method=spectral for the paper's method with lam=10"),
+    (["train", "--set", "task=digits", "--set", "correction=identity", "--out", "new"],
+     r"--set correction=identity: the default method is spectral-svd .*add --set method=spectral"),
     (["tune", "--task", "digits", "--val-size", "100", "--arms", "baseline:lam=5,spectral", "--out", "new"],
      r"--arms baseline:lam=5: lam=5: method 'baseline' does not read lam"),
     (["tune", "--task", "digits", "--val-size", "100", "--arms", "baseline,qk-norm", "--set", "granularity=projection",

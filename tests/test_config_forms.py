@@ -101,7 +101,7 @@ def test_a_published_report_regenerates_from_its_kept_runs_in_the_same_order():
 
 def test_lam_auto_is_named_by_its_bound_in_every_folder_as_the_published_runs_are():
     assert tuning.arm_config(TrainConfig(), "spectral:lam=auto") == (
-        "spectral-target_kappa=2", TrainConfig().replaced(lam="auto"))
+        "spectral-target_kappa=2", TrainConfig().replaced(method="spectral", lam="auto"))
     assert tuning.arm_config(TrainConfig(), "spectral:corrected=q+lam=auto+target_kappa=50")[0] == (
         "spectral-corrected=q-target_kappa=50")
     assert tuning.arm_config(TrainConfig(), "spectral:lam=auto+init_from=runs/x")[0] == "spectral-target_kappa=2"

@@ -8,6 +8,7 @@ import json
 import re
 import shlex
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,6 +110,44 @@ def test_compare_leaves_the_peer_out_of_its_defaults_where_the_model_refuses_it(
         capsys.readouterr().err)
 
 
+def test_train_runs_the_recommended_setting_unless_given_a_method(capsys):
+    """A new ``speccond train`` without ``--set method=`` trains SVD per head (TrainConfig's default method), as
+    its --help says; the paper's method is named."""
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.methods import apply_method
+
+    config = TrainConfig().with_overrides(build_parser().parse_args(["train", "--out", "x"]).set)
+    assert config.method.name == "spectral-svd"
+    model = _vit_tiny()
+    apply_method(model, config.method)
+    assert {row.correction for row in speccond.describe(model).rows} == {"svd/head"}
+    paper = TrainConfig().with_overrides(["method=spectral"])
+    assert (paper.method.name, paper.method.lam, paper.method.correction) == ("spectral", 10.0, "identity")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    assert "default spectral-svd" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_run_recorded_under_the_old_default_resumes_as_the_papers_setting(tmp_path):
+    """tests/data/spectral-default-run/config.json was written by ``speccond train --set task=digits`` while
+    the default method was the paper's (commit 0617aa0). config.json records every key, the method at its
+    default too, so that run resumes as "spectral", lam = 10, and the new default never fills it in."""
+    import shutil
+
+    from speccond.harness.config.train_config import TrainConfig
+    from speccond.harness.training.run_dir import check_config, method_label
+    from speccond.harness.training.runs import read_config
+
+    old = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "spectral-default-run", old)
+    recorded = json.loads((old / "config.json").read_text())
+    config = read_config(old)
+    assert (config.method.name, config.method.lam, config.method.correction) == ("spectral", 10.0, "identity")
+    assert method_label(config) == recorded["label"] == "spectral lam=10"
+    assert check_config(old, config)  # what ``speccond train --resume`` checks before it trains on
+    assert set(TrainConfig().to_dict()) == set(recorded["config"])  # every key recorded, the method included
+
+
 @pytest.mark.parametrize("arguments, said", [
     ([], "(svd per head: kappa(W + C) <= 2)"),
     (["--lam", "10"], "(identity, lam=10)"),
@@ -167,9 +206,13 @@ def test_a_collapse_warning_under_a_command_names_its_flags(command, recommended
     for flags in named:
         parsed = build_parser().parse_args([command, *fixed, *shlex.split(flags)])
         if command in ("compare", "train"):
-            from speccond.harness.config.train_config import TrainConfig
+            from speccond.harness.config.train_config import (TrainConfig, refuse_unread,
+                                                              refuse_unread_by_the_default_method)
 
-            TrainConfig().with_overrides(parsed.set)  # every --set is a valid TrainConfig setting
+            config = TrainConfig().with_overrides(parsed.set)  # every --set is a valid TrainConfig setting
+            if command == "train":  # and names the method that reads it: train's default reads no lam
+                refuse_unread_by_the_default_method(parsed.set, config, "--set")
+                refuse_unread(parsed.set, [config], "--set")
 
 
 def test_without_a_command_the_advice_is_the_python_call():

@@ -26,7 +26,7 @@ needs_data = pytest.mark.skipif(
     reason="needs the Debian package: apt-get install dataset-fashion-mnist (./run installs it as root)",
 )
 # A detector small enough that a training step takes well under a second on one core.
-TINY = TrainConfig().replaced(task="fashion-scenes", model="xcit-maskrcnn", patch_size=8, lr=3e-4, embed_dim=32, depth=2, num_heads=2, fpn_channels=16, batch_size=2, epochs=2, train_size=6,
+TINY = TrainConfig().replaced(task="fashion-scenes", model="xcit-maskrcnn", method="spectral", patch_size=8, lr=3e-4, embed_dim=32, depth=2, num_heads=2, fpn_channels=16, batch_size=2, epochs=2, train_size=6,
                    val_size=2, test_size=4, warmup_steps=2, checkpoint_every=2, eval_batch_size=4, device="cpu")
 
 

@@ -28,7 +28,7 @@ FASHION = Path("/usr/share/datasets/fashion-mnist")
 pytestmark = pytest.mark.skipif(not FASHION.is_dir(), reason="needs the Debian package dataset-fashion-mnist")
 WORKER = Path(__file__).parent / "distributed" / "detection_eval_worker.py"
 SCENES = 9
-CONFIG = TrainConfig().replaced(task="fashion-scenes", model="xcit-maskrcnn", patch_size=8, embed_dim=32, depth=2, num_heads=2,
+CONFIG = TrainConfig().replaced(task="fashion-scenes", model="xcit-maskrcnn", method="spectral", patch_size=8, embed_dim=32, depth=2, num_heads=2,
                      fpn_channels=16, eval_batch_size=4, device="cpu")
 
 

@@ -41,8 +41,8 @@ from speccond.harness.training.train import train
 
 TINY = language.LanguageConfig(vocab_size=1000, documents=30, examples=600)
 BERT = dict(model="bert", embed_dim=32, depth=1, num_heads=2, warmup_steps=1)
-PRETRAIN = TrainConfig().replaced(task="mlm", **BERT, train_size=64, test_size=8, batch_size=16, epochs=2, checkpoint_every=3)
-FINETUNE = TrainConfig().replaced(task="glue-sst2", **BERT, train_size=32, test_size=16, batch_size=16, epochs=1)
+PRETRAIN = TrainConfig().replaced(task="mlm", method="spectral", **BERT, train_size=64, test_size=8, batch_size=16, epochs=2, checkpoint_every=3)
+FINETUNE = TrainConfig().replaced(task="glue-sst2", method="spectral", **BERT, train_size=32, test_size=16, batch_size=16, epochs=1)
 
 
 def glue_files(task: glue.GlueTask) -> dict[str, Path]:

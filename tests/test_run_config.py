@@ -81,7 +81,8 @@ def test_sections_are_what_their_readers_take():
     assert config.method == MethodConfig(name="spectral", lam="auto", target_kappa=3.0)
     assert (config.optimizer.lr, config.run.seed) == (3e-4, 2)
     assert config.model == ModelConfig() and config.data == DataConfig()
-    assert TrainConfig().replaced(init_from="r/{method}-lam={lam:g}/seed-{seed}", lam=2.0, seed=1).init_path() == \
+    assert TrainConfig().replaced(init_from="r/{method}-lam={lam:g}/seed-{seed}", method="spectral", lam=2.0,
+                                  seed=1).init_path() == \
         "r/spectral-lam=2/seed-1"
 
 

@@ -19,7 +19,7 @@ needs_data = pytest.mark.skipif(
 )
 FASHION = task_shape("fashion-mnist")
 TINY = TrainConfig().replaced(
-    embed_dim=32, depth=1, num_heads=2, patch_size=7, epochs=2, train_size=192, test_size=100, batch_size=64,
+    method="spectral", embed_dim=32, depth=1, num_heads=2, patch_size=7, epochs=2, train_size=192, test_size=100, batch_size=64,
     warmup_steps=2, checkpoint_every=2,
 )
 

@@ -7,7 +7,7 @@ import sys
 import time
 from contextlib import nullcontext
 
-from speccond.harness.methods import DEFAULT_COMPARISON
+from speccond.harness.methods import DEFAULT_COMPARISON, PAPER, RECOMMENDED
 from speccond.harness.packages import REPORT_NEEDS, RUN_NEEDS, missing_message, missing_package, require
 
 
@@ -126,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("train", help="one training run into a run directory (resumable)")
     run.add_argument("--out", help="run directory (new run)")
     run.add_argument("--resume", help="run directory to continue with its recorded config")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help=f"any TrainConfig field; method (default {RECOMMENDED}: SVD per head, as compare recommends; "
+                          f"--set method={PAPER} --set lam=10 for the paper's setting)")
 
     comparison = commands.add_parser("compare", help="the baseline, SVD per head, the paper's lam = 10 and the best "
                                      "peer over seeds (the main job), or the methods you name")
@@ -561,7 +563,7 @@ def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from speccond.harness.config.fields import refuse_repeats, setting
-    from speccond.harness.config.train_config import TrainConfig, refuse_unread
+    from speccond.harness.config.train_config import TrainConfig, refuse_unread, refuse_unread_by_the_default_method
     from speccond.harness.tasks.datasets import task as task_of
     from speccond.harness.training.preflight import check_writable
     from speccond.harness.training.runs import read_config
@@ -576,7 +578,8 @@ def _train(args: argparse.Namespace) -> int:
         config = read_config(args.resume).with_overrides(args.set)
     else:
         check_writable(args.out, "--out")
-        config = TrainConfig().with_overrides(args.set)
+        config = TrainConfig().with_overrides(args.set)  # method spectral-svd unless --set method=... names one
+        refuse_unread_by_the_default_method(args.set, config, "--set")
     refuse_unread(args.set, [config], "--set")  # a setting the run's method or model never reads
     task_of(config.data.task)  # an unknown task is an error before the run directory is written
     _check_models([config], *RUN_NEEDS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from speccond.collapse_advice import Phrasing
-from speccond.harness.methods import RECOMMENDED
+from speccond.harness.methods import PAPER, RECOMMENDED
 from speccond.harness.values import show_value
 
 
@@ -27,13 +27,14 @@ def phrasing(command: str) -> Optional[Phrasing]:
 
 def _run_settings(command: str, changes: dict) -> Optional[str]:
     """A setting as a run's TrainConfig keys, in the command's flags: ``--methods spectral-svd`` (compare),
-    ``--set method=spectral-svd`` (train), ``--arms spectral-svd`` (tune); ``--set lam=auto`` or
-    ``--arms spectral:lam=auto+target_kappa=5``. The harness's lam_q, lam_k, lam_v are one lam and
+    ``--set method=spectral-svd`` (train), ``--arms spectral-svd`` (tune); ``--set lam=auto`` (compare, whose
+    default methods include the paper's), ``--set method=spectral --set lam=auto`` (train, whose default method
+    is SVD per head) or ``--arms spectral:lam=auto+target_kappa=5``. The harness's lam_q, lam_k, lam_v are one lam and
     ``corrected``, the projections it applies to."""
     if changes.get("correction") == "svd":
         method, pairs = RECOMMENDED, []
     else:
-        method = "spectral"
+        method = PAPER
         lams = {role: changes.get(f"lam_{role}") for role in "qkv"}
         corrected = "".join(role for role, lam in lams.items() if lam != 0)
         pairs = [f"{key}={show_value(value)}" for key, value in changes.items() if not key.startswith("lam_")]
@@ -41,7 +42,10 @@ def _run_settings(command: str, changes: dict) -> Optional[str]:
             pairs.append(f"corrected={corrected}")
     if command == "tune":
         return f"--arms {method}" + (f":{'+'.join(pairs)}" if pairs else "")
-    chosen = [] if method == "spectral" else ([f"--methods {method}"] if command == "compare" else [f"--set method={method}"])
+    if command == "compare":  # its default methods run the paper's "spectral", which reads the --set pairs
+        chosen = [] if method == PAPER else [f"--methods {method}"]
+    else:  # train names its method: its default is SVD per head, which reads no lam
+        chosen = [f"--set method={method}"]
     return " ".join([*chosen, *(f"--set {pair}" for pair in pairs)])
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from speccond.core.config import AUTO  # SpectralConfig's word for a lam chosen from each block's sigma_max
 from speccond.harness.config.forms import DEFAULT_TARGET_KAPPA
-from speccond.harness.methods import METHODS  # the registry of methods (methods.py)
+from speccond.harness.methods import METHODS, RECOMMENDED  # the registry of methods (methods.py), SVD per head
 from speccond.harness.values import show_value
 
 TIMM_PREFIX = "timm:"  # model names of any registered timm model ("timm:vit_small_patch16_224")
@@ -123,7 +123,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class MethodConfig:
     """How attention is conditioned: the method of methods.py's registry and the settings it reads."""
-    name: str = "spectral"  # key "method": one of methods.METHODS (the registry)
+    name: str = RECOMMENDED  # key "method": one of methods.METHODS (the registry); default "spectral-svd" (SVD
+    #                          per head, as SpectralConfig() and compare), "spectral" (the paper's lam = 10) until
+    #                          2026-12-07: every config.json records its method, so an older run resumes as it was
     lam: float | str = 10.0  # identity correction scale (methods "spectral", "shifted-init"), or "auto": each
     #                          block's lam from its sigma_max so that the Weyl bound on kappa meets target_kappa
     target_kappa: float = DEFAULT_TARGET_KAPPA  # the kappa bound lam="auto" aims at, > 1; read by lam="auto" only

@@ -20,13 +20,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from speccond.harness import methods
 from speccond.harness.config.fields import AUTO, NUMBER_OR_AUTO, field_value, setting
 from speccond.harness.config.forms import CONFIG_FORM, form_1_upgraded
 from speccond.harness.config.sections import (HF_PREFIX, TIMM_PREFIX, DataConfig, MethodConfig, ModelConfig,
                                               OptimizerConfig, RunConfig, unread_bound)
 from speccond.harness.values import show_value
 
-__all__ = ["TrainConfig", "folder_settings", "refuse_unread", "TIMM_PREFIX", "HF_PREFIX"]
+__all__ = ["TrainConfig", "folder_settings", "refuse_unread", "refuse_unread_by_the_default_method", "TIMM_PREFIX",
+           "HF_PREFIX"]
 
 # The order of config.json's keys since the first published run; keys added later follow in section order.
 PUBLISHED_ORDER = (
@@ -174,6 +176,23 @@ def refuse_unread(pairs: Sequence[str], configs: Sequence[TrainConfig], where: s
         reasons = [config.ignored(key) for config in configs if config.value(key) != defaults.value(key)]
         if configs and reasons and len(reasons) == len(configs) and all(reasons):
             raise ValueError(f"{where} {pair}: {reasons[0]}; leave it out, or choose a method and model that read it")
+
+
+def refuse_unread_by_the_default_method(pairs: Sequence[str], config: TrainConfig, where: str) -> None:
+    """ValueError for the first ``key=value`` of ``pairs`` that ``config``'s method does not read, whatever its
+    value, where ``pairs`` choose no method (so ``config`` has the default one, SVD per head). Until 2026-12-07
+    the default was the paper's lam = 10 ("spectral"): a ``--set lam=10`` or ``correction=identity`` written
+    for it, at TrainConfig's default value and so let through by :func:`refuse_unread`, would now run SVD per
+    head without a word."""
+    if any(setting(pair)[0] == "method" for pair in pairs):
+        return
+    for pair in pairs:
+        key = setting(pair)[0]
+        reason = config.ignored(key) if key in methods.parameters() else ""
+        if reason:
+            raise ValueError(f"{where} {pair}: the default method is {config.method.name} (SVD per head; the paper's "
+                             f"lam = 10 until 2026-12-07), and {reason}; add --set method=spectral for the paper's "
+                             f"method with {pair}, or leave {pair} out")
 
 
 def folder_settings(pairs: Sequence[str], config: TrainConfig) -> list[str]:
