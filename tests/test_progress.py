@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 
 import pytest
@@ -102,3 +103,18 @@ def test_inspect_shows_apply_s_bar_on_stderr_only(tmp_path, capsys, monkeypatch)
     assert "speccond.apply: corrections of 2/2 projections built: 100%|" in captured.err
     assert "%|" not in captured.out and "conditioned 6 projection blocks" in captured.out
     assert len(json.loads((tmp_path / "rows.json").read_text())) == 6
+
+
+def test_without_tqdm_the_work_runs_and_says_why_it_shows_no_bar(capsys, caplog, monkeypatch):
+    """The core needs torch alone: without tqdm (an import of it fails) apply runs, its progress goes to the
+    log lines, and a bar asked for is said to need tqdm."""
+    model = timm_vit()  # timm imported with tqdm there (huggingface_hub uses it)
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setenv("SPECCOND_PROGRESS", "1")
+    monkeypatch.setattr(speccond.progress, "PROGRESS_AFTER_S", 0.0)
+    with caplog.at_level(logging.INFO, logger="speccond"):
+        assert len(speccond.apply(model, speccond.SpectralConfig(correction="svd"))) == 6
+    assert capsys.readouterr().err == ""
+    messages = [record.getMessage() for record in caplog.records]
+    assert "SPECCOND_PROGRESS=1 asks for progress bars, which need tqdm (pip install tqdm)" in messages[0]
+    assert any("speccond.apply: corrections of 2/2 projections built, " in message for message in messages)

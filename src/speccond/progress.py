@@ -12,7 +12,9 @@ starts (so ``os.environ["SPECCOND_PROGRESS"] = "0"`` in a notebook takes effect 
 - ``SPECCOND_PROGRESS=1``: shown wherever stderr goes (a notebook, whose stderr is no terminal, a CI log);
 - ``SPECCOND_PROGRESS=0``: never shown.
 
-The bar is the one thing the library writes itself, on stderr, never stdout. The same work also logs through
+The bar needs tqdm (installed with transformers, with timm, and by ``pip install tqdm``); without it the work
+shows no bar, and ``SPECCOND_PROGRESS=1`` logs a warning saying so. The bar is the one thing the library writes
+itself, on stderr, never stdout. The same work also logs through
 ``logging``, whatever the bar does: one INFO line when it passes ``PROGRESS_AFTER_S``, then one every
 ``PROGRESS_EVERY_S`` ("speccond report: spectra of 5/22 conditioned parameters, 2.1 s") and a last one when
 it ends, which ``logging.basicConfig(level=logging.INFO)`` (or a handler on the ``speccond`` logger) shows.
@@ -26,6 +28,7 @@ import time
 from typing import Iterator, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 PROGRESS_AFTER_S = 2.0  # work shorter than this shows and logs nothing
 PROGRESS_EVERY_S = 2.0  # then a log line at most this often
@@ -105,7 +108,13 @@ def progress_bar(what: str, total: int):
     wanted = bars_wanted()
     if wanted is False:
         return None
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the core needs torch alone; tqdm comes with transformers, timm (huggingface_hub), [dev]
+        if wanted:
+            log.warning(f"{PROGRESS_VARIABLE}=1 asks for progress bars, which need tqdm (pip install tqdm); the "
+                        "progress goes to the INFO log lines only")
+        return None
 
     before, _, after = what.partition(COUNT) if COUNT in what else (f"{what} ", "", "")
     counted = f"{_literal(before)}{{n}}/{{total}}{_literal(after)}"  # "spectra of 5/22 conditioned parameters"
