@@ -118,3 +118,17 @@ def test_without_tqdm_the_work_runs_and_says_why_it_shows_no_bar(capsys, caplog,
     messages = [record.getMessage() for record in caplog.records]
     assert "SPECCOND_PROGRESS=1 asks for progress bars, which need tqdm (pip install tqdm)" in messages[0]
     assert any("speccond.apply: corrections of 2/2 projections built, " in message for message in messages)
+
+
+def test_a_command_refuses_an_unknown_setting_before_it_writes_anything(tmp_path, capsys, monkeypatch):
+    """speccond train reads SPECCOND_PROGRESS first: a bad value is one line, exit 2, and no run directory (the
+    first apply, which would read it, comes after config.json is written)."""
+    from speccond.harness.cli import main
+
+    monkeypatch.setenv("SPECCOND_PROGRESS", "true")
+    monkeypatch.setenv("SPECCOND_DATA", str(tmp_path / "data"))
+    assert main(["train", "--out", str(tmp_path / "run"), "--set", "task=digits", "--set", "epochs=1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "speccond train: error: SPECCOND_PROGRESS must be 0 (no progress bars), 1 (bars wherever stderr goes) or unset "
+        "(bars where stderr is a terminal), got 'true'"]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()

@@ -257,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, started: float) -> int:
     """The command ``args`` names; its exit status."""
     try:
+        from speccond.progress import bars_wanted
+
+        bars_wanted()  # SPECCOND_PROGRESS, read by the first long work: a bad value refused before anything is written
         if args.command == "demo":
             from speccond.harness.demo import run_demo
 
