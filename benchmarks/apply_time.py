@@ -6,7 +6,7 @@ and at most twice the model's memory.
 
 Each repetition runs in a fresh process on one thread: it imports timm or transformers (not timed), builds
 the model from config (timed: the plain construction the others are paired with), then times ``speccond.apply(model, config)`` and ``str(report)``
-(the report's spectra are computed on that first read). Memory: the process's peak resident set while
+(the per-head spectra print shows are computed on that first print; the whole blocks' wait for report.compute()). Memory: the process's peak resident set while
 apply and the report run (the peak is reset after construction, /proc/self/clear_refs), against the
 bytes of the model's parameters and buffers. Printed per model and correction: the medians of each time,
 the paired ratio (apply + print) / construction per repetition, and the load average before and after
