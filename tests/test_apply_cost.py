@@ -1,5 +1,6 @@
-"""What apply and its report cost: each spectrum computed once and kept, the per-head SVD correction in one
-batched SVD with the same bits as head by head, and progress logged for long work.
+"""What apply and its report cost: print(report) decomposes heads only and each spectrum is computed once and
+kept, the per-head SVD correction is one batched call with the same bits as head by head, and progress is
+logged for long work.
 
 Speed itself is measured by benchmarks/apply_time.py (paired against the plain model's construction time,
 docs/BENCHMARKS.md), not by timed tests."""
@@ -15,35 +16,58 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import speccond
 import speccond.progress
 from speccond.core.backends import attachments
-from speccond.core.spectral import spectra, spectrum
+from speccond.core.spectral import spectra, spectrum, svd_correction
 from tests.models import CASE_IDS, CASES, build_case, timm_vit
 
 
+DECOMPOSITIONS = (torch.ops.aten._linalg_svd.default, torch.ops.aten._linalg_eigh.default)
+
+
 class CountSVDs(TorchDispatchMode):
-    """Counts the SVD calls (svdvals and svd both dispatch to aten._linalg_svd) run inside it."""
+    """Counts the SVD and symmetric eigen-decomposition calls (svdvals, svd, eigh, eigvalsh) run inside it,
+    and keeps the shape of each matrix decomposed."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
+        self.shapes: list[tuple[int, int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += func is torch.ops.aten._linalg_svd.default
+        if func in DECOMPOSITIONS:
+            self.calls += 1
+            self.shapes.append(tuple(args[0].shape[-2:]))
         return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("correction", ["identity", "svd"])
-def test_the_report_computes_each_spectrum_once_and_keeps_it(correction):
-    """Per row: one SVD call for the stored and the effective block together, one for all its heads; a
-    second read (str, rows, to_dict) computes nothing. (Before: the stored block's SVD twice under svd, and
-    one call per head.)"""
-    model = timm_vit()  # 2 layers x (q, k, v), 4 heads
+def test_print_computes_only_the_heads_and_rows_add_only_the_blocks(correction):
+    """print(report) decomposes head-sized matrices only, one call per row (W's and W + C's heads together);
+    reading the rows then adds one call per row (the stored and the effective block together) and keeps
+    the printed head figures; a third read computes nothing. (Before: print decomposed every whole block.)"""
+    model = timm_vit()  # 2 layers x (q, k, v), 4 heads of 16 rows, in 64
     report = speccond.apply(model, speccond.SpectralConfig(correction=correction))
-    with CountSVDs() as first:
+    with CountSVDs() as printing:
         text = str(report)
-    assert first.calls == 2 * len(report) == 12
+    assert printing.calls == len(report) == 6
+    assert {shape[0] for shape in printing.shapes} == {16}  # a head's rows (its Gram matrix is 16 x 16), no block
+    assert "kappa W+C per head (max)" in text and "(block)" not in text and "report.compute()" in text
+    printed = [line.split()[-2:] for line in text.splitlines()[2:8]]  # kappa W and W + C per head (max)
+    with CountSVDs() as reading:
+        rows = report.rows
+    assert reading.calls == len(report) and {shape for shape in reading.shapes} == {(64, 64)}  # (W, W + C) blocks
+    assert [[f"{row.head_kappa_w_max:.3g}", f"{row.head_kappa_eff_max:.3g}"] for row in rows] == printed
+    assert all(row.kappa_w is not None and row.kappa_eff is not None for row in rows)
     with CountSVDs() as again:
-        assert str(report) == text and report.to_dict()["rows"] and report.rows
+        assert "kappa W+C (block)" in str(report) and report.to_dict()["rows"] and report.rows
     assert again.calls == 0
+
+
+def test_describe_and_compute_give_the_block_figures_in_the_text():
+    """speccond.describe(model) and report.compute() hold every figure, so their text has the block columns."""
+    model = timm_vit()
+    report = speccond.apply(model, speccond.SpectralConfig()).compute()
+    assert "kappa W+C (block)" in str(report) and "report.compute()" not in str(report)
+    assert str(speccond.describe(model)) == str(report)
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -79,20 +103,24 @@ def test_spectra_of_a_stack_match_spectrum_of_each(shape):
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_the_per_head_svd_correction_is_bit_for_bit_the_head_by_head_one(case):
-    """The published runs' bits depend on C: the batched SVD gives each head's C exactly as its own SVD."""
+    """C is computed for every head of a block in one batched call: each head's C is bit for bit the one
+    svd_correction gives that head alone, and within 2e-13 of its SVD's sigma_max U V^T (tests/test_gram_route.py
+    checks the published width-64 models' float32 C against the SVD's bit for bit)."""
     model = build_case(case)
     plain = {name: p.detach().clone() for name, p in model.named_parameters()}
     speccond.apply(model, speccond.SpectralConfig(correction="svd", **case.config))
     for found in attachments(model):
         correction, layout = found.correction, found.correction.layout
         w = layout.out_in(plain[found.qualified_name]).double()  # (out, in)
-        expected = torch.zeros_like(w)
+        alone, by_svd = torch.zeros_like(w), torch.zeros_like(w)
         for role in layout.roles:
             for head in range(layout.heads(role)):
                 rows = layout.head_rows(role, head, w.shape[0])
+                alone[rows] = svd_correction(w[rows])
                 u, s, vh = torch.linalg.svd(w[rows], full_matrices=False)
-                expected[rows] = s[0] * (u @ vh)
-        assert torch.equal(correction.matrix, expected.to(correction.matrix.dtype))
+                by_svd[rows] = s[0] * (u @ vh)
+        assert torch.equal(correction.matrix, alone.to(correction.matrix.dtype))
+        assert float((alone - by_svd).abs().max()) <= 2e-13 * float(by_svd.abs().max())
 
 
 def _progress_lines(caplog) -> list[str]:

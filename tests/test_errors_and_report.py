@@ -209,7 +209,7 @@ def test_a_per_head_correction_reports_every_head_and_says_which_kappa_it_bounds
     assert row.per_head and len(row.head_kappas_eff) == row.heads == 4
     assert max(row.head_kappas_eff) == row.head_kappa_eff_max <= 2.0 + 1e-6  # Theorem 3.5, head by head
     text = str(report)
-    assert "kappa W+C (block)" in text and "kappa per head (max)" in text
+    assert "kappa W+C (block)" in text and "kappa W+C per head (max)" in text and "kappa W per head (max)" in text
     assert "sized per head here, so it bounds each head's kappa" in text
     assert json.loads(report.to_json())["rows"][0]["head_kappas_eff"] == list(row.head_kappas_eff)
     plain = speccond.apply(timm_vit(), speccond.SpectralConfig(lam=10.0))

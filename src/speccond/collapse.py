@@ -204,8 +204,14 @@ def _lowest_head_entropy(blocks: dict[str, tuple], module: Optional[nn.Module]) 
     entropies = [_entropy(*with_c, q_rows, k_rows, form.logits, head) for head, (q_rows, k_rows) in enumerate(rows)]
     lowest = min(range(q_heads), key=entropies.__getitem__)
     q_w, k_w = _effective(q_site, None), _effective(k_site, None)  # (out, in) W, whole (a collective under FSDP2)
+    q_rows, k_rows = rows[lowest]
+    if form.per_head:  # only the lowest head's rows are needed: a twelfth of the projection on a ViT-B
+        pick = lambda t, r: None if t is None else t[r]  # noqa: E731
+        plain = form.queries_and_keys(x, q_w[q_rows], k_w[k_rows], pick(q_bias, q_rows), pick(k_bias, k_rows))
+        every = torch.arange(q_rows.numel())  # (dh,): the head's rows, now all there is
+        return entropies[lowest], _entropy(*plain, every, every, form.logits, lowest)
     plain = form.queries_and_keys(x, q_w, k_w, q_bias, k_bias)
-    return entropies[lowest], _entropy(*plain, *rows[lowest], form.logits, lowest)
+    return entropies[lowest], _entropy(*plain, q_rows, k_rows, form.logits, lowest)
 
 
 def _entropy(q, k, q_rows, k_rows, logits: Logits, head: int) -> float:
@@ -223,6 +229,7 @@ class _LogitForm:
     logits: Logits
     whole_q: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
     whole_k: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+    per_head: bool = True  # no norm over the whole width: one head's logits need only that head's rows
 
     def queries_and_keys(self, x, q_w, k_w, q_bias, k_bias) -> tuple[torch.Tensor, torch.Tensor]:
         q = x @ q_w.double().t()  # (N, q out)
@@ -248,7 +255,7 @@ def _logit_form(
     if normalised == QK_LAYER_NORM:
         q_norm, k_norm = _module_norms(module, head_dim, widths)
         if q_norm is not None:  # the module's own norms, called on q and k as its forward calls them
-            return _LogitForm(lambda q, k, head: scale * q @ k.t(), whole_q=q_norm, whole_k=k_norm)
+            return _LogitForm(lambda q, k, head: scale * q @ k.t(), whole_q=q_norm, whole_k=k_norm, per_head=False)
         standardise = lambda t: F.layer_norm(t, (head_dim,))  # noqa: E731  what such norms are at initialisation
         return _LogitForm(lambda q, k, head: scale * standardise(q) @ standardise(k).t())
     log_scale = getattr(module, "logit_scale", None)

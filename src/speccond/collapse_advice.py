@@ -38,6 +38,18 @@ def python_call(changes: dict) -> str:
 _PHRASING: ContextVar[Phrasing] = ContextVar("speccond_advice_phrasing", default=python_call)
 
 
+def current_phrasing() -> Phrasing:
+    """How the advice is phrased here now (:func:`python_call` outside :func:`phrased`): what a worker
+    process is handed (picklable) so that its warnings name the same settings the same way."""
+    return _PHRASING.get()
+
+
+def install_phrasing(phrasing: Phrasing) -> None:
+    """Phrase the advice through ``phrasing`` for the rest of this thread's life: a worker process's, whose
+    every job runs for the command that started it (speccond.harness.protocol.tuning's pool, its engines)."""
+    _PHRASING.set(phrasing)
+
+
 @contextmanager
 def phrased(phrasing: Phrasing):
     """Within the block, the collapse warning's advice names its settings through ``phrasing`` (a command

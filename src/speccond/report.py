@@ -2,21 +2,25 @@
 
 One row per conditioned projection (q, k or v block). kappa is computed in float64 on the logical
 (out_block, in) block: ``kappa_w`` of the stored trainable weight W, ``kappa_eff`` of W + C, and
-``head_kappas_eff`` the kappa of W + C on each head's rows (``head_kappa_eff_max`` the largest).
+``head_kappas_eff`` the kappa of W + C on each head's rows (``head_kappa_eff_max`` the largest;
+``head_kappa_w_max`` the largest of W's).
 
-Which figure to read: a correction sized per head (``per_head``: the SVD correction with
-granularity="head", or lam="auto" per head) bounds each head's kappa, not the block's: the heads' rows
-are conditioned separately, so the block's kappa can stay in the hundreds while every head is below 2.
-The text then says so under the table.
+Which figure to read: every correction here bounds each head's kappa (the SVD correction per head by 2,
+an identity lam by Weyl's bound, as for the block). A correction sized per head (``per_head``: the SVD
+correction with granularity="head", or lam="auto" per head) bounds only that, not the block's: the heads'
+rows are conditioned separately, so the block's kappa can stay in the hundreds while every head is below
+2. The text then says so under the table.
 
-The report ``speccond.apply`` returns computes its spectra on first read (``rows``, iteration, ``str``,
-``to_dict``; ``len`` does not need them) or by :meth:`SpectralReport.compute`, not on attach: a ViT-B
-holds 504 blocks and heads, whose float64 SVDs were 90 % of apply's time. Each matrix's singular values
-are computed once, in one call per block: the stored and the effective block together, then its heads
-(``speccond.core.spectral.spectra``); the rows are kept, so reading again computes nothing. Work past
-2 s logs its progress (``speccond.progress``). The figures are those of the weights as attached; if the
-conditioned weights change before the first read (a training step, refresh, remove), reading refuses with
-what to do instead of reporting other weights' figures.
+Two levels of cost. ``print(report)`` (``str``) shows the per-head figures, which cost little (a head's
+rows are short and wide: :func:`speccond.core.spectral.spectra` takes them from the small W W^T), and
+the whole blocks' kappa only once computed. The whole rows, block figures included, are computed on
+first read of ``rows``, iteration, ``to_dict`` or ``==`` (``len`` needs none), or by
+:meth:`SpectralReport.compute`: a ViT-B's 36 q, k, v blocks are 72 float64 SVDs of 768 x 768, about 6.5 s
+on one core, where the per-head table takes a few tenths (docs/BENCHMARKS.md). Each matrix's singular
+values are computed once and kept, so reading again computes nothing. Work past 2 s shows its progress
+(``speccond.progress``). The figures are those of the weights as attached; if the conditioned weights
+change before a read that computes (a training step, refresh, remove), it refuses with what to do instead
+of reporting other weights' figures.
 
 The ``correction`` column names the correction and its lam: "identity lam=10", or for lam="auto" the
 lam it chose from the weights, "identity lam=auto(3.1)" (one value: every head carries it) or
@@ -28,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Iterator, Optional
 
 import torch
@@ -54,13 +58,14 @@ class ReportRow:
     correction: str
     scale: float  # size of C on the block: lam (the largest head's lam under "auto"); svd: sigma_max(W)
     backend: str
-    kappa_w: float
-    kappa_eff: float
+    kappa_w: Optional[float]  # None only in the per-head rows str() prints before the block figures exist
+    kappa_eff: Optional[float]
     head_kappa_eff_max: float
     notes: tuple[str, ...] = ()
     head_lams: tuple[float, ...] = ()  # identity, rotated: lam on each head's slice of C (0.0: none there); svd: ()
     head_kappas_eff: tuple[float, ...] = ()  # kappa of W + C on each head's rows, head 0 first
     per_head: bool = False  # C is sized per head (svd/head, lam="auto" per head): it bounds each head's kappa
+    head_kappa_w_max: float = float("nan")  # the largest kappa of the stored W on one head's rows
 
 
 class SpectralReport:
@@ -74,24 +79,34 @@ class SpectralReport:
         if rows is not None and pending is not None:
             raise ValueError("SpectralReport takes rows or pending rows, not both")
         self._rows = None if pending is not None else list(rows or [])
+        self._head_rows: Optional[list[ReportRow]] = None  # what str() computed before the rows: no block figures
         self._pending = pending
         self.config = config
 
     @property
     def rows(self) -> list[ReportRow]:
         if self._rows is None:
-            self._rows = self._pending.compute()
-            self._pending = None
+            self._rows = self._pending.compute(blocks=True, known=self._head_rows)
+            self._pending, self._head_rows = None, None
         return self._rows
 
     @rows.setter
     def rows(self, rows: list[ReportRow]) -> None:
-        self._rows, self._pending = list(rows), None
+        self._rows, self._pending, self._head_rows = list(rows), None, None
 
     def compute(self) -> SpectralReport:
-        """Compute the spectra now (if not yet done), e.g. right after apply and before training; returns self."""
+        """Compute every figure now (if not yet done), the whole blocks' kappa included, e.g. right after
+        apply and before training; returns self."""
         self.rows
         return self
+
+    def _printed_rows(self) -> list[ReportRow]:
+        """The rows as computed so far, or else the per-head rows (block figures None), computed now."""
+        if self._rows is not None:
+            return self._rows
+        if self._head_rows is None:
+            self._head_rows = self._pending.compute(blocks=False)
+        return self._head_rows
 
     def __len__(self) -> int:
         return self._pending.count if self._rows is None else len(self._rows)
@@ -115,31 +130,46 @@ class SpectralReport:
         return json.dumps(self.to_dict(), indent=indent)
 
     def __str__(self) -> str:
-        if not self.rows:
+        rows = self._printed_rows()
+        if not rows:
             return "SpectralReport: nothing conditioned"
-        header = ("module", "param", "qkv", "layout", "block", "heads", "correction", "backend", "kappa W",
-                  "kappa W+C (block)", "kappa per head (max)")
+        blocks = all(r.kappa_eff is not None for r in rows)
+        header = ("module", "param", "qkv", "layout", "block", "heads", "correction", "backend",
+                  "kappa W per head (max)", "kappa W+C per head (max)")
+        header += ("kappa W (block)", "kappa W+C (block)") if blocks else ()
         lines = [
             (r.module, r.parameter, r.role, r.layout, "x".join(map(str, r.block_shape)), str(r.heads),
-             r.correction, r.backend, _fmt(r.kappa_w), _fmt(r.kappa_eff), _fmt(r.head_kappa_eff_max))
-            for r in self.rows
+             r.correction, r.backend, _fmt(r.head_kappa_w_max), _fmt(r.head_kappa_eff_max))
+            + ((_fmt(r.kappa_w), _fmt(r.kappa_eff)) if blocks else ())
+            for r in rows
         ]
         widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
         render = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
         out = [render(header), render(["-" * w for w in widths]), *map(render, lines)]
-        if any(r.per_head for r in self.rows):
+        if any(r.per_head for r in rows):
             out.append(PER_HEAD_NOTE)
-        if any(math.isinf(k) for r in self.rows for k in (r.kappa_w, r.kappa_eff, r.head_kappa_eff_max)):
+        if not blocks:
+            largest = max(rows, key=lambda r: r.block_shape[0] * r.block_shape[1]).block_shape
+            out.append(BLOCKS_NOTE.format(count=2 * len(rows), shape=" x ".join(map(str, largest))))
+        figures = [k for r in rows for k in (r.kappa_w, r.kappa_eff, r.head_kappa_w_max, r.head_kappa_eff_max)]
+        if any(k is not None and math.isinf(k) for k in figures):
             out.append(INF_NOTE)
-        notes = sorted({n for r in self.rows for n in r.notes})
+        notes = sorted({n for r in rows for n in r.notes})
         out += [f"note: {n}" for n in notes]
         return "\n".join(out)
 
 
 PER_HEAD_NOTE = (
-    "note: the correction is sized per head here, so it bounds each head's kappa (kappa per head (max)), "
-    "not the block's: kappa W+C (block) is that of the q, k or v block with all its heads' rows together, "
-    "which the per-head correction does not condition; read the per-head figure"
+    "note: the correction is sized per head here, so it bounds each head's kappa (kappa W+C per head (max)), "
+    "not the block's: the kappa of a q, k or v block with all its heads' rows together, which the per-head "
+    "correction does not condition; read the per-head figure"
+)
+
+
+BLOCKS_NOTE = (
+    "note: the whole blocks' kappa (W and W + C with all heads' rows together) is left out of this text: "
+    "{count} float64 SVDs of up to {shape}; report.compute() computes it (and rows, to_dict), and print(report) "
+    "then shows it"
 )
 
 
@@ -159,7 +189,9 @@ class PendingRows:
         self.count = sum(1 for item in found for lam in item.correction.scales.values() if lam != 0)
         self.state = [_state(item) for item in found]
 
-    def compute(self) -> list[ReportRow]:
+    def compute(self, blocks: bool, known: Optional[list[ReportRow]] = None) -> list[ReportRow]:
+        """The rows, with the whole blocks' figures or without them (None); ``known``: per-head rows
+        already computed (by a ``blocks=False`` call), whose head figures are kept."""
         for item, state in zip(self.found, self.state):
             if not _still_attached(item) or _state(item) != state:
                 raise ValueError(
@@ -168,7 +200,7 @@ class PendingRows:
                     "speccond.describe(model) reports the model as it stands now; to keep the figures at attach "
                     "time, call report.compute() right after apply"
                 )
-        return rows_of(self.found)
+        return rows_of(self.found, blocks, known)
 
 
 def _state(item: Attachment) -> tuple:
@@ -182,61 +214,85 @@ def _still_attached(item: Attachment) -> bool:
     return any(found.correction is item.correction for found in attachments(item.module))
 
 
-def rows_of(found: list[Attachment]) -> list[ReportRow]:
-    """The rows of every attachment, in order; long work logs its progress (speccond.progress)."""
+def rows_of(found: list[Attachment], blocks: bool = True, known: Optional[list[ReportRow]] = None) -> list[ReportRow]:
+    """The rows of every attachment, in order, with the whole blocks' figures or without them (None);
+    ``known``: those rows already computed without them, whose per-head figures are kept. Long work shows
+    its progress (speccond.progress)."""
     what = "speccond report: spectra of %d/%d conditioned parameters"
-    return [row for item in tracked(found, log, what) for row in rows_for(item)]
+    rest = iter(known) if known is not None else None
+    return [row for item in tracked(found, log, what) for row in rows_for(item, blocks, rest)]
 
 
-def rows_for(found: Attachment) -> list[ReportRow]:
-    """One row per corrected role of an attachment. Each matrix's spectrum is computed once: the stored
-    block's (kappa_w, and the svd correction's scale), the effective block's, and its heads' in one call."""
+def rows_for(found: Attachment, blocks: bool = True, known: Optional[Iterator[ReportRow]] = None) -> list[ReportRow]:
+    """One row per corrected role of an attachment: its heads' figures (from ``known``, the next rows of an
+    earlier ``blocks=False`` call, or computed now: W's and W + C's heads in one call) and, with ``blocks``,
+    the stored and the effective block's in one more call."""
     correction = found.correction
     layout = correction.layout
     stored = layout.out_in(gathered(found.stored_weight().detach()))  # (out, in), whole under FSDP2
     effective = layout.out_in(gathered(found.effective_weight().detach()))  # (out, in)
-    head_out = layout.head_dim(correction.out_features)
     rows = []
     for role, lam in correction.scales.items():
         if lam == 0:
             continue
-        head_lams: tuple[float, ...] = ()
         index = layout.block_rows(role, correction.out_features).to(stored.device)
-        eff_block = effective[index]  # (width, in)
-        if stored.dtype == eff_block.dtype:  # one call; each keeps its dtype's rounding threshold
-            plain, conditioned = spectra(torch.stack([stored[index], eff_block]))  # (2, width, in): W, W + C
-        else:
-            (plain,), (conditioned,) = spectra(stored[index]), spectra(eff_block)
-        by_head = eff_block.reshape(layout.heads(role), head_out, correction.in_features)  # (heads, dh, in)
-        heads = [one.kappa for one in spectra(by_head)]
-        if correction.kind == "svd":
-            name, scale = f"svd/{correction.granularity}", plain.sigma_max
-        else:
-            head_lams = correction.head_lams(role)
-            kind = "rotated" if role == "k" and correction.rotates_key else "identity"
-            name, scale = f"{kind} lam={_lam_text(lam, head_lams)}", max(head_lams) if lam == AUTO else lam
-        rows.append(
-            ReportRow(
-                module=found.module_name,
-                parameter=found.param_name,
-                role=role,
-                layout=layout.describe(),
-                shape=tuple(found.stored_weight().shape),
-                block_shape=(index.numel(), correction.in_features),
-                heads=layout.heads(role),
-                correction=name,
-                scale=float(scale),
-                backend=found.backend,
-                kappa_w=plain.kappa,
-                kappa_eff=conditioned.kappa,
-                head_kappa_eff_max=max(heads),
-                notes=correction.notes,
-                head_lams=head_lams,
-                head_kappas_eff=tuple(heads),
-                per_head=correction.granularity == "head" and (correction.kind == "svd" or lam == AUTO),
-            )
-        )
+        row = next(known) if known is not None else _head_row(found, role, lam, stored[index], effective[index])
+        if blocks:
+            row = _with_block_figures(row, stored[index], effective[index])
+        rows.append(row)
     return rows
+
+
+def _head_row(found: Attachment, role: str, lam: float | str, stored: torch.Tensor, effective: torch.Tensor) -> ReportRow:
+    """The row of one corrected block (``stored``, ``effective``: its (width, in) rows of W and W + C) with
+    its heads' figures and without the whole block's (None)."""
+    correction, layout = found.correction, found.correction.layout
+    heads, head_out = layout.heads(role), layout.head_dim(correction.out_features)
+    by_head = lambda block: block.reshape(heads, head_out, correction.in_features)  # noqa: E731  (heads, dh, in)
+    if stored.dtype == effective.dtype:  # one call; each keeps its dtype's rounding threshold
+        both = spectra(torch.cat([by_head(stored), by_head(effective)]))  # (2 heads): W's heads, then W + C's
+        plain, conditioned = both[:heads], both[heads:]
+    else:
+        plain, conditioned = spectra(by_head(stored)), spectra(by_head(effective))
+    head_lams: tuple[float, ...] = ()
+    if correction.kind == "svd":
+        name, scale = f"svd/{correction.granularity}", float("nan")  # sigma_max of the block: _with_block_figures
+    else:
+        head_lams = correction.head_lams(role)
+        kind = "rotated" if role == "k" and correction.rotates_key else "identity"
+        name, scale = f"{kind} lam={_lam_text(lam, head_lams)}", max(head_lams) if lam == AUTO else lam
+    kappas = tuple(one.kappa for one in conditioned)
+    return ReportRow(
+        module=found.module_name,
+        parameter=found.param_name,
+        role=role,
+        layout=layout.describe(),
+        shape=tuple(found.stored_weight().shape),
+        block_shape=tuple(stored.shape),
+        heads=heads,
+        correction=name,
+        scale=float(scale),
+        backend=found.backend,
+        kappa_w=None,
+        kappa_eff=None,
+        head_kappa_eff_max=max(kappas),
+        notes=correction.notes,
+        head_lams=head_lams,
+        head_kappas_eff=kappas,
+        per_head=correction.granularity == "head" and (correction.kind == "svd" or lam == AUTO),
+        head_kappa_w_max=max(one.kappa for one in plain),
+    )
+
+
+def _with_block_figures(row: ReportRow, stored: torch.Tensor, effective: torch.Tensor) -> ReportRow:
+    """``row`` with the kappa of its whole block, W (``stored``) and W + C (``effective``), both (width, in),
+    and for the svd correction its scale, sigma_max of the stored block."""
+    if stored.dtype == effective.dtype:  # one call; each keeps its dtype's rounding threshold
+        plain, conditioned = spectra(torch.stack([stored, effective]))  # (2, width, in): W, W + C
+    else:
+        (plain,), (conditioned,) = spectra(stored), spectra(effective)
+    scale = plain.sigma_max if row.correction.startswith("svd/") else row.scale
+    return replace(row, kappa_w=plain.kappa, kappa_eff=conditioned.kappa, scale=float(scale))
 
 
 def _lam_text(lam: float | str, head_lams: tuple[float, ...]) -> str:
@@ -248,7 +304,9 @@ def _lam_text(lam: float | str, head_lams: tuple[float, ...]) -> str:
     return f"auto({low:.3g})" if f"{low:.3g}" == f"{high:.3g}" else f"auto({low:.3g}..{high:.3g})"
 
 
-def _fmt(value: float) -> str:
+def _fmt(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
     return "inf" if math.isinf(value) else f"{value:.3g}"
 
 

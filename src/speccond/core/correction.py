@@ -261,9 +261,11 @@ class SpectralCorrection(nn.Module):
         parts = self.layout.heads(role) if self.granularity == "head" else 1
         part_out = self.block_widths[role] // parts
         blocks = w[rows].reshape(parts, part_out, self.in_features)  # (parts, rows per part, in)
-        if self.precision != torch.float64 and part_out < self.in_features:
-            blocks = blocks.mT  # only predicted from: the faster tall orientation (spectral.svd_correction)
-        sigma_max = torch.linalg.matrix_norm(blocks, ord=2)  # (parts,)
+        if self.precision != torch.float64 and 2 * part_out <= self.in_features:
+            # only predicted from: sigma_max^2 is the top eigenvalue of the small W W^T, to eps relative at any kappa
+            sigma_max = torch.linalg.eigvalsh(blocks @ blocks.mT)[:, -1].clamp_min(0).sqrt()  # (parts,)
+        else:
+            sigma_max = torch.linalg.matrix_norm(blocks, ord=2)  # (parts,)
         bad = ~(torch.isfinite(sigma_max) & (sigma_max > 0))
         if bad.any():
             part = int(bad.nonzero()[0])

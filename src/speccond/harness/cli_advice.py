@@ -8,6 +8,7 @@ per projection under ``inspect``) is not offered.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from speccond.collapse_advice import Phrasing
@@ -15,14 +16,27 @@ from speccond.harness.methods import PAPER, RECOMMENDED
 from speccond.harness.values import show_value
 
 
+@dataclass(frozen=True)
+class CommandPhrasing:
+    """A setting as the flags of ``command``; a value, not a closure, so a worker process can be handed it
+    (speccond.collapse_advice.install_phrasing) and warn in the flags of the command that started it."""
+
+    command: str
+
+    def __call__(self, changes: dict) -> Optional[str]:
+        if self.command in RUN_COMMANDS:
+            return _run_settings(self.command, changes)
+        return _model_flags(self.command, changes)
+
+
+RUN_COMMANDS = ("compare", "train", "tune")  # they take a run's settings (--methods, --set, --arms)
+MODEL_COMMANDS = ("inspect", "demo")  # they take --lam, --correction, --target-kappa
+
+
 def phrasing(command: str) -> Optional[Phrasing]:
     """How ``command`` ("compare", "train", "tune", "inspect", "demo") asks for a setting; None for a command
     that applies no correction."""
-    if command in ("compare", "train", "tune"):
-        return lambda changes: _run_settings(command, changes)
-    if command in ("inspect", "demo"):
-        return lambda changes: _model_flags(command, changes)
-    return None
+    return CommandPhrasing(command) if command in RUN_COMMANDS + MODEL_COMMANDS else None
 
 
 def _run_settings(command: str, changes: dict) -> Optional[str]:

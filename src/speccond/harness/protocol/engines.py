@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from speccond.collapse_advice import Phrasing, install_phrasing, python_call
+
 if TYPE_CHECKING:
     from speccond.harness.config.train_config import TrainConfig
 
@@ -45,7 +47,8 @@ class Submitit:
         if self.cluster not in CLUSTERS:
             raise ValueError(f"--cluster must be one of {', '.join(CLUSTERS)}, got {self.cluster!r}")
 
-    def run(self, jobs: list[Job], threads: int, parallel: int, stage: str) -> list[tuple[Job, BaseException]]:
+    def run(self, jobs: list[Job], threads: int, parallel: int, stage: str,
+            phrasing: Phrasing = python_call) -> list[tuple[Job, BaseException]]:
         """Submit ``jobs``, at most ``parallel`` running at once, and wait for all; the (job, error) of every one
         that failed. On Slurm they go as one array whose ``slurm_array_parallelism`` holds them to ``parallel``;
         submitit's local and debug executors read no such limit, so there each job is submitted only when one
@@ -66,13 +69,14 @@ class Submitit:
         print(f"[{stage}] {len(jobs)} jobs through submitit ({executor.cluster}), {parallel} at a time; logs in "
               f"{self.folder}", flush=True)
         if executor.cluster == "slurm":
-            handles = executor.map_array(train_job, jobs, [threads] * len(jobs), [parallel] * len(jobs))
+            handles = executor.map_array(train_job, jobs, [threads] * len(jobs), [parallel] * len(jobs),
+                                         [phrasing] * len(jobs))
             return [failure for job, handle in zip(jobs, handles) for failure in _outcome(stage, job, handle)]
         failures, running, waiting = [], [], list(jobs)
         while waiting or running:
             while waiting and len(running) < parallel:
                 job = waiting.pop(0)
-                running.append((job, executor.submit(train_job, job, threads, parallel)))
+                running.append((job, executor.submit(train_job, job, threads, parallel, phrasing)))
             ended = [(job, handle) for job, handle in running if _ended(handle)]
             if not ended:
                 time.sleep(POLL_SECONDS)
@@ -104,9 +108,10 @@ def _outcome(stage: str, job: Job, handle) -> list[tuple[Job, BaseException]]:
     return []
 
 
-def train_job(job: Job, threads: int, parallel: int) -> None:
+def train_job(job: Job, threads: int, parallel: int, phrasing: Phrasing = python_call) -> None:
     """One run, as the process pool's worker trains it: ``threads`` torch threads, the pool's job count
-    recorded in config.json's "arithmetic", no progress bar."""
+    recorded in config.json's "arithmetic", no progress bar, the collapse advice phrased by ``phrasing``
+    (the flags of the command that submitted it)."""
     import torch
 
     from speccond.harness.protocol.compare import train_timed
@@ -114,6 +119,7 @@ def train_job(job: Job, threads: int, parallel: int) -> None:
 
     torch.set_num_threads(threads)
     os.environ[PARALLEL_JOBS] = str(parallel)
+    install_phrasing(phrasing)
     train_timed(job.config, job.run, progress=False)
 
 

@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from speccond.collapse_advice import Phrasing, current_phrasing, install_phrasing
 from speccond.diagnostics.records import read_metrics
 from speccond.harness.config.fields import arm_settings
 from speccond.harness.config.train_config import TrainConfig, folder_settings, refuse_unread
@@ -116,7 +117,8 @@ def run_jobs(jobs: list[Job], parallel: int, stage: str, engine: Optional[Submit
     if engine is not None and pending:
         import torch
 
-        _raise_failures(engine.run(pending, max(1, torch.get_num_threads() // parallel), parallel, stage), pending)
+        _raise_failures(engine.run(pending, max(1, torch.get_num_threads() // parallel), parallel, stage,
+                                   current_phrasing()), pending)
         return
     if parallel == 1:
         for index, job in enumerate(pending, 1):
@@ -134,7 +136,7 @@ def run_jobs(jobs: list[Job], parallel: int, stage: str, engine: Optional[Submit
     context = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no forked torch state
     failures = []
     with ProcessPoolExecutor(parallel, mp_context=context, initializer=_worker_start,
-                             initargs=(threads, parallel)) as pool, \
+                             initargs=(threads, parallel, current_phrasing())) as pool, \
             tqdm(total=len(pending), unit="run", desc=stage, file=sys.stderr, dynamic_ncols=True) as bar:
         futures = {pool.submit(_train_quietly, job): job for job in pending}
         try:
@@ -158,11 +160,14 @@ def _raise_failures(failures: list[tuple[Job, BaseException]], pending: list[Job
         raise ValueError(f"{len(failures)} of {len(pending)} runs failed; the first, {job.run}: {error}") from error
 
 
-def _worker_start(threads: int, parallel: int) -> None:
+def _worker_start(threads: int, parallel: int, phrasing: Phrasing) -> None:
+    """A pool worker's set-up: its torch threads, the pool's job count (config.json's "arithmetic") and the
+    collapse advice phrased as the command that started the pool phrases it (its flags, not Python)."""
     import torch
 
     torch.set_num_threads(threads)
     os.environ[PARALLEL_JOBS] = str(parallel)
+    install_phrasing(phrasing)
 
 
 def _train_quietly(job: Job) -> None:
