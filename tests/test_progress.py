@@ -61,6 +61,21 @@ def test_no_bar_where_turned_off_or_stderr_is_no_terminal(capsys, caplog, monkey
     assert any("speccond test: items of 3/3 done, " in record.getMessage() for record in caplog.records)
 
 
+def test_unset_a_jupyter_kernel_shows_the_bar(capsys, monkeypatch):
+    """In a notebook stderr is no terminal, yet bars show there (as Hugging Face's do): a shell an IPKernelApp
+    started counts as one, a terminal IPython does not. (IPython's get_ipython, as a kernel answers it.)"""
+    import types
+
+    monkeypatch.delenv("SPECCOND_PROGRESS", raising=False)
+    monkeypatch.setattr(speccond.progress, "PROGRESS_AFTER_S", 0.0)
+    for config, shown in (({"IPKernelApp": {}}, True), ({"TerminalIPythonApp": {}}, False)):
+        ipython = types.ModuleType("IPython")
+        ipython.get_ipython = lambda config=config: types.SimpleNamespace(config=config)
+        monkeypatch.setitem(sys.modules, "IPython", ipython)
+        _slow_work(seconds=0.0)
+        assert ("items of 3/3 done: 100%|" in capsys.readouterr().err) is shown
+
+
 def test_apply_and_the_report_show_their_bars(capsys, monkeypatch):
     monkeypatch.setenv("SPECCOND_PROGRESS", "1")
     monkeypatch.setattr(speccond.progress, "PROGRESS_AFTER_S", 0.0)

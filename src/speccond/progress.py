@@ -8,8 +8,9 @@ that mark, as Hugging Face and PyTorch downloads do::
 Whether the bar is shown is read from the environment variable ``SPECCOND_PROGRESS`` when each piece of work
 starts (so ``os.environ["SPECCOND_PROGRESS"] = "0"`` in a notebook takes effect at the next call):
 
-- unset (or empty): shown where stderr is a terminal, never into a pipe or a log file;
-- ``SPECCOND_PROGRESS=1``: shown wherever stderr goes (a notebook, whose stderr is no terminal, a CI log);
+- unset (or empty): shown where stderr is a terminal or in a Jupyter notebook (an IPython kernel runs),
+  never into a pipe or a log file;
+- ``SPECCOND_PROGRESS=1``: shown wherever stderr goes (a CI log, a file);
 - ``SPECCOND_PROGRESS=0``: never shown.
 
 The bar needs tqdm (installed with transformers, with timm, and by ``pip install tqdm``); without it the work
@@ -119,8 +120,18 @@ def progress_bar(what: str, total: int):
     before, _, after = what.partition(COUNT) if COUNT in what else (f"{what} ", "", "")
     counted = f"{_literal(before)}{{n}}/{{total}}{_literal(after)}"  # "spectra of 5/22 conditioned parameters"
     layout = counted + ": {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
+    if wanted is None and in_notebook():  # its stderr is no terminal, yet it shows bars
+        wanted = True
     return tqdm(total=total, file=sys.stderr, delay=PROGRESS_AFTER_S, disable=None if wanted is None else False,
                 bar_format=layout, dynamic_ncols=True, leave=True)
+
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel: IPython imported, with a shell started by an IPKernelApp (the test
+    tqdm.autonotebook makes); a terminal IPython is not one."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
 def _literal(text: str) -> str:
