@@ -3,8 +3,9 @@ the eigen-decomposition of its small W W^T, against the SVD it replaces where th
 
 The claims of spectral.py's docstrings: C and kappa agree with the SVD's to under 2e-13 relative up to
 GRAM_KAPPA_LIMIT; worse-conditioned, zero or square matrices take the SVD, bit for bit as before; the batched C
-is bit for bit the one-by-one C; and the float32 C of the width-64 protocol's published SVD-per-head models is
-bit for bit the SVD's, so those runs train the same bytes.
+is bit for bit the one-by-one C; and the float32 C of the published SVD-per-head models at head width 64 (the
+width-64 protocol's, the main job's) is the SVD's in all but at most one entry a model, by a few units in the
+last place.
 """
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ import torch
 import speccond
 from speccond.core.backends import attachments
 from speccond.core.spectral import GRAM_KAPPA_LIMIT, _svd_route, gram_eigen, spectra, spectrum, svd_correction
+from speccond.harness.config.presets import preset
 from speccond.harness.config.train_config import TrainConfig
+from speccond.harness.methods import RECOMMENDED
 from speccond.harness.models.run_model import model_for
 from speccond.harness.protocol.experiments.width64 import MODEL, TASKS
+from speccond.harness.protocol.tuning import FINAL_SEED
 
 
 def _heads(kappa: float, count: int = 8, rows: int = 64, cols: int = 768, seed: int = 0) -> torch.Tensor:
@@ -70,27 +74,50 @@ def test_the_batched_correction_is_bit_for_bit_the_one_by_one():
         assert torch.equal(one, svd_correction(matrix))
 
 
-def _width64(task: str, seed: int, method: str) -> torch.nn.Module:
+def _width64(task: str, seed: int, method: str) -> TrainConfig:
     sets = dict(item.split("=") for item in MODEL if not item.startswith(("batch_size", "warmup")))
-    config = TrainConfig().replaced(task=task, method=method, seed=seed, **{k: int(v) for k, v in sets.items()})
-    return model_for(config)
+    return TrainConfig().replaced(task=task, method=method, seed=seed, **{k: int(v) for k, v in sets.items()})
 
 
-@pytest.mark.parametrize("task", [task for task, _, _ in TASKS])
-def test_the_width64_protocols_published_svd_models_keep_their_bits(task):
-    """Every seed of the width-64 protocol's SVD-per-head arm (tuning seed 0, finals 0 to 4), on both of its
-    image tasks: the float32 C the Gram route gives is the SVD route's, bit for bit."""
-    for seed in range(5):
-        plain = {name: p.detach().clone() for name, p in _width64(task, seed, "baseline").named_parameters()}
-        for found in attachments(_width64(task, seed, "spectral-svd")):
-            correction, layout = found.correction, found.correction.layout
-            w = layout.out_in(plain[found.qualified_name]).double()  # (out, in)
-            expected = torch.zeros_like(w)
-            for role in layout.roles:
-                for head in range(layout.heads(role)):
-                    rows = layout.head_rows(role, head, w.shape[0])
-                    expected[rows] = _svd_c(w[rows])
-            assert torch.equal(correction.matrix, expected.to(correction.matrix.dtype)), (task, seed, found.qualified_name)
+def _main_job(task: str, seed: int, method: str) -> TrainConfig:
+    return TrainConfig().with_overrides([*preset("quick", task), f"method={method}", f"seed={seed}"])
+
+
+PUBLISHED = [  # (how the config is made, task, its seeds)
+    *[(_width64, task, (0, *range(FINAL_SEED, FINAL_SEED + 5))) for task, _, _ in TASKS],  # tuning seed 0, finals
+    (_main_job, "fashion-mnist", (0, 1, 2)),  # ./run main: compare's quick preset, 3 seeds
+]
+
+
+def _ulps_from_the_svd(made, task: str, seed: int) -> torch.Tensor:
+    """How many float32 units in the last place each entry of the attached C is from the SVD route's C, for
+    the published run ``made(task, seed, ...)``: 0 where they are the same bits."""
+    plain = {name: p.detach().clone() for name, p in model_for(made(task, seed, "baseline")).named_parameters()}
+    ulps = []
+    for found in attachments(model_for(made(task, seed, RECOMMENDED))):
+        correction, layout = found.correction, found.correction.layout
+        w = layout.out_in(plain[found.qualified_name]).double()  # (out, in)
+        assert bool(gram_eigen(w.reshape(-1, layout.head_dim(w.shape[0]), w.shape[1]))[2].all())  # the new route
+        expected = torch.zeros_like(w)
+        for role in layout.roles:
+            for head in range(layout.heads(role)):
+                rows = layout.head_rows(role, head, w.shape[0])
+                expected[rows] = _svd_c(w[rows])
+        as_bits = lambda t: t.contiguous().view(torch.int32).long()  # noqa: E731  same sign: adjacent floats differ by 1
+        ulps.append((as_bits(correction.matrix) - as_bits(expected.to(correction.matrix.dtype))).abs().flatten())
+    return torch.cat(ulps)
+
+
+@pytest.mark.parametrize("made, task, seeds", PUBLISHED, ids=["width64-fashion-mnist", "width64-cifar10", "main-job"])
+def test_the_published_svd_models_keep_their_c_to_the_last_place(made, task, seeds):
+    """Every seed of the published SVD-per-head runs at head width 64 (the width-64 protocol's tuning and final
+    seeds on both image tasks, the main job's three): the float32 C the Gram route gives is the SVD route's in
+    all but at most one entry of a model, and that one within a few units in the last place (measured here:
+    the width-64 Fashion-MNIST finals of seeds 100 and 102 differ in one entry of 442,368, by one unit;
+    docs/BENCHMARKS.md). A run whose C keeps every bit trains the same bytes as before."""
+    for seed in seeds:
+        ulps = _ulps_from_the_svd(made, task, seed)
+        assert int((ulps > 0).sum()) <= 1 and int(ulps.max()) <= 4, (task, seed)
 
 
 def test_apply_on_a_vit_b_shaped_block_equals_the_hand_built_svd_correction():
