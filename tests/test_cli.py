@@ -35,7 +35,7 @@ def test_inspect_lam_auto_prints_the_report_of_apply_with_lam_auto(capsys):
     torch.manual_seed(0)
     model = build_named_model(VIT[0], {"img_size": 32, "patch_size": 8, "depth": 2, "embed_dim": 32, "num_heads": 2})
     report = speccond.apply(model, speccond.SpectralConfig(lam="auto", target_kappa=3))
-    assert out.startswith("conditioned 6 projection blocks (identity, lam=auto, target_kappa=3)\n\n" + f"{report}\n")
+    assert out.startswith("conditioned 6 projection blocks (identity, lam=auto, target_kappa=3)\n\n" + f"{report.compute()}\n")
     assert "lam=auto(" in out and all(row.head_kappa_eff_max <= 3 + 1e-6 for row in report.rows)
 
 

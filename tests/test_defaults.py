@@ -172,6 +172,17 @@ def test_demo_conditions_with_the_recommended_setting_unless_given_a_lam(capsys)
     assert "identity correction on a timm ViT" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", [["demo"], ["inspect", "timm:vit_tiny_patch16_224", "--set", "depth=1", "--lam", "auto"]])
+def test_a_command_prints_the_whole_report_and_no_python_advice(command, capsys):
+    """A report printed by the command line holds every figure, the whole blocks' kappa too: its user cannot
+    call report.compute() afterwards, so the text never tells them to."""
+    from speccond.harness.cli import main
+
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert "kappa W+C (block)" in out and "kappa W+C per head (max)" in out and "report.compute()" not in out
+
+
 def _vit_tiny():
     import timm
 

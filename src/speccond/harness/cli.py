@@ -616,7 +616,7 @@ def _inspect(args: argparse.Namespace) -> None:
         if args.lam == "auto":
             print(f"conditioned {len(report)} projection blocks (identity, lam=auto, target_kappa="
                   f"{spectral.target_kappa:g})\n")
-            print(report)
+            print(report.compute())  # every figure: a command line cannot call compute() afterwards
             print()
         elif spectral.correction == "svd":
             print(f"conditioned {len(report)} projection blocks (svd per {spectral.granularity}: kappa(W + C) <= 2)\n")
