@@ -243,7 +243,9 @@ def rows_for(found: Attachment, blocks: bool = True, known: Optional[Iterator[Re
     return rows
 
 
-def _head_row(found: Attachment, role: str, lam: float | str, stored: torch.Tensor, effective: torch.Tensor) -> ReportRow:
+def _head_row(
+    found: Attachment, role: str, lam: float | str, stored: torch.Tensor, effective: torch.Tensor
+) -> ReportRow:
     """The row of one corrected block (``stored``, ``effective``: its (width, in) rows of W and W + C) with
     its heads' figures and without the whole block's (None)."""
     correction, layout = found.correction, found.correction.layout

@@ -77,7 +77,7 @@ def gram_eigen(
 
     G's eigenvalues carry an absolute error of about eps sigma_max^2, so sigma_min^2 is off by eps kappa^2
     relative: read only where kappa <= GRAM_KAPPA_LIMIT (30: under 2e-13, measured against the SVD on
-    64 x 768 heads of kappa 2 to 1000 in tests/test_gram_route.py); a matrix that is zero, non-finite or
+    64 x 768 heads of kappa 1.5 to 30 in tests/test_gram_route.py); a matrix that is zero, non-finite or
     worse conditioned is marked False and its caller takes the SVD.
     """
     w = wide.to(dtype)
@@ -164,12 +164,13 @@ def svd_correction(matrix: torch.Tensor, dtype: torch.dtype = torch.float64) -> 
 
     U V^T is W's polar factor. For a well-conditioned matrix whose short side is at most half its long side
     (a head's 64 x 768 rows: :func:`gram_eigen`), it is (W W^T)^{-1/2} W, from the eigen-decomposition of
-    the small W W^T in float64, about a quarter of the SVD's time: it agrees with the SVD's C to under 2e-13
-    relative (eps kappa^2), and the float32 C apply stores equals the SVD's but for about one entry in a
-    million, off by a unit or a few in the last place (tests/test_gram_route.py measures it on the published
-    models at head width 64: one entry of 442,368 in two of them, none in the rest). Every other matrix takes the SVD, as before: below float64
-    (only predicted from, never attached; the Gram route then runs in float32) a wide one is decomposed transposed, which LAPACK does about four
-    times faster: C of W^T is C^T, up to rounding.
+    the small W W^T in float64, about a quarter of the SVD's time. It agrees with the SVD's C to under 2e-13
+    relative (eps kappa^2); the float32 C apply stores equals the SVD's but for about one entry in a million,
+    off by a unit or a few in the last place (tests/test_gram_route.py measures it on the published models
+    at head width 64: one entry of 442,368 in two of them, none in the rest). Every other matrix takes the
+    SVD, as before. Below float64 (only predicted from, never attached) the Gram route runs in float32 and a
+    wide matrix's SVD is taken transposed, which LAPACK does about four times faster: C of W^T is C^T, up to
+    rounding.
 
     Then W + C = U (S + sigma_max I) V^T, so kappa(W + C) = 2 sigma_max / (sigma_max + sigma_min) <= 2.
     The correction of W^T is the transpose of the correction of W, so it can be computed in either
