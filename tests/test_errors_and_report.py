@@ -214,3 +214,15 @@ def test_a_per_head_correction_reports_every_head_and_says_which_kappa_it_bounds
     assert json.loads(report.to_json())["rows"][0]["head_kappas_eff"] == list(row.head_kappas_eff)
     plain = speccond.apply(timm_vit(), speccond.SpectralConfig(lam=10.0))
     assert not any(r.per_head for r in plain) and "sized per head" not in str(plain)
+
+
+@pytest.mark.parametrize("config", [{"correction": "svd", "granularity": "projection"}, {"lam": 10.0}],
+                         ids=["svd per block", "lam=10"])
+def test_a_block_wide_correction_bounds_every_heads_kappa_too(config):
+    """The report's per-head column is what every correction bounds: a head's rows of a block whose singular
+    values lie in [a, b] have theirs in [a, b] too (W W^T's principal submatrix interlaces), so the SVD
+    correction per block keeps each head within 2, and lam = 10 (above sigma_max(W)) within Weyl's bound."""
+    report = speccond.apply(timm_vit(), speccond.SpectralConfig(**config)).compute()
+    for row in report:
+        assert not row.per_head and row.head_kappa_eff_max <= row.kappa_eff * (1 + 1e-9)
+        assert row.head_kappa_eff_max <= (2.0 if "correction" in config else 1.2)

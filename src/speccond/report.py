@@ -5,8 +5,9 @@ One row per conditioned projection (q, k or v block). kappa is computed in float
 ``head_kappas_eff`` the kappa of W + C on each head's rows (``head_kappa_eff_max`` the largest;
 ``head_kappa_w_max`` the largest of W's).
 
-Which figure to read: every correction here bounds each head's kappa (the SVD correction per head by 2,
-an identity lam by Weyl's bound, as for the block). A correction sized per head (``per_head``: the SVD
+Which figure to read: each head's kappa is what the corrections bound (the SVD correction by 2, per head
+or per block, whose rows' singular values interlace; an identity lam above sigma_max(W) by Weyl's bound,
+as it bounds the block's). A correction sized per head (``per_head``: the SVD
 correction with granularity="head", or lam="auto" per head) bounds only that, not the block's: the heads'
 rows are conditioned separately, so the block's kappa can stay in the hundreds while every head is below
 2. The text then says so under the table.
