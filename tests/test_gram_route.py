@@ -67,6 +67,16 @@ def test_worse_conditioned_zero_and_square_matrices_take_the_svd_bit_for_bit():
     assert [one.kappa for one in spectra(ill)] == [float(v[0] / v[-1]) for v in values]
 
 
+def test_a_non_finite_matrix_is_refused_as_the_svd_refuses_it():
+    """A head holding nan takes the SVD, whose error names non-finite input (eigh's would blame the conditioning)."""
+    heads = _heads(2.0, count=3)
+    heads[1, 0, 0] = float("nan")
+    assert gram_eigen(heads)[2].tolist() == [True, False, True]
+    for compute in (spectra, svd_correction):
+        with pytest.raises(torch.linalg.LinAlgError, match="non-finite"):
+            compute(heads)
+
+
 def test_the_batched_correction_is_bit_for_bit_the_one_by_one():
     w = torch.cat([_heads(2.0, count=5), _heads(GRAM_KAPPA_LIMIT * 2, count=2)])  # both routes in one stack
     batched = svd_correction(w)

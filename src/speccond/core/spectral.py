@@ -77,14 +77,25 @@ def gram_eigen(
 
     G's eigenvalues carry an absolute error of about eps sigma_max^2, so sigma_min^2 is off by eps kappa^2
     relative: read only where kappa <= GRAM_KAPPA_LIMIT (30: under 2e-13, measured against the SVD on
-    64 x 768 heads of kappa 1.5 to 30 in tests/test_gram_route.py); a matrix that is zero, non-finite or
-    worse conditioned is marked False and its caller takes the SVD.
+    64 x 768 heads of kappa 1.5 to 30 in tests/test_gram_route.py); a matrix that is zero, non-finite (not
+    decomposed here: the SVD's error names non-finite input, eigh's would not) or worse conditioned is
+    marked False and its caller takes the SVD.
     """
     w = wide.to(dtype)
     gram = w @ w.mT  # (n, r, r)
-    values, basis = torch.linalg.eigh(gram) if vectors else (torch.linalg.eigvalsh(gram), None)  # (n, r), (n, r, r)
+    # G_ii is the sum of row i's squares: non-finite exactly where the row holds a nan or an inf (or overflows)
+    finite = torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all(-1)  # (n,): the others go to the SVD, which says so
+    if bool(finite.all()):
+        values, basis = torch.linalg.eigh(gram) if vectors else (torch.linalg.eigvalsh(gram), None)  # (n, r), (n, r, r)
+    else:
+        values = torch.zeros(gram.shape[:2], dtype=dtype, device=w.device)  # (n, r)
+        basis = torch.zeros_like(gram) if vectors else None  # (n, r, r)
+        if vectors:
+            values[finite], basis[finite] = torch.linalg.eigh(gram[finite])
+        else:
+            values[finite] = torch.linalg.eigvalsh(gram[finite])
     top = values[:, -1]  # sigma_max^2, (n,)
-    well = torch.isfinite(values).all(-1) & (top > 0) & (values[:, 0] * GRAM_KAPPA_LIMIT**2 >= top)  # (n,)
+    well = finite & (top > 0) & (values[:, 0] * GRAM_KAPPA_LIMIT**2 >= top)  # (n,)
     return values, basis, well
 
 
